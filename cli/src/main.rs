@@ -1,0 +1,1 @@
+fn main() -> std::process::ExitCode { convstore_cli::run() }

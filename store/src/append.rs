@@ -1,0 +1,265 @@
+//! Appending events: [`Store::append`] and [`Store::create_and_append`].
+//!
+//! An append is one sled batch: the blobs it introduces, the chunks it
+//! writes or extends, their turn index entries and the conversation's new
+//! metadata. The batch is applied atomically, then flushed (unless the
+//! caller opts out), so an append is stored whole or not at all and is
+//! durable when it returns.
+
+use std::collections::HashSet;
+
+use crate::codec::{
+    self, encode, encode_event, ChunkRepr, EncodedRecord, EntryRepr, CHUNK_MAX_BYTES,
+    CHUNK_MAX_ENTRIES, TAIL_MERGE_MAX_BYTES,
+};
+use crate::error::{StoreError, StoreResult};
+use crate::event::Event;
+use crate::hash::Address;
+use crate::ids::ConversationId;
+use crate::keys;
+use crate::store::{ConversationMeta, Store, TailChunk};
+
+/// How to append.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppendOptions {
+    /// Append only if the conversation's head is this address (optimistic
+    /// concurrency); otherwise fail with [`StoreError::HeadMismatch`] and
+    /// store nothing. [`Address::ROOT`] expects an empty conversation.
+    pub expect_head: Option<Address>,
+    /// Return before the batch is durable: a crash soon after may lose it
+    /// (but never part of it).
+    pub no_sync: bool,
+}
+
+/// What an append stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// The seq of the first event appended.
+    pub first_seq: u64,
+    /// How many events were appended.
+    pub count: u64,
+    /// The conversation's new head.
+    pub head: Address,
+}
+
+/// The value of a turn index entry: where the chunk starts.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct TurnEntry {
+    pub first_turn: u64,
+    pub entries: u64,
+}
+
+impl Store {
+    /// Appends `events` to a conversation, atomically.
+    ///
+    /// Fails with [`StoreError::EmptyAppend`] for no events and
+    /// [`StoreError::HeadMismatch`] when `options.expect_head` is not the
+    /// head; nothing is stored then.
+    pub fn append(
+        &self,
+        id: &ConversationId,
+        events: &[Event],
+        options: &AppendOptions,
+    ) -> StoreResult<Appended> {
+        let encoded = encode_all(events)?;
+        let guard = self.lock_writes();
+        let meta = self.meta(id)?;
+        let mut batch = sled::Batch::default();
+        let appended = self.write_records(id, meta, &encoded, options, &mut batch)?;
+        self.db.apply_batch(batch)?;
+        drop(guard);
+        if !options.no_sync {
+            self.db.flush()?;
+        }
+        Ok(appended)
+    }
+
+    /// Creates a conversation (named `name`, if given) holding `events`, in
+    /// one atomic write: if the append fails, the conversation does not
+    /// exist either.
+    pub fn create_and_append(
+        &self,
+        name: Option<&str>,
+        events: &[Event],
+        options: &AppendOptions,
+    ) -> StoreResult<(ConversationId, Appended)> {
+        let encoded = encode_all(events)?;
+        let guard = self.lock_writes();
+        let (id, meta, mut batch) = self.new_conversation(name)?;
+        let appended = self.write_records(&id, meta, &encoded, options, &mut batch)?;
+        self.db.apply_batch(batch)?;
+        drop(guard);
+        if !options.no_sync {
+            self.db.flush()?;
+        }
+        Ok((id, appended))
+    }
+
+    /// Chains `encoded` after the conversation's head and adds the chunks,
+    /// blobs, turn index entries and metadata to `batch`.
+    fn write_records(
+        &self,
+        id: &ConversationId,
+        mut meta: ConversationMeta,
+        encoded: &[EncodedRecord<'_>],
+        options: &AppendOptions,
+        batch: &mut sled::Batch,
+    ) -> StoreResult<Appended> {
+        if let Some(expected) = options.expect_head {
+            if expected != meta.head {
+                return Err(StoreError::HeadMismatch {
+                    expected,
+                    actual: meta.head,
+                });
+            }
+        }
+        self.add_blobs(encoded, batch)?;
+
+        let first_seq = meta.len;
+        let head_before = meta.head;
+        let mut addresses = Vec::with_capacity(encoded.len());
+        let mut entries = Vec::with_capacity(encoded.len());
+        let mut parent = meta.head;
+        for record in encoded {
+            let address = parent.child(&record.bytes);
+            let turn = meta.turns.next(record.event_type);
+            let stats = &mut meta.kinds[record.event_type.index()];
+            stats.count += 1;
+            stats.bytes += record.size;
+            entries.push(EntryRepr {
+                turn,
+                check: address.check(),
+                record: &record.bytes,
+            });
+            addresses.push(address);
+            parent = address;
+        }
+
+        // Extend the last chunk while it is small; otherwise start a new one.
+        let tail_bytes;
+        let mut chunk = ChunkBuilder {
+            first_seq,
+            parent: head_before,
+            entries: Vec::new(),
+            bytes: 0,
+        };
+        if let Some(tail) = meta.tail.filter(|t| {
+            (t.bytes as usize) < TAIL_MERGE_MAX_BYTES && (t.entries as usize) < CHUNK_MAX_ENTRIES
+        }) {
+            tail_bytes = self
+                .db
+                .get(keys::chunk(id, tail.first_seq))?
+                .ok_or_else(|| StoreError::Corrupt {
+                    what: format!("conversation {id}: its last chunk (seq {}) is missing", tail.first_seq),
+                })?;
+            let old: ChunkRepr<'_> = codec::decode(&tail_bytes, "last chunk")?;
+            batch.remove(keys::turn(id, tail.last_turn, tail.first_seq));
+            chunk = ChunkBuilder {
+                first_seq: tail.first_seq,
+                parent: old.parent,
+                bytes: old.entries.iter().map(|e| e.record.len()).sum(),
+                entries: old.entries,
+            };
+        }
+        for (i, entry) in entries.into_iter().enumerate() {
+            if chunk.is_full(entry.record.len()) {
+                chunk.write(id, batch);
+                let seq = first_seq + i as u64;
+                let parent = if i == 0 { head_before } else { addresses[i - 1] };
+                chunk = ChunkBuilder {
+                    first_seq: seq,
+                    parent,
+                    entries: Vec::new(),
+                    bytes: 0,
+                };
+            }
+            chunk.bytes += entry.record.len();
+            chunk.entries.push(entry);
+        }
+        meta.tail = Some(chunk.write(id, batch));
+
+        let count = encoded.len() as u64;
+        meta.len += count;
+        meta.head = parent;
+        batch.insert(keys::conversation(id), encode(&meta));
+        Ok(Appended {
+            first_seq,
+            count,
+            head: parent,
+        })
+    }
+
+    /// Adds each blob the batch introduces, once.
+    fn add_blobs(&self, encoded: &[EncodedRecord<'_>], batch: &mut sled::Batch) -> StoreResult<()> {
+        let mut seen = HashSet::new();
+        for (hash, text) in encoded.iter().flat_map(|r| &r.blobs) {
+            if seen.insert(*hash) {
+                let key = keys::blob(hash);
+                if !self.db.contains_key(&key)? {
+                    batch.insert(key, text.as_bytes());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The metadata and the first writes of a conversation about to be
+    /// created; nothing is written yet.
+    fn new_conversation(
+        &self,
+        name: Option<&str>,
+    ) -> StoreResult<(ConversationId, ConversationMeta, sled::Batch)> {
+        let (id, meta) = self.prepare_conversation(name)?;
+        let mut batch = sled::Batch::default();
+        if let Some(name) = name {
+            batch.insert(keys::name(name), id.as_bytes().as_slice());
+        }
+        Ok((id, meta, batch))
+    }
+}
+
+fn encode_all(events: &[Event]) -> StoreResult<Vec<EncodedRecord<'_>>> {
+    if events.is_empty() {
+        return Err(StoreError::EmptyAppend);
+    }
+    Ok(events.iter().map(encode_event).collect())
+}
+
+/// A chunk being assembled.
+struct ChunkBuilder<'a> {
+    first_seq: u64,
+    parent: Address,
+    entries: Vec<EntryRepr<'a>>,
+    bytes: usize,
+}
+
+impl ChunkBuilder<'_> {
+    fn is_full(&self, next_record: usize) -> bool {
+        !self.entries.is_empty()
+            && (self.entries.len() >= CHUNK_MAX_ENTRIES || self.bytes + next_record > CHUNK_MAX_BYTES)
+    }
+
+    /// Adds the chunk and its turn index entry to `batch`.
+    fn write(&self, id: &ConversationId, batch: &mut sled::Batch) -> TailChunk {
+        let first_turn = self.entries.first().map_or(0, |e| e.turn);
+        let last_turn = self.entries.last().map_or(0, |e| e.turn);
+        let repr = ChunkRepr {
+            parent: self.parent,
+            entries: self.entries.clone(),
+        };
+        batch.insert(keys::chunk(id, self.first_seq), encode(&repr));
+        batch.insert(
+            keys::turn(id, last_turn, self.first_seq),
+            encode(&TurnEntry {
+                first_turn,
+                entries: self.entries.len() as u64,
+            }),
+        );
+        TailChunk {
+            first_seq: self.first_seq,
+            entries: self.entries.len() as u64,
+            bytes: self.bytes as u64,
+            last_turn,
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! The stored forms of records and chunks. The only file that names bincode.
+//!
+//! A *record* is the canonical encoding of one event: bincode (varint
+//! integers, little-endian) of [`RecordRepr`]. Its bytes are what the hash
+//! chain hashes. A text longer than [`INLINE_MAX`] bytes is not in the record:
+//! the record holds its [`BlobRef`] (blake3 hash and length) and the text is
+//! stored once under its hash. Records are grouped in *chunks* (one sled value
+//! each) of up to [`CHUNK_MAX_ENTRIES`] entries; an entry holds the record's
+//! turn, the first eight bytes of its address (to name the first corrupt
+//! record) and the record bytes.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use bincode::Options;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{StoreError, StoreResult};
+use crate::event::{
+    Compaction, Event, EventKind, EventType, ReasoningPolicy, Timestamp, ToolCallPolicy,
+};
+use crate::hash::{Address, BlobHash};
+use crate::json::Json;
+
+/// Texts longer than this many bytes are stored as blobs, once per content.
+pub const INLINE_MAX: usize = 1024;
+/// A chunk holds at most this many records.
+pub(crate) const CHUNK_MAX_ENTRIES: usize = 1024;
+/// A chunk stops growing once its records pass this many bytes.
+pub(crate) const CHUNK_MAX_BYTES: usize = 256 * 1024;
+/// An append adds to the conversation's last chunk (rewriting it) while that
+/// chunk is smaller than this, so that single-event appends do not leave one
+/// sled key per event.
+pub(crate) const TAIL_MERGE_MAX_BYTES: usize = 32 * 1024;
+/// The largest value the decoder accepts (a record, chunk or metadata).
+const DECODE_LIMIT: u64 = 1 << 30;
+
+fn options() -> impl Options {
+    bincode::DefaultOptions::new()
+        .with_varint_encoding()
+        .with_little_endian()
+        .reject_trailing_bytes()
+}
+
+/// Encodes a stored value.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing these plain structs into a Vec cannot fail.
+    options().serialize(value).unwrap_or_default()
+}
+
+/// Decodes a stored value; `what` names it in the error.
+pub(crate) fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8], what: &str) -> StoreResult<T> {
+    options()
+        .with_limit(DECODE_LIMIT)
+        .deserialize(bytes)
+        .map_err(|e| StoreError::Corrupt {
+            what: format!("{what}: {e}"),
+        })
+}
+
+/// A text in a record: inline, or a reference to a stored blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum TextRepr<'a> {
+    /// The text itself.
+    Inline(&'a str),
+    /// A text stored by content hash.
+    Blob(BlobRef),
+}
+
+/// A reference to a stored text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BlobRef {
+    /// blake3 of the text's bytes.
+    pub hash: BlobHash,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+/// The canonical encoding of an event. Field and variant order are part of
+/// the format.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct RecordRepr<'a> {
+    pub timestamp: Timestamp,
+    #[serde(borrow)]
+    pub meta: Option<TextRepr<'a>>,
+    #[serde(borrow)]
+    pub body: BodyRepr<'a>,
+}
+
+/// Variants in the order of [`EventType::ALL`].
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum BodyRepr<'a> {
+    TurnStart,
+    User(#[serde(borrow)] TextRepr<'a>),
+    Assistant(#[serde(borrow)] TextRepr<'a>),
+    Reasoning(#[serde(borrow)] TextRepr<'a>),
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        #[serde(borrow)]
+        arguments: TextRepr<'a>,
+    },
+    ToolResult {
+        id: &'a str,
+        #[serde(borrow)]
+        content: TextRepr<'a>,
+        is_error: bool,
+    },
+    System(#[serde(borrow)] TextRepr<'a>),
+    Config(#[serde(borrow)] TextRepr<'a>),
+    Extension {
+        name: &'a str,
+        #[serde(borrow)]
+        payload: TextRepr<'a>,
+    },
+    Compaction(#[serde(borrow)] CompactionRepr<'a>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CompactionRepr<'a> {
+    pub from_turn: u64,
+    pub to_turn: u64,
+    #[serde(borrow)]
+    pub summary: Option<TextRepr<'a>>,
+    pub reasoning: Option<ReasoningPolicy>,
+    pub tool_calls: Option<Cow<'a, ToolCallPolicy>>,
+    pub revert: Option<bool>,
+    #[serde(borrow)]
+    pub info: Option<TextRepr<'a>>,
+}
+
+impl BodyRepr<'_> {
+    pub(crate) fn event_type(&self) -> EventType {
+        match self {
+            BodyRepr::TurnStart => EventType::TurnStart,
+            BodyRepr::User(_) => EventType::User,
+            BodyRepr::Assistant(_) => EventType::Assistant,
+            BodyRepr::Reasoning(_) => EventType::Reasoning,
+            BodyRepr::ToolCall { .. } => EventType::ToolCall,
+            BodyRepr::ToolResult { .. } => EventType::ToolResult,
+            BodyRepr::System(_) => EventType::System,
+            BodyRepr::Config(_) => EventType::Config,
+            BodyRepr::Extension { .. } => EventType::Extension,
+            BodyRepr::Compaction(_) => EventType::Compaction,
+        }
+    }
+}
+
+impl RecordRepr<'_> {
+    /// Every text of the record, in field order.
+    pub(crate) fn texts(&self) -> impl Iterator<Item = TextRepr<'_>> {
+        let body: [Option<TextRepr<'_>>; 2] = match &self.body {
+            BodyRepr::TurnStart => [None, None],
+            BodyRepr::User(t)
+            | BodyRepr::Assistant(t)
+            | BodyRepr::Reasoning(t)
+            | BodyRepr::System(t)
+            | BodyRepr::Config(t)
+            | BodyRepr::ToolCall { arguments: t, .. }
+            | BodyRepr::ToolResult { content: t, .. }
+            | BodyRepr::Extension { payload: t, .. } => [Some(*t), None],
+            BodyRepr::Compaction(c) => [c.summary, c.info],
+        };
+        self.meta.into_iter().chain(body.into_iter().flatten())
+    }
+}
+
+/// A record ready to store: its canonical bytes and the texts it moved out.
+pub(crate) struct EncodedRecord<'e> {
+    pub bytes: Vec<u8>,
+    pub event_type: EventType,
+    pub blobs: Vec<(BlobHash, &'e str)>,
+    /// The record's bytes plus the lengths of its blobs.
+    pub size: u64,
+}
+
+/// Encodes `event` canonically, moving long texts out as blobs.
+pub(crate) fn encode_event(event: &Event) -> EncodedRecord<'_> {
+    let mut blobs = Vec::new();
+    let mut text = |s| text_repr(s, &mut blobs);
+    let meta = event.meta.as_ref().map(|m| text(m.as_str()));
+    let body = match &event.kind {
+        EventKind::TurnStart => BodyRepr::TurnStart,
+        EventKind::User { text: t } => BodyRepr::User(text(t)),
+        EventKind::Assistant { text: t } => BodyRepr::Assistant(text(t)),
+        EventKind::Reasoning { text: t } => BodyRepr::Reasoning(text(t)),
+        EventKind::ToolCall {
+            id,
+            name,
+            arguments,
+        } => BodyRepr::ToolCall {
+            id,
+            name,
+            arguments: text(arguments.as_str()),
+        },
+        EventKind::ToolResult {
+            id,
+            content,
+            is_error,
+        } => BodyRepr::ToolResult {
+            id,
+            content: text(content),
+            is_error: *is_error,
+        },
+        EventKind::System { text: t } => BodyRepr::System(text(t)),
+        EventKind::Config { delta } => BodyRepr::Config(text(delta.as_str())),
+        EventKind::Extension { name, payload } => BodyRepr::Extension {
+            name,
+            payload: text(payload.as_str()),
+        },
+        EventKind::Compaction(c) => BodyRepr::Compaction(CompactionRepr {
+            from_turn: c.from_turn,
+            to_turn: c.to_turn,
+            summary: c.summary.as_deref().map(&mut text),
+            reasoning: c.reasoning,
+            tool_calls: c.tool_calls.as_ref().map(Cow::Borrowed),
+            revert: c.revert,
+            info: c.info.as_ref().map(|i| text(i.as_str())),
+        }),
+    };
+    let bytes = encode(&RecordRepr {
+        timestamp: event.timestamp,
+        meta,
+        body,
+    });
+    let size = bytes.len() as u64 + blobs.iter().map(|(_, s)| s.len() as u64).sum::<u64>();
+    EncodedRecord {
+        bytes,
+        event_type: event.kind.event_type(),
+        blobs,
+        size,
+    }
+}
+
+/// `s` inline, or as a blob (added to `blobs`) when it is long.
+fn text_repr<'e>(s: &'e str, blobs: &mut Vec<(BlobHash, &'e str)>) -> TextRepr<'e> {
+    if s.len() > INLINE_MAX {
+        let blob = BlobRef {
+            hash: BlobHash::of(s.as_bytes()),
+            len: s.len() as u64,
+        };
+        blobs.push((blob.hash, s));
+        TextRepr::Blob(blob)
+    } else {
+        TextRepr::Inline(s)
+    }
+}
+
+/// Decodes a record's canonical bytes.
+pub(crate) fn decode_record(bytes: &[u8]) -> StoreResult<RecordRepr<'_>> {
+    let record: RecordRepr<'_> = decode(bytes, "record")?;
+    if Timestamp::from_micros(record.timestamp.as_micros()).is_none() {
+        return Err(StoreError::Corrupt {
+            what: "record: timestamp out of range".to_owned(),
+        });
+    }
+    Ok(record)
+}
+
+/// Rebuilds the event of a decoded record; `load` fetches blob texts.
+pub(crate) fn record_to_event(
+    record: &RecordRepr<'_>,
+    load: &mut dyn FnMut(BlobRef) -> StoreResult<String>,
+) -> StoreResult<Event> {
+    let mut text = |t: TextRepr<'_>| -> StoreResult<String> {
+        match t {
+            TextRepr::Inline(s) => Ok(s.to_owned()),
+            TextRepr::Blob(blob) => load(blob),
+        }
+    };
+    let meta = match record.meta {
+        Some(t) => Some(Json::from_stored(text(t)?)),
+        None => None,
+    };
+    let kind = match &record.body {
+        BodyRepr::TurnStart => EventKind::TurnStart,
+        BodyRepr::User(t) => EventKind::User { text: text(*t)? },
+        BodyRepr::Assistant(t) => EventKind::Assistant { text: text(*t)? },
+        BodyRepr::Reasoning(t) => EventKind::Reasoning { text: text(*t)? },
+        BodyRepr::ToolCall {
+            id,
+            name,
+            arguments,
+        } => EventKind::ToolCall {
+            id: (*id).to_owned(),
+            name: (*name).to_owned(),
+            arguments: Json::from_stored(text(*arguments)?),
+        },
+        BodyRepr::ToolResult {
+            id,
+            content,
+            is_error,
+        } => EventKind::ToolResult {
+            id: (*id).to_owned(),
+            content: text(*content)?,
+            is_error: *is_error,
+        },
+        BodyRepr::System(t) => EventKind::System { text: text(*t)? },
+        BodyRepr::Config(t) => EventKind::Config {
+            delta: Json::from_stored(text(*t)?),
+        },
+        BodyRepr::Extension { name, payload } => EventKind::Extension {
+            name: (*name).to_owned(),
+            payload: Json::from_stored(text(*payload)?),
+        },
+        BodyRepr::Compaction(c) => EventKind::Compaction(Compaction {
+            from_turn: c.from_turn,
+            to_turn: c.to_turn,
+            summary: c.summary.map(&mut text).transpose()?,
+            reasoning: c.reasoning,
+            tool_calls: c.tool_calls.as_ref().map(|p| p.clone().into_owned()),
+            revert: c.revert,
+            info: c.info.map(&mut text).transpose()?.map(Json::from_stored),
+        }),
+    };
+    Ok(Event {
+        timestamp: record.timestamp,
+        meta,
+        kind,
+    })
+}
+
+/// One sled value: consecutive records of a conversation.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ChunkRepr<'a> {
+    /// The address before the chunk's first record.
+    pub parent: Address,
+    #[serde(borrow)]
+    pub entries: Vec<EntryRepr<'a>>,
+}
+
+/// A record in a chunk, with what is derived from the log around it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct EntryRepr<'a> {
+    /// The record's turn (derived: not hashed).
+    pub turn: u64,
+    /// The first eight bytes of the record's address.
+    pub check: [u8; 8],
+    /// The record's canonical bytes.
+    #[serde(with = "serde_bytes")]
+    pub record: &'a [u8],
+}
+
+/// Where a chunk's entries are, so a reader can keep the chunk's bytes and
+/// decode records one at a time.
+pub(crate) struct ChunkLayout {
+    pub parent: Address,
+    pub entries: Vec<EntryPos>,
+}
+
+/// An entry of a chunk: its turn, check and the byte range of its record.
+#[derive(Debug, Clone)]
+pub(crate) struct EntryPos {
+    pub turn: u64,
+    pub check: [u8; 8],
+    pub record: Range<usize>,
+}
+
+impl ChunkLayout {
+    pub(crate) fn read(bytes: &[u8], what: &dyn Fn() -> String) -> StoreResult<Self> {
+        let chunk: ChunkRepr<'_> = decode(bytes, &what())?;
+        let base = bytes.as_ptr() as usize;
+        let entries = chunk
+            .entries
+            .iter()
+            .map(|e| {
+                let start = e.record.as_ptr() as usize - base;
+                EntryPos {
+                    turn: e.turn,
+                    check: e.check,
+                    record: start..start + e.record.len(),
+                }
+            })
+            .collect();
+        Ok(Self {
+            parent: chunk.parent,
+            entries,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "codec_tests.rs"]
+mod tests;

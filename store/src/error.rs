@@ -1,0 +1,100 @@
+//! Errors of the store: [`StoreError`].
+
+use std::path::PathBuf;
+
+use crate::hash::Address;
+
+/// Errors from opening, reading or writing a convstore database.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Another process has the database open.
+    #[error("the database at {path} is in use by another process")]
+    Locked {
+        /// The database directory.
+        path: PathBuf,
+    },
+    /// The database was written by a newer or unknown format version.
+    #[error("the database at {path} has format version {found}; this convstore reads version {supported} only")]
+    UnsupportedFormat {
+        /// The database directory.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// The directory holds a sled database that convstore did not create.
+    #[error("{path} is not a convstore database (it has data but no format version)")]
+    NotConvstore {
+        /// The database directory.
+        path: PathBuf,
+    },
+    /// sled could not open the database files.
+    #[error("cannot open the database at {path}: {reason}")]
+    Open {
+        /// The database directory.
+        path: PathBuf,
+        /// What sled said, with advice when there is any.
+        reason: String,
+    },
+    /// Stored bytes are not what convstore wrote.
+    #[error("corrupt data: {what}")]
+    Corrupt {
+        /// What is corrupt, and how.
+        what: String,
+    },
+    /// No conversation has this name, id or id prefix.
+    #[error("no conversation named or with an id starting with \"{query}\"")]
+    NoSuchConversation {
+        /// What was looked for.
+        query: String,
+    },
+    /// An id prefix matches several conversations.
+    #[error("\"{query}\" matches several conversations: {}", candidates.join(", "))]
+    AmbiguousConversation {
+        /// What was looked for.
+        query: String,
+        /// The ids it matches (at most a few).
+        candidates: Vec<String>,
+    },
+    /// A conversation already has this name.
+    #[error("a conversation named \"{name}\" already exists")]
+    NameTaken {
+        /// The name.
+        name: String,
+    },
+    /// The name cannot be used.
+    #[error("invalid conversation name \"{name}\": {reason}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Why not.
+        reason: &'static str,
+    },
+    /// `--expect-head` did not match: someone else appended first.
+    #[error("conflict: the head is {actual}, not the expected {expected}; nothing was stored")]
+    HeadMismatch {
+        /// The head the caller expected.
+        expected: Address,
+        /// The head found.
+        actual: Address,
+    },
+    /// An append with no events.
+    #[error("nothing to append")]
+    EmptyAppend,
+    /// A requested record is past the end of the log.
+    #[error("record {seq} does not exist (the conversation has {len} records)")]
+    NoSuchRecord {
+        /// The record asked for.
+        seq: u64,
+        /// How many records there are.
+        len: u64,
+    },
+    /// The database failed.
+    #[error("database error: {0}")]
+    Sled(#[from] sled::Error),
+}
+
+/// Results of store operations.
+pub type StoreResult<T> = Result<T, StoreError>;

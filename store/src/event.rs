@@ -1,0 +1,528 @@
+//! The event model: [`Event`], [`EventKind`], [`Compaction`] and the turn
+//! rule ([`TurnTracker`]).
+//!
+//! These types are the in-memory form of the public JSON contract (SPEC §2).
+//! Their JSON form lives in [`crate::json`], their stored form in
+//! `codec.rs`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::json::Json;
+
+/// A point in time: microseconds since the Unix epoch, UTC.
+///
+/// Events are timestamped to the microsecond; finer input is truncated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Timestamp(i64);
+
+/// The earliest timestamp RFC 3339 can write: 0000-01-01T00:00:00Z.
+const MIN_MICROS: i64 = -62_167_219_200_000_000;
+/// One past the latest: 10000-01-01T00:00:00Z.
+const END_MICROS: i64 = 253_402_300_800_000_000;
+
+impl Timestamp {
+    /// The current time.
+    pub fn now() -> Self {
+        Self(chrono::Utc::now().timestamp_micros())
+    }
+
+    /// A timestamp from microseconds since the epoch, if RFC 3339 can write
+    /// it (years 0000 to 9999).
+    pub fn from_micros(micros: i64) -> Option<Self> {
+        (MIN_MICROS..END_MICROS).contains(&micros).then_some(Self(micros))
+    }
+
+    /// Microseconds since the epoch.
+    pub fn as_micros(self) -> i64 {
+        self.0
+    }
+
+    /// Parses an RFC 3339 date-time (`2025-01-05T04:00:00Z`,
+    /// `2025-01-05T05:00:00.123456789+01:00`). Offsets are converted to UTC;
+    /// digits past the microsecond are dropped.
+    pub fn parse_rfc3339(text: &str) -> Option<Self> {
+        let parsed = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+        Self::from_micros(parsed.timestamp_micros())
+    }
+}
+
+impl fmt::Display for Timestamp {
+    /// RFC 3339 in UTC with exactly six fractional digits:
+    /// `2025-01-05T04:00:00.000000Z`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match chrono::DateTime::from_timestamp_micros(self.0) {
+            Some(t) => write!(f, "{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ")),
+            None => write!(f, "@{}us", self.0),
+        }
+    }
+}
+
+/// One entry of a conversation: what happened, when, and free-form metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// When it happened. The store assigns the current time when the input
+    /// has none.
+    pub timestamp: Timestamp,
+    /// Any JSON object, kept verbatim.
+    pub meta: Option<Json>,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+impl Event {
+    /// An event of `kind` at `timestamp` without metadata.
+    pub fn new(timestamp: Timestamp, kind: EventKind) -> Self {
+        Self {
+            timestamp,
+            meta: None,
+            kind,
+        }
+    }
+}
+
+/// The kinds of event (SPEC §2), with their fields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventKind {
+    /// Opens a turn (see [`TurnTracker`]).
+    TurnStart,
+    /// The user's message.
+    User {
+        /// The message.
+        text: String,
+    },
+    /// The model's message.
+    Assistant {
+        /// The message.
+        text: String,
+    },
+    /// The model's thinking.
+    Reasoning {
+        /// The thinking.
+        text: String,
+    },
+    /// The model asks for a tool to run.
+    ToolCall {
+        /// Call id; a [`EventKind::ToolResult`] answers it.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments, a JSON object.
+        arguments: Json,
+    },
+    /// A tool's answer to a call.
+    ToolResult {
+        /// The id of the call answered.
+        id: String,
+        /// What the tool returned.
+        content: String,
+        /// Whether the tool failed.
+        is_error: bool,
+    },
+    /// A system instruction; never compacted.
+    System {
+        /// The instruction.
+        text: String,
+    },
+    /// A settings change; never compacted.
+    Config {
+        /// The change, a JSON object.
+        delta: Json,
+    },
+    /// Anything else, kept verbatim (for example JP's `inquiry_*`).
+    Extension {
+        /// What kind of extension this is.
+        name: String,
+        /// Any JSON value.
+        payload: Json,
+    },
+    /// A compaction overlay (SPEC §4).
+    Compaction(Compaction),
+}
+
+/// The kind of an event without its fields: what `stats` counts by and what
+/// the JSON `type` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventType {
+    /// `turn_start`
+    TurnStart,
+    /// `user`
+    User,
+    /// `assistant`
+    Assistant,
+    /// `reasoning`
+    Reasoning,
+    /// `tool_call`
+    ToolCall,
+    /// `tool_result`
+    ToolResult,
+    /// `system`
+    System,
+    /// `config`
+    Config,
+    /// `extension`
+    Extension,
+    /// `compaction`
+    Compaction,
+}
+
+impl EventType {
+    /// Every type, in the order of SPEC §2's table.
+    pub const ALL: [EventType; 10] = [
+        EventType::TurnStart,
+        EventType::User,
+        EventType::Assistant,
+        EventType::Reasoning,
+        EventType::ToolCall,
+        EventType::ToolResult,
+        EventType::System,
+        EventType::Config,
+        EventType::Extension,
+        EventType::Compaction,
+    ];
+
+    /// The JSON `type` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::TurnStart => "turn_start",
+            EventType::User => "user",
+            EventType::Assistant => "assistant",
+            EventType::Reasoning => "reasoning",
+            EventType::ToolCall => "tool_call",
+            EventType::ToolResult => "tool_result",
+            EventType::System => "system",
+            EventType::Config => "config",
+            EventType::Extension => "extension",
+            EventType::Compaction => "compaction",
+        }
+    }
+
+    /// The type a JSON `type` value names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// Position in [`EventType::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether events of this type are *conversation events*: every kind
+    /// except `config`, `system` and `compaction`. Only these make a
+    /// `turn_start` open a new turn, and only these are compacted.
+    pub fn is_conversation(self) -> bool {
+        !matches!(
+            self,
+            EventType::Config | EventType::System | EventType::Compaction
+        )
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl EventKind {
+    /// The type of this event.
+    pub fn event_type(&self) -> EventType {
+        match self {
+            EventKind::TurnStart => EventType::TurnStart,
+            EventKind::User { .. } => EventType::User,
+            EventKind::Assistant { .. } => EventType::Assistant,
+            EventKind::Reasoning { .. } => EventType::Reasoning,
+            EventKind::ToolCall { .. } => EventType::ToolCall,
+            EventKind::ToolResult { .. } => EventType::ToolResult,
+            EventKind::System { .. } => EventType::System,
+            EventKind::Config { .. } => EventType::Config,
+            EventKind::Extension { .. } => EventType::Extension,
+            EventKind::Compaction(_) => EventType::Compaction,
+        }
+    }
+}
+
+/// Assigns turn indices to a stream of events (SPEC §2, the turn rule).
+///
+/// Turn indices start at 0. A `turn_start` opens a new turn only when the
+/// current turn already holds a conversation event; every event belongs to
+/// the current turn. So `system, turn_start, user` is all turn 0, and
+/// `turn_start, turn_start` is turns 0 and 1 (a `turn_start` is itself a
+/// conversation event).
+///
+/// # Invariants
+/// - I8: the turn of an event depends only on the events before it, so
+///   appending never changes the turn of a stored record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnTracker {
+    turn: u64,
+    holds_conversation_event: bool,
+}
+
+impl TurnTracker {
+    /// A tracker at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The turn of the next event of type `kind`, advancing the tracker past
+    /// it.
+    pub fn next(&mut self, kind: EventType) -> u64 {
+        if kind == EventType::TurnStart && self.holds_conversation_event {
+            self.turn += 1;
+            self.holds_conversation_event = false;
+        }
+        if kind.is_conversation() {
+            self.holds_conversation_event = true;
+        }
+        self.turn
+    }
+
+    /// The current turn: the turn of the last event seen (0 for none).
+    pub fn current(&self) -> u64 {
+        self.turn
+    }
+
+    /// Whether the current turn already holds a conversation event.
+    pub fn holds_conversation_event(&self) -> bool {
+        self.holds_conversation_event
+    }
+
+    /// The number of turns in the stream seen so far: 0 for a stream with no
+    /// event, else the current turn plus one.
+    pub fn turn_count(&self, events_seen: u64) -> u64 {
+        if events_seen == 0 {
+            0
+        } else {
+            self.turn + 1
+        }
+    }
+}
+
+/// A compaction overlay (SPEC §4): policies over an inclusive turn range.
+///
+/// The policies as given are kept in the form they were written (`"strip"`
+/// stays a string, an object stays an object), so that an event round-trips
+/// unchanged; [`Compaction::summary_policy`], [`Compaction::reasoning_policy`]
+/// and [`Compaction::tool_call_policy`] give their meaning, `revert`
+/// included.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compaction {
+    /// First covered turn (inclusive).
+    pub from_turn: u64,
+    /// Last covered turn (inclusive; clamped to the last turn when projecting).
+    pub to_turn: u64,
+    /// Replaces every conversation event of the covered turns.
+    pub summary: Option<String>,
+    /// Policy for `reasoning` events.
+    pub reasoning: Option<ReasoningPolicy>,
+    /// Policy for `tool_call` and `tool_result` events.
+    pub tool_calls: Option<ToolCallPolicy>,
+    /// `"revert": true` sets all three policies to keep. Never combined with
+    /// another policy. `Some(false)` is kept as written and means nothing.
+    pub revert: Option<bool>,
+    /// Bookkeeping (`profile`, `model`, `tokens_before`, `tokens_after`): a
+    /// JSON object of the fields given, shown but never changing the view.
+    pub info: Option<Json>,
+}
+
+/// What a winning policy does to its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummaryPolicy<'a> {
+    /// Replace the covered conversation events with this text.
+    Text(&'a str),
+    /// Leave the events as they are (from `revert`).
+    Keep,
+}
+
+impl Compaction {
+    /// Whether this is a revert (`"revert": true`).
+    pub fn is_revert(&self) -> bool {
+        self.revert == Some(true)
+    }
+
+    /// The summary policy, if this compaction sets one.
+    pub fn summary_policy(&self) -> Option<SummaryPolicy<'_>> {
+        if self.is_revert() {
+            return Some(SummaryPolicy::Keep);
+        }
+        self.summary.as_deref().map(SummaryPolicy::Text)
+    }
+
+    /// The reasoning policy, if this compaction sets one.
+    pub fn reasoning_policy(&self) -> Option<ReasoningPolicy> {
+        if self.is_revert() {
+            return Some(ReasoningPolicy::Keep);
+        }
+        self.reasoning
+    }
+
+    /// The tool-call policy, if this compaction sets one.
+    pub fn tool_call_policy(&self) -> Option<ToolCallAction<'_>> {
+        if self.is_revert() {
+            return Some(ToolCallAction::Keep);
+        }
+        self.tool_calls.as_ref().map(ToolCallPolicy::action)
+    }
+
+    /// Whether this compaction sets any policy.
+    pub fn has_policy(&self) -> bool {
+        self.summary_policy().is_some()
+            || self.reasoning_policy().is_some()
+            || self.tool_call_policy().is_some()
+    }
+}
+
+/// Policy for `reasoning` events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReasoningPolicy {
+    /// Remove them.
+    Strip,
+    /// Leave them (competes like any other policy).
+    Keep,
+}
+
+/// Policy for tool calls and results, in the form it was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolCallPolicy {
+    /// `"keep"`
+    Keep,
+    /// `"omit"`: remove calls and results.
+    Omit,
+    /// `"strip"`: strip requests and responses.
+    Strip,
+    /// `"strip-requests"`
+    StripRequests,
+    /// `"strip-responses"`
+    StripResponses,
+    /// The object form `{"policy": ..., "request": ..., "response": ...,
+    /// "tools": {...}}`.
+    Object(ToolCallObject),
+}
+
+/// The object form of a tool-call policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallObject {
+    /// `policy`: `"strip"`, `"omit"` or `"keep"`.
+    pub policy: ToolCallKind,
+    /// `request`: strip arguments (default true). Only with `"strip"`.
+    pub request: Option<bool>,
+    /// `response`: strip results (default true). Only with `"strip"`.
+    pub response: Option<bool>,
+    /// `tools`: per-tool hints, in the order written. Only with `"strip"`.
+    pub tools: Option<Vec<(String, ToolHint)>>,
+}
+
+/// The `policy` of an object-form tool-call policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolCallKind {
+    /// `"strip"`
+    Strip,
+    /// `"omit"`
+    Omit,
+    /// `"keep"`
+    Keep,
+}
+
+/// A per-tool hint: replaces the policy's flags for one tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ToolHint {
+    /// `request`: `"keep"` or `"strip"` the arguments.
+    pub request: Option<HintAction>,
+    /// `response`: `"keep"` or `"strip"` the result.
+    pub response: Option<HintAction>,
+}
+
+/// What a per-tool hint says about one side of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HintAction {
+    /// Leave it.
+    Keep,
+    /// Strip it.
+    Strip,
+}
+
+impl HintAction {
+    fn strips(self) -> bool {
+        self == HintAction::Strip
+    }
+}
+
+/// What a tool-call policy does, whatever form it was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCallAction<'a> {
+    /// Leave calls and results as they are.
+    Keep,
+    /// Remove calls and results.
+    Omit,
+    /// Strip arguments (`request`) and/or results (`response`), with
+    /// per-tool hints replacing those flags.
+    Strip {
+        /// Strip arguments.
+        request: bool,
+        /// Strip results.
+        response: bool,
+        /// Per-tool hints.
+        tools: &'a [(String, ToolHint)],
+    },
+}
+
+impl ToolCallAction<'_> {
+    /// Whether a call to `tool` has its arguments stripped.
+    pub fn strips_request(&self, tool: &str) -> bool {
+        match *self {
+            ToolCallAction::Strip { request, tools, .. } => hint_for(tools, tool)
+                .and_then(|h| h.request)
+                .map_or(request, HintAction::strips),
+            _ => false,
+        }
+    }
+
+    /// Whether a result of `tool` has its content stripped.
+    pub fn strips_response(&self, tool: &str) -> bool {
+        match *self {
+            ToolCallAction::Strip { response, tools, .. } => hint_for(tools, tool)
+                .and_then(|h| h.response)
+                .map_or(response, HintAction::strips),
+            _ => false,
+        }
+    }
+}
+
+/// The hint for `tool`; the last one written wins if a name repeats.
+fn hint_for<'a>(tools: &'a [(String, ToolHint)], tool: &str) -> Option<&'a ToolHint> {
+    tools.iter().rev().find(|(name, _)| name == tool).map(|(_, h)| h)
+}
+
+impl ToolCallPolicy {
+    /// What this policy does.
+    pub fn action(&self) -> ToolCallAction<'_> {
+        const NO_HINTS: &[(String, ToolHint)] = &[];
+        let strip = |request, response| ToolCallAction::Strip {
+            request,
+            response,
+            tools: NO_HINTS,
+        };
+        match self {
+            ToolCallPolicy::Keep => ToolCallAction::Keep,
+            ToolCallPolicy::Omit => ToolCallAction::Omit,
+            ToolCallPolicy::Strip => strip(true, true),
+            ToolCallPolicy::StripRequests => strip(true, false),
+            ToolCallPolicy::StripResponses => strip(false, true),
+            ToolCallPolicy::Object(object) => match object.policy {
+                ToolCallKind::Keep => ToolCallAction::Keep,
+                ToolCallKind::Omit => ToolCallAction::Omit,
+                ToolCallKind::Strip => ToolCallAction::Strip {
+                    request: object.request.unwrap_or(true),
+                    response: object.response.unwrap_or(true),
+                    tools: object.tools.as_deref().unwrap_or(NO_HINTS),
+                },
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "event_tests.rs"]
+mod tests;

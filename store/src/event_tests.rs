@@ -1,0 +1,111 @@
+use super::*;
+
+fn turns(types: &[EventType]) -> Vec<u64> {
+    let mut tracker = TurnTracker::new();
+    types.iter().map(|t| tracker.next(*t)).collect()
+}
+
+use EventType::{Assistant, Compaction as Comp, Config, System, TurnStart, User};
+
+#[test]
+fn events_before_the_first_turn_start_are_turn_zero() {
+    assert_eq!(turns(&[User, Assistant, TurnStart, User]), [0, 0, 1, 1]);
+}
+
+#[test]
+fn leading_config_and_system_do_not_open_a_turn() {
+    assert_eq!(turns(&[Config, System, TurnStart, User]), [0, 0, 0, 0]);
+}
+
+#[test]
+fn turn_start_counts_as_a_conversation_event() {
+    assert_eq!(turns(&[TurnStart, TurnStart, TurnStart]), [0, 1, 2]);
+}
+
+#[test]
+fn compaction_and_config_inside_a_turn_do_not_open_one() {
+    assert_eq!(
+        turns(&[TurnStart, User, Comp, Config, TurnStart, Comp, TurnStart]),
+        [0, 0, 0, 0, 1, 1, 2]
+    );
+}
+
+#[test]
+fn turn_count_is_zero_for_an_empty_stream() {
+    let tracker = TurnTracker::new();
+    assert_eq!(tracker.turn_count(0), 0);
+    let mut tracker = TurnTracker::new();
+    tracker.next(Config);
+    assert_eq!(tracker.turn_count(1), 1);
+}
+
+#[test]
+fn timestamps_print_in_utc_with_microseconds() {
+    let t = Timestamp::parse_rfc3339("2025-01-05T05:00:00.1234567+01:00").unwrap();
+    assert_eq!(t.to_string(), "2025-01-05T04:00:00.123456Z");
+    let t = Timestamp::parse_rfc3339("1970-01-01T00:00:00Z").unwrap();
+    assert_eq!(t.as_micros(), 0);
+    assert_eq!(t.to_string(), "1970-01-01T00:00:00.000000Z");
+}
+
+#[test]
+fn timestamps_before_the_epoch_truncate_toward_the_past() {
+    let t = Timestamp::parse_rfc3339("1969-12-31T23:59:59.9999999Z").unwrap();
+    assert_eq!(t.to_string(), "1969-12-31T23:59:59.999999Z");
+}
+
+#[test]
+fn timestamps_outside_rfc3339_years_are_refused() {
+    assert!(Timestamp::from_micros(i64::MAX).is_none());
+    assert!(Timestamp::from_micros(i64::MIN).is_none());
+    assert!(Timestamp::parse_rfc3339("2025-01-05 04:00:00").is_none());
+    assert!(Timestamp::parse_rfc3339("yesterday").is_none());
+}
+
+#[test]
+fn revert_sets_all_three_policies_to_keep() {
+    let c = super::Compaction {
+        from_turn: 0,
+        to_turn: 3,
+        summary: None,
+        reasoning: None,
+        tool_calls: None,
+        revert: Some(true),
+        info: None,
+    };
+    assert_eq!(c.summary_policy(), Some(SummaryPolicy::Keep));
+    assert_eq!(c.reasoning_policy(), Some(ReasoningPolicy::Keep));
+    assert_eq!(c.tool_call_policy(), Some(ToolCallAction::Keep));
+}
+
+#[test]
+fn per_tool_hints_replace_the_matching_flag() {
+    let policy = ToolCallPolicy::Object(ToolCallObject {
+        policy: ToolCallKind::Strip,
+        request: Some(true),
+        response: Some(false),
+        tools: Some(vec![(
+            "fs_read_file".to_owned(),
+            ToolHint {
+                request: Some(HintAction::Keep),
+                response: Some(HintAction::Strip),
+            },
+        )]),
+    });
+    let action = policy.action();
+    assert!(!action.strips_request("fs_read_file"));
+    assert!(action.strips_response("fs_read_file"));
+    assert!(action.strips_request("fs_modify_file"));
+    assert!(!action.strips_response("fs_modify_file"));
+}
+
+#[test]
+fn string_forms_mean_what_rfd_064_says() {
+    let both = ToolCallPolicy::Strip.action();
+    assert!(both.strips_request("x") && both.strips_response("x"));
+    let req = ToolCallPolicy::StripRequests.action();
+    assert!(req.strips_request("x") && !req.strips_response("x"));
+    let res = ToolCallPolicy::StripResponses.action();
+    assert!(!res.strips_request("x") && res.strips_response("x"));
+    assert_eq!(ToolCallPolicy::Omit.action(), ToolCallAction::Omit);
+}

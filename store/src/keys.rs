@@ -1,0 +1,82 @@
+//! The key layout of the single sled tree that holds a database.
+//!
+//! Everything of a database lives in one tree, so that one `apply_batch`
+//! writes an append atomically. The first byte says what a key holds:
+//!
+//! | key | value |
+//! |---|---|
+//! | `F` | format version, u32 big-endian |
+//! | `C` id(16) | conversation metadata |
+//! | `N` name | conversation id (16 bytes) |
+//! | `c` id(16) first_seq(8 BE) | a chunk of records |
+//! | `t` id(16) last_turn(8 BE) first_seq(8 BE) | turn index entry for a chunk |
+//! | `b` hash(32) | a blob: a long text, by content hash |
+
+use crate::hash::BlobHash;
+use crate::ids::ConversationId;
+
+pub(crate) const FORMAT: &[u8] = b"F";
+pub(crate) const CONVERSATION: u8 = b'C';
+pub(crate) const NAME: u8 = b'N';
+pub(crate) const CHUNK: u8 = b'c';
+pub(crate) const TURN: u8 = b't';
+pub(crate) const BLOB: u8 = b'b';
+
+/// The format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+pub(crate) fn conversation(id: &ConversationId) -> Vec<u8> {
+    prefixed(CONVERSATION, id.as_bytes())
+}
+
+pub(crate) fn name(name: &str) -> Vec<u8> {
+    prefixed(NAME, name.as_bytes())
+}
+
+/// The prefix of every chunk key of a conversation.
+pub(crate) fn chunks(id: &ConversationId) -> Vec<u8> {
+    prefixed(CHUNK, id.as_bytes())
+}
+
+pub(crate) fn chunk(id: &ConversationId, first_seq: u64) -> Vec<u8> {
+    let mut key = chunks(id);
+    key.extend_from_slice(&first_seq.to_be_bytes());
+    key
+}
+
+/// The first seq of a chunk key.
+pub(crate) fn chunk_first_seq(key: &[u8]) -> Option<u64> {
+    be_u64(key.get(17..25)?)
+}
+
+/// The prefix of every turn index key of a conversation.
+pub(crate) fn turns(id: &ConversationId) -> Vec<u8> {
+    prefixed(TURN, id.as_bytes())
+}
+
+pub(crate) fn turn(id: &ConversationId, last_turn: u64, first_seq: u64) -> Vec<u8> {
+    let mut key = turns(id);
+    key.extend_from_slice(&last_turn.to_be_bytes());
+    key.extend_from_slice(&first_seq.to_be_bytes());
+    key
+}
+
+/// The (last turn, first seq) of a turn index key.
+pub(crate) fn turn_parts(key: &[u8]) -> Option<(u64, u64)> {
+    Some((be_u64(key.get(17..25)?)?, be_u64(key.get(25..33)?)?))
+}
+
+pub(crate) fn blob(hash: &BlobHash) -> Vec<u8> {
+    prefixed(BLOB, hash.as_bytes())
+}
+
+fn prefixed(tag: u8, rest: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + rest.len() + 16);
+    key.push(tag);
+    key.extend_from_slice(rest);
+    key
+}
+
+fn be_u64(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}

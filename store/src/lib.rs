@@ -1,0 +1,58 @@
+//! convstore's storage core: the event model, its JSON contract, and
+//! conversations kept as append-only, content-addressed logs in sled.
+//!
+//! A [`Store`] holds conversations. Each is a log of records, one per
+//! [`Event`]; a record's [`Address`] hashes its parent's address and its
+//! canonical bytes, so a log is a hash chain whose last address is the
+//! conversation's *head*. [`Store::append`] adds events atomically and
+//! durably, [`Store::scan`] reads them back as [`LogRecord`]s with their
+//! seq, turn and address, and [`Store::verify`] re-hashes everything.
+//! Events cross every boundary as JSON: [`json::parse_event`] and
+//! [`json::write_event`].
+//!
+//! ```
+//! use convstore_store::{json, AppendOptions, Store, Timestamp};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path().join("db"))?;
+//! let now = Timestamp::now();
+//! let events = [
+//!     json::parse_event(r#"{"type":"turn_start"}"#, now)?,
+//!     json::parse_event(r#"{"type":"user","text":"hello"}"#, now)?,
+//! ];
+//! let (id, appended) = store.create_and_append(Some("demo"), &events, &AppendOptions::default())?;
+//! assert_eq!(appended.count, 2);
+//! let records: Vec<_> = store.scan(&id, 0..u64::MAX)?.collect::<Result<_, _>>()?;
+//! assert_eq!(records[1].event, events[1]);
+//! assert_eq!(records[1].address, appended.head);
+//! assert!(store.verify(&id)?.is_ok());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod append;
+mod codec;
+mod error;
+pub mod event;
+mod hash;
+mod ids;
+pub mod json;
+mod keys;
+mod log;
+mod store;
+#[doc(hidden)]
+pub mod testing;
+mod verify;
+
+pub use append::{AppendOptions, Appended};
+pub use codec::{BlobRef, INLINE_MAX};
+pub use error::{StoreError, StoreResult};
+pub use event::{Compaction, Event, EventKind, EventType, Timestamp, TurnTracker};
+pub use hash::{Address, BlobHash};
+pub use ids::ConversationId;
+pub use json::{EventError, Json};
+pub use keys::FORMAT_VERSION;
+pub use log::{LogIter, LogRecord};
+pub use store::{ConversationInfo, KindStats, Store};
+pub use verify::{Verified, VerifyFailure, VerifyReport};

@@ -1,0 +1,353 @@
+//! The database: [`Store::open`], conversations, names and id prefixes.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{decode, encode};
+use crate::error::{StoreError, StoreResult};
+use crate::event::{EventType, Timestamp, TurnTracker};
+use crate::hash::Address;
+use crate::ids::ConversationId;
+use crate::keys::{self, FORMAT_VERSION};
+
+/// sled's page cache. Reads of a whole log pass through it once, so it need
+/// not hold one.
+const CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// A convstore database: conversations, their logs and the payloads they
+/// share, in one sled tree.
+///
+/// A `Store` can be shared between threads. Writes are serialised inside
+/// the process; sled's file lock keeps other processes out.
+pub struct Store {
+    pub(crate) db: sled::Db,
+    path: PathBuf,
+    write_lock: Mutex<()>,
+}
+
+/// Counts for one kind of event in a conversation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindStats {
+    /// How many events.
+    pub count: u64,
+    /// Their encoded size: record bytes plus the blobs they reference.
+    pub bytes: u64,
+}
+
+/// What the store keeps about a conversation besides its records.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ConversationMeta {
+    pub name: Option<String>,
+    pub created: Timestamp,
+    pub head: Address,
+    pub len: u64,
+    pub turns: TurnTracker,
+    pub tail: Option<TailChunk>,
+    pub kinds: [KindStats; 10],
+}
+
+/// The conversation's last chunk, which small appends extend.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct TailChunk {
+    pub first_seq: u64,
+    pub entries: u64,
+    pub bytes: u64,
+    pub last_turn: u64,
+}
+
+/// A conversation as `list` and `stats` show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationInfo {
+    /// Its id.
+    pub id: ConversationId,
+    /// Its name, if it has one.
+    pub name: Option<String>,
+    /// When it was created.
+    pub created: Timestamp,
+    /// The address of its last record ([`Address::ROOT`] when empty).
+    pub head: Address,
+    /// How many records it has.
+    pub len: u64,
+    /// How many turns its records span.
+    pub turns: u64,
+    /// Counts per event type, indexed by [`EventType::index`].
+    pub kinds: [KindStats; 10],
+}
+
+impl ConversationInfo {
+    /// Counts for one event type.
+    pub fn kind(&self, kind: EventType) -> KindStats {
+        self.kinds[kind.index()]
+    }
+
+    /// The name if it has one, else the short id.
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.id.short())
+    }
+}
+
+impl ConversationMeta {
+    pub(crate) fn info(&self, id: ConversationId) -> ConversationInfo {
+        ConversationInfo {
+            id,
+            name: self.name.clone(),
+            created: self.created,
+            head: self.head,
+            len: self.len,
+            turns: self.turns.turn_count(self.len),
+            kinds: self.kinds,
+        }
+    }
+}
+
+impl Store {
+    /// Opens the database at `path`, creating it if the directory does not
+    /// exist or is empty.
+    ///
+    /// Fails with [`StoreError::Locked`] when another process has it open,
+    /// [`StoreError::UnsupportedFormat`] for a newer format and
+    /// [`StoreError::NotConvstore`] for another program's sled database.
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<Store> {
+        let path = path.as_ref().to_path_buf();
+        let db = sled::Config::new()
+            .path(&path)
+            .cache_capacity(CACHE_BYTES)
+            .flush_every_ms(Some(500))
+            .open()
+            .map_err(|e| open_error(&path, e))?;
+        match db.get(keys::FORMAT)? {
+            Some(bytes) => {
+                let found = <[u8; 4]>::try_from(bytes.as_ref())
+                    .map(u32::from_be_bytes)
+                    .unwrap_or(u32::MAX);
+                if found != FORMAT_VERSION {
+                    return Err(StoreError::UnsupportedFormat {
+                        path,
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+            }
+            None if db.is_empty() => {
+                db.insert(keys::FORMAT, &FORMAT_VERSION.to_be_bytes())?;
+                db.flush()?;
+            }
+            None => return Err(StoreError::NotConvstore { path }),
+        }
+        Ok(Store {
+            db,
+            path,
+            write_lock: Mutex::new(()),
+        })
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Makes every write so far durable.
+    pub fn flush(&self) -> StoreResult<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Bytes the database occupies on disk.
+    pub fn size_on_disk(&self) -> StoreResult<u64> {
+        Ok(self.db.size_on_disk()?)
+    }
+
+    pub(crate) fn lock_writes(&self) -> MutexGuard<'_, ()> {
+        // A panic while holding the lock cannot leave sled half-written
+        // (writes are single batches), so a poisoned lock is still usable.
+        self.write_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Creates an empty conversation, with a unique `name` if given.
+    pub fn create_conversation(&self, name: Option<&str>) -> StoreResult<ConversationId> {
+        let guard = self.lock_writes();
+        let (id, meta) = self.prepare_conversation(name)?;
+        let mut batch = sled::Batch::default();
+        batch.insert(keys::conversation(&id), encode(&meta));
+        if let Some(name) = name {
+            batch.insert(keys::name(name), id.as_bytes().as_slice());
+        }
+        self.db.apply_batch(batch)?;
+        drop(guard);
+        self.db.flush()?;
+        Ok(id)
+    }
+
+    /// A fresh id and the metadata of an empty conversation named `name`,
+    /// after checking the name is valid and free. Writes nothing; callers
+    /// hold the write lock.
+    pub(crate) fn prepare_conversation(
+        &self,
+        name: Option<&str>,
+    ) -> StoreResult<(ConversationId, ConversationMeta)> {
+        if let Some(name) = name {
+            validate_name(name)?;
+            if self.db.contains_key(keys::name(name))? {
+                return Err(StoreError::NameTaken {
+                    name: name.to_owned(),
+                });
+            }
+        }
+        let id = loop {
+            let id = ConversationId::generate();
+            if !self.db.contains_key(keys::conversation(&id))? {
+                break id;
+            }
+        };
+        let meta = ConversationMeta {
+            name: name.map(str::to_owned),
+            created: Timestamp::now(),
+            head: Address::ROOT,
+            len: 0,
+            turns: TurnTracker::new(),
+            tail: None,
+            kinds: [KindStats::default(); 10],
+        };
+        Ok((id, meta))
+    }
+
+    pub(crate) fn meta(&self, id: &ConversationId) -> StoreResult<ConversationMeta> {
+        match self.db.get(keys::conversation(id))? {
+            Some(bytes) => decode(&bytes, &format!("metadata of conversation {id}")),
+            None => Err(StoreError::NoSuchConversation { query: id.hex() }),
+        }
+    }
+
+    /// What the store knows about a conversation.
+    pub fn info(&self, id: &ConversationId) -> StoreResult<ConversationInfo> {
+        Ok(self.meta(id)?.info(*id))
+    }
+
+    /// Every conversation, in id order.
+    pub fn conversations(&self) -> StoreResult<Vec<ConversationInfo>> {
+        let mut out = Vec::new();
+        for item in self.db.scan_prefix([keys::CONVERSATION]) {
+            let (key, value) = item?;
+            let id = conversation_id_of(&key)?;
+            let meta: ConversationMeta = decode(&value, &format!("metadata of conversation {id}"))?;
+            out.push(meta.info(id));
+        }
+        Ok(out)
+    }
+
+    /// Finds a conversation by name, full id or unambiguous id prefix (in
+    /// that order: a name shadows an id prefix that spells the same).
+    pub fn find(&self, query: &str) -> StoreResult<Option<ConversationId>> {
+        if let Some(bytes) = self.db.get(keys::name(query))? {
+            let bytes = <[u8; 16]>::try_from(bytes.as_ref()).map_err(|_| StoreError::Corrupt {
+                what: format!("name entry \"{query}\""),
+            })?;
+            return Ok(Some(ConversationId::from_bytes(bytes)));
+        }
+        let hex = query.to_ascii_lowercase();
+        if hex.is_empty() || hex.len() > 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(None);
+        }
+        // Scan the ids that start with the whole bytes of the prefix, then
+        // match the odd nibble, if any, on the hex form.
+        let whole = crate::hash::from_hex_prefix(&hex[..hex.len() / 2 * 2]);
+        let mut prefix = vec![keys::CONVERSATION];
+        prefix.extend_from_slice(&whole);
+        let mut found = Vec::new();
+        for item in self.db.scan_prefix(prefix) {
+            let (key, _) = item?;
+            let id = conversation_id_of(&key)?;
+            if id.hex().starts_with(&hex) {
+                found.push(id);
+                if found.len() > 4 {
+                    break;
+                }
+            }
+        }
+        match found.len() {
+            0 => Ok(None),
+            1 => Ok(Some(found[0])),
+            _ => Err(StoreError::AmbiguousConversation {
+                query: query.to_owned(),
+                candidates: found.iter().map(ConversationId::hex).collect(),
+            }),
+        }
+    }
+
+    /// Like [`Store::find`], but a conversation that is not found is
+    /// [`StoreError::NoSuchConversation`].
+    pub fn resolve(&self, query: &str) -> StoreResult<ConversationId> {
+        self.find(query)?
+            .ok_or_else(|| StoreError::NoSuchConversation {
+                query: query.to_owned(),
+            })
+    }
+}
+
+fn conversation_id_of(key: &[u8]) -> StoreResult<ConversationId> {
+    key.get(1..17)
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .map(ConversationId::from_bytes)
+        .ok_or_else(|| StoreError::Corrupt {
+            what: "a conversation key is truncated".to_owned(),
+        })
+}
+
+/// Names are 1 to 200 bytes of printable text without surrounding spaces.
+fn validate_name(name: &str) -> StoreResult<()> {
+    let reason = if name.is_empty() {
+        Some("it is empty")
+    } else if name.len() > 200 {
+        Some("it is longer than 200 bytes")
+    } else if name.chars().any(char::is_control) {
+        Some("it contains a control character")
+    } else if name.trim() != name {
+        Some("it starts or ends with white space")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(StoreError::InvalidName {
+            name: name.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn open_error(path: &Path, error: sled::Error) -> StoreError {
+    let path = path.to_path_buf();
+    match error {
+        sled::Error::Io(e) if e.to_string().contains("could not acquire lock") => {
+            StoreError::Locked { path }
+        }
+        sled::Error::Corruption { .. } => {
+            let snapshot_in_progress = std::fs::read_dir(&path)
+                .map(|dir| {
+                    dir.flatten().any(|entry| {
+                        let name = entry.file_name();
+                        let name = name.to_string_lossy();
+                        name.starts_with("snap.") && name.ends_with(".generating")
+                    })
+                })
+                .unwrap_or(false);
+            let reason = if snapshot_in_progress {
+                "sled found corruption; a crash left an unfinished snapshot file \
+                 (snap.*.generating) in the database directory: move that file \
+                 away and open the database again"
+                    .to_owned()
+            } else {
+                "sled found corruption in its files".to_owned()
+            };
+            StoreError::Open { path, reason }
+        }
+        other => StoreError::Open {
+            path,
+            reason: other.to_string(),
+        },
+    }
+}

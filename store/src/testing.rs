@@ -1,0 +1,54 @@
+//! Hooks for tests and fuzzers that damage a database on purpose. Not part
+//! of the supported API.
+
+use crate::codec::{decode, encode, ChunkRepr};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::ConversationId;
+use crate::keys;
+use crate::store::Store;
+
+/// The canonical bytes of record `seq`.
+pub fn record_bytes(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<Vec<u8>> {
+    let (_, bytes, index) = chunk_of(store, id, seq)?;
+    let chunk: ChunkRepr<'_> = decode(&bytes, "chunk")?;
+    Ok(chunk.entries[index].record.to_vec())
+}
+
+/// Flips bit pattern `mask` in byte `byte` of record `seq`'s stored bytes,
+/// bypassing every check.
+pub fn flip_record_byte(
+    store: &Store,
+    id: &ConversationId,
+    seq: u64,
+    byte: usize,
+    mask: u8,
+) -> StoreResult<()> {
+    let (key, bytes, index) = chunk_of(store, id, seq)?;
+    let chunk: ChunkRepr<'_> = decode(&bytes, "chunk")?;
+    let mut record = chunk.entries[index].record.to_vec();
+    record[byte] ^= mask;
+    let mut entries = chunk.entries.clone();
+    entries[index].record = &record;
+    let damaged = ChunkRepr {
+        parent: chunk.parent,
+        entries,
+    };
+    store.db.insert(key, encode(&damaged))?;
+    store.db.flush()?;
+    Ok(())
+}
+
+fn chunk_of(
+    store: &Store,
+    id: &ConversationId,
+    seq: u64,
+) -> StoreResult<(Vec<u8>, sled::IVec, usize)> {
+    let found = store
+        .db
+        .range(keys::chunks(id)..=keys::chunk(id, seq))
+        .next_back()
+        .transpose()?;
+    let (key, bytes) = found.ok_or(StoreError::NoSuchRecord { seq, len: 0 })?;
+    let first = keys::chunk_first_seq(&key).unwrap_or(0);
+    Ok((key.to_vec(), bytes, (seq - first) as usize))
+}

@@ -1,0 +1,277 @@
+//! Verification: [`Store::verify`] re-hashes a conversation's whole log and
+//! re-derives everything stored beside it.
+//!
+//! Checked, in log order: chunks are contiguous; each chunk's parent is the
+//! address of the record before it; each record hashes to the check stored
+//! beside it and decodes; its stored turn is the turn rule's; each blob it
+//! references exists, has its length and hashes to its key. Then: the last
+//! address is the head, and the record count, turn state, per-kind counts,
+//! last-chunk bookkeeping and turn index all match what the records give.
+//! The first failure is reported, naming the record when there is one.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use crate::append::TurnEntry;
+use crate::codec::{self, decode_record, BlobRef, TextRepr};
+use crate::error::StoreResult;
+use crate::event::TurnTracker;
+use crate::hash::{Address, BlobHash};
+use crate::ids::ConversationId;
+use crate::keys;
+use crate::log::LoadedChunk;
+use crate::store::{ConversationMeta, KindStats, Store, TailChunk};
+
+/// What a successful verification covered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Conversations verified.
+    pub conversations: u64,
+    /// Records re-hashed.
+    pub records: u64,
+    /// Distinct blobs re-hashed.
+    pub blobs: u64,
+}
+
+/// The first thing found wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyFailure {
+    /// The conversation.
+    pub conversation: ConversationId,
+    /// Its name, if it has one.
+    pub name: Option<String>,
+    /// The first bad record, when the failure is in one.
+    pub seq: Option<u64>,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for VerifyFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conversation {}", self.conversation)?;
+        if let Some(name) = &self.name {
+            write!(f, " ({name})")?;
+        }
+        if let Some(seq) = self.seq {
+            write!(f, ": record {seq}")?;
+        }
+        write!(f, ": {}", self.problem)
+    }
+}
+
+/// A verification outcome: the report, or the first failure found. The
+/// outer [`StoreResult`] is for the database failing while reading.
+pub type Verified = Result<VerifyReport, VerifyFailure>;
+
+impl Store {
+    /// Verifies every conversation.
+    pub fn verify_all(&self) -> StoreResult<Verified> {
+        let mut total = VerifyReport::default();
+        let mut blobs = HashSet::new();
+        for item in self.db.scan_prefix([keys::CONVERSATION]) {
+            let (key, _) = item?;
+            let Some(id) = key
+                .get(1..17)
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(ConversationId::from_bytes)
+            else {
+                continue;
+            };
+            match self.verify_one(&id, &mut blobs)? {
+                Ok(report) => total.records += report.records,
+                Err(failure) => return Ok(Err(failure)),
+            }
+            total.conversations += 1;
+        }
+        total.blobs = blobs.len() as u64;
+        Ok(Ok(total))
+    }
+
+    /// Verifies one conversation.
+    pub fn verify(&self, id: &ConversationId) -> StoreResult<Verified> {
+        let mut blobs = HashSet::new();
+        let mut report = self.verify_one(id, &mut blobs)?;
+        if let Ok(report) = &mut report {
+            report.conversations = 1;
+            report.blobs = blobs.len() as u64;
+        }
+        Ok(report)
+    }
+
+    fn verify_one(&self, id: &ConversationId, blobs: &mut HashSet<BlobHash>) -> StoreResult<Verified> {
+        let meta = match self.meta(id) {
+            Ok(meta) => meta,
+            Err(e) => {
+                return Ok(Err(VerifyFailure {
+                    conversation: *id,
+                    name: None,
+                    seq: None,
+                    problem: e.to_string(),
+                }))
+            }
+        };
+        let mut check = Checker {
+            store: self,
+            id: *id,
+            name: meta.name.clone(),
+            blobs,
+        };
+        Ok(check.run(&meta))
+    }
+}
+
+struct Checker<'a> {
+    store: &'a Store,
+    id: ConversationId,
+    name: Option<String>,
+    blobs: &'a mut HashSet<BlobHash>,
+}
+
+impl Checker<'_> {
+    fn fail(&self, seq: Option<u64>, problem: impl Into<String>) -> VerifyFailure {
+        VerifyFailure {
+            conversation: self.id,
+            name: self.name.clone(),
+            seq,
+            problem: problem.into(),
+        }
+    }
+
+    fn run(&mut self, meta: &ConversationMeta) -> Verified {
+        let id = self.id;
+        let mut seq = 0u64;
+        let mut address = Address::ROOT;
+        let mut turns = TurnTracker::new();
+        let mut kinds = [KindStats::default(); 10];
+        let mut index = Vec::new();
+        let mut tail = None;
+        for item in self.store.db.scan_prefix(keys::chunks(&id)) {
+            let (key, bytes) = item.map_err(|e| self.fail(Some(seq), e.to_string()))?;
+            let chunk = LoadedChunk::read(&id, &key, bytes).map_err(|e| self.fail(Some(seq), e.to_string()))?;
+            if chunk.first_seq != seq {
+                return Err(self.fail(
+                    Some(seq),
+                    format!("missing: the next chunk starts at record {}", chunk.first_seq),
+                ));
+            }
+            if chunk.layout.parent != address {
+                return Err(self.fail(
+                    Some(seq),
+                    "its chunk's parent address is not the previous record's address",
+                ));
+            }
+            let mut chunk_bytes = 0;
+            for (i, entry) in chunk.layout.entries.iter().enumerate() {
+                let bytes = chunk.record_bytes(i);
+                chunk_bytes += bytes.len() as u64;
+                let child = address.child(bytes);
+                if child.check() != entry.check {
+                    return Err(self.fail(Some(seq), "stored bytes do not match their address"));
+                }
+                let record = decode_record(bytes)
+                    .map_err(|e| self.fail(Some(seq), format!("does not decode: {e}")))?;
+                let event_type = record.body.event_type();
+                let turn = turns.next(event_type);
+                if turn != entry.turn {
+                    return Err(self.fail(
+                        Some(seq),
+                        format!("stored turn {} but the turn rule gives {turn}", entry.turn),
+                    ));
+                }
+                let mut size = bytes.len() as u64;
+                for text in record.texts() {
+                    if let TextRepr::Blob(blob) = text {
+                        self.check_blob(blob).map_err(|p| self.fail(Some(seq), p))?;
+                        size += blob.len;
+                    }
+                }
+                let stats = &mut kinds[event_type.index()];
+                stats.count += 1;
+                stats.bytes += size;
+                address = child;
+                seq += 1;
+            }
+            let entries = chunk.layout.entries.len() as u64;
+            let first_turn = chunk.layout.entries.first().map_or(0, |e| e.turn);
+            let last_turn = chunk.layout.entries.last().map_or(0, |e| e.turn);
+            index.push((last_turn, chunk.first_seq, first_turn, entries));
+            tail = Some(TailChunk {
+                first_seq: chunk.first_seq,
+                entries,
+                bytes: chunk_bytes,
+                last_turn,
+            });
+        }
+        if seq != meta.len {
+            return Err(self.fail(
+                None,
+                format!("the metadata counts {} records but the log has {seq}", meta.len),
+            ));
+        }
+        if address != meta.head {
+            return Err(self.fail(
+                None,
+                format!("the stored head {} is not the last record's address {address}", meta.head),
+            ));
+        }
+        if turns != meta.turns || kinds != meta.kinds {
+            return Err(self.fail(None, "the metadata's turn or kind counts do not match the log"));
+        }
+        let tail_matches = match (tail, meta.tail) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                (a.first_seq, a.entries, a.bytes, a.last_turn)
+                    == (b.first_seq, b.entries, b.bytes, b.last_turn)
+            }
+            _ => false,
+        };
+        if !tail_matches {
+            return Err(self.fail(None, "the metadata's last-chunk record does not match the log"));
+        }
+        self.check_turn_index(&index)?;
+        Ok(VerifyReport {
+            conversations: 1,
+            records: seq,
+            blobs: 0,
+        })
+    }
+
+    /// The turn index holds exactly one entry per chunk, under its last turn.
+    fn check_turn_index(&self, expected: &[(u64, u64, u64, u64)]) -> Result<(), VerifyFailure> {
+        let mut expected = expected.to_vec();
+        expected.sort_unstable();
+        let mut found = Vec::new();
+        for item in self.store.db.scan_prefix(keys::turns(&self.id)) {
+            let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
+            let (last_turn, first_seq) = keys::turn_parts(&key)
+                .ok_or_else(|| self.fail(None, "a turn index key is truncated"))?;
+            let entry: TurnEntry = codec::decode(&value, "turn index entry")
+                .map_err(|e| self.fail(None, e.to_string()))?;
+            found.push((last_turn, first_seq, entry.first_turn, entry.entries));
+        }
+        if found != expected {
+            return Err(self.fail(None, "the turn index does not match the log's chunks"));
+        }
+        Ok(())
+    }
+
+    fn check_blob(&mut self, blob: BlobRef) -> Result<(), String> {
+        if self.blobs.contains(&blob.hash) {
+            return Ok(());
+        }
+        let bytes = self
+            .store
+            .db
+            .get(keys::blob(&blob.hash))
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("its blob {} is missing", blob.hash))?;
+        if bytes.len() as u64 != blob.len || BlobHash::of(&bytes) != blob.hash {
+            return Err(format!("its blob {} is corrupt", blob.hash));
+        }
+        if std::str::from_utf8(&bytes).is_err() {
+            return Err(format!("its blob {} is not UTF-8", blob.hash));
+        }
+        self.blobs.insert(blob.hash);
+        Ok(())
+    }
+}
