@@ -1,1 +1,5 @@
-fn main() -> std::process::ExitCode { convstore_cli::run() }
+//! The `convstore` binary.
+
+fn main() -> std::process::ExitCode {
+    convstore_cli::run()
+}

@@ -1,23 +1,23 @@
 //! Appending events: [`Store::append`] and [`Store::create_and_append`].
 //!
-//! An append is one sled batch: the blobs it introduces, the chunks it
-//! writes or extends, their turn index entries and the conversation's new
-//! metadata. The batch is applied atomically, then flushed (unless the
-//! caller opts out), so an append is stored whole or not at all and is
-//! durable when it returns.
+//! An append is one sled batch: the chunks it writes or extends, their turn
+//! index entries and the conversation's new metadata. The blobs it
+//! introduces are written just before, to their own tree. The batch is
+//! applied atomically, then flushed (unless the caller opts out), so an
+//! append is stored whole or not at all and is durable when it returns; a
+//! crash can at most leave blobs that nothing references.
 
 use std::collections::HashSet;
 
 use crate::codec::{
-    self, encode, encode_event, ChunkRepr, EncodedRecord, EntryRepr, CHUNK_MAX_BYTES,
-    CHUNK_MAX_ENTRIES, TAIL_MERGE_MAX_BYTES,
+    encode, encode_event, ChunkRepr, EncodedRecord, EntryRepr, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
-use crate::store::{ConversationMeta, Store, TailChunk};
+use crate::store::{ConversationMeta, Store};
 
 /// How to append.
 #[derive(Debug, Clone, Copy, Default)]
@@ -65,7 +65,8 @@ impl Store {
         let guard = self.lock_writes();
         let meta = self.meta(id)?;
         let mut batch = sled::Batch::default();
-        let appended = self.write_records(id, meta, &encoded, options, &mut batch)?;
+        let appended = write_records(id, meta, &encoded, options, &mut batch)?;
+        self.write_blobs(&encoded)?;
         self.db.apply_batch(batch)?;
         drop(guard);
         if !options.no_sync {
@@ -86,7 +87,8 @@ impl Store {
         let encoded = encode_all(events)?;
         let guard = self.lock_writes();
         let (id, meta, mut batch) = self.new_conversation(name)?;
-        let appended = self.write_records(&id, meta, &encoded, options, &mut batch)?;
+        let appended = write_records(&id, meta, &encoded, options, &mut batch)?;
+        self.write_blobs(&encoded)?;
         self.db.apply_batch(batch)?;
         drop(guard);
         if !options.no_sync {
@@ -95,110 +97,20 @@ impl Store {
         Ok((id, appended))
     }
 
-    /// Chains `encoded` after the conversation's head and adds the chunks,
-    /// blobs, turn index entries and metadata to `batch`.
-    fn write_records(
-        &self,
-        id: &ConversationId,
-        mut meta: ConversationMeta,
-        encoded: &[EncodedRecord<'_>],
-        options: &AppendOptions,
-        batch: &mut sled::Batch,
-    ) -> StoreResult<Appended> {
-        if let Some(expected) = options.expect_head {
-            if expected != meta.head {
-                return Err(StoreError::HeadMismatch {
-                    expected,
-                    actual: meta.head,
-                });
-            }
-        }
-        self.add_blobs(encoded, batch)?;
-
-        let first_seq = meta.len;
-        let head_before = meta.head;
-        let mut addresses = Vec::with_capacity(encoded.len());
-        let mut entries = Vec::with_capacity(encoded.len());
-        let mut parent = meta.head;
-        for record in encoded {
-            let address = parent.child(&record.bytes);
-            let turn = meta.turns.next(record.event_type);
-            let stats = &mut meta.kinds[record.event_type.index()];
-            stats.count += 1;
-            stats.bytes += record.size;
-            entries.push(EntryRepr {
-                turn,
-                check: address.check(),
-                record: &record.bytes,
-            });
-            addresses.push(address);
-            parent = address;
-        }
-
-        // Extend the last chunk while it is small; otherwise start a new one.
-        let tail_bytes;
-        let mut chunk = ChunkBuilder {
-            first_seq,
-            parent: head_before,
-            entries: Vec::new(),
-            bytes: 0,
-        };
-        if let Some(tail) = meta.tail.filter(|t| {
-            (t.bytes as usize) < TAIL_MERGE_MAX_BYTES && (t.entries as usize) < CHUNK_MAX_ENTRIES
-        }) {
-            tail_bytes = self
-                .db
-                .get(keys::chunk(id, tail.first_seq))?
-                .ok_or_else(|| StoreError::Corrupt {
-                    what: format!("conversation {id}: its last chunk (seq {}) is missing", tail.first_seq),
-                })?;
-            let old: ChunkRepr<'_> = codec::decode(&tail_bytes, "last chunk")?;
-            batch.remove(keys::turn(id, tail.last_turn, tail.first_seq));
-            chunk = ChunkBuilder {
-                first_seq: tail.first_seq,
-                parent: old.parent,
-                bytes: old.entries.iter().map(|e| e.record.len()).sum(),
-                entries: old.entries,
-            };
-        }
-        for (i, entry) in entries.into_iter().enumerate() {
-            if chunk.is_full(entry.record.len()) {
-                chunk.write(id, batch);
-                let seq = first_seq + i as u64;
-                let parent = if i == 0 { head_before } else { addresses[i - 1] };
-                chunk = ChunkBuilder {
-                    first_seq: seq,
-                    parent,
-                    entries: Vec::new(),
-                    bytes: 0,
-                };
-            }
-            chunk.bytes += entry.record.len();
-            chunk.entries.push(entry);
-        }
-        meta.tail = Some(chunk.write(id, batch));
-
-        let count = encoded.len() as u64;
-        meta.len += count;
-        meta.head = parent;
-        batch.insert(keys::conversation(id), encode(&meta));
-        Ok(Appended {
-            first_seq,
-            count,
-            head: parent,
-        })
-    }
-
-    /// Adds each blob the batch introduces, once.
-    fn add_blobs(&self, encoded: &[EncodedRecord<'_>], batch: &mut sled::Batch) -> StoreResult<()> {
+    /// Stores each blob the records introduce, once. Called after every
+    /// check of the append has passed and before its records are written.
+    fn write_blobs(&self, encoded: &[EncodedRecord<'_>]) -> StoreResult<()> {
         let mut seen = HashSet::new();
+        let mut batch = sled::Batch::default();
+        let mut any = false;
         for (hash, text) in encoded.iter().flat_map(|r| &r.blobs) {
-            if seen.insert(*hash) {
-                let key = keys::blob(hash);
-                if !self.db.contains_key(&key)? {
-                    batch.insert(key, text.as_bytes());
-                }
+            if seen.insert(*hash) && !self.blobs.contains_key(hash.as_bytes())? {
+                batch.insert(hash.as_bytes(), text.as_bytes());
+                any = true;
             }
+        }
+        if any {
+            self.blobs.apply_batch(batch)?;
         }
         Ok(())
     }
@@ -216,6 +128,83 @@ impl Store {
         }
         Ok((id, meta, batch))
     }
+}
+
+/// Chains `encoded` after the conversation's head and adds the chunks,
+/// turn index entries and metadata to `batch`.
+fn write_records(
+    id: &ConversationId,
+    mut meta: ConversationMeta,
+    encoded: &[EncodedRecord<'_>],
+    options: &AppendOptions,
+    batch: &mut sled::Batch,
+) -> StoreResult<Appended> {
+    if let Some(expected) = options.expect_head {
+        if expected != meta.head {
+            return Err(StoreError::HeadMismatch {
+                expected,
+                actual: meta.head,
+            });
+        }
+    }
+    let first_seq = meta.len;
+    let head_before = meta.head;
+    let mut addresses = Vec::with_capacity(encoded.len());
+    let mut entries = Vec::with_capacity(encoded.len());
+    let mut parent = meta.head;
+    for record in encoded {
+        let address = parent.child(&record.bytes);
+        let turn = meta.turns.next(record.event_type);
+        let stats = &mut meta.kinds[record.event_type.index()];
+        stats.count += 1;
+        stats.bytes += record.size;
+        entries.push(EntryRepr {
+            turn,
+            check: address.check(),
+            record: &record.bytes,
+        });
+        addresses.push(address);
+        parent = address;
+    }
+
+    // New chunks only: an append never rewrites a stored value, which
+    // keeps sled's log from churning (see ARCHITECTURE.md, "sled").
+    let mut chunk = ChunkBuilder {
+        first_seq,
+        parent: head_before,
+        entries: Vec::new(),
+        bytes: 0,
+    };
+    for (i, entry) in entries.into_iter().enumerate() {
+        if chunk.is_full(entry.record.len()) {
+            chunk.write(id, batch);
+            let seq = first_seq + i as u64;
+            let parent = if i == 0 {
+                head_before
+            } else {
+                addresses[i - 1]
+            };
+            chunk = ChunkBuilder {
+                first_seq: seq,
+                parent,
+                entries: Vec::new(),
+                bytes: 0,
+            };
+        }
+        chunk.bytes += entry.record.len();
+        chunk.entries.push(entry);
+    }
+    chunk.write(id, batch);
+
+    let count = encoded.len() as u64;
+    meta.len += count;
+    meta.head = parent;
+    batch.insert(keys::conversation(id), encode(&meta));
+    Ok(Appended {
+        first_seq,
+        count,
+        head: parent,
+    })
 }
 
 fn encode_all(events: &[Event]) -> StoreResult<Vec<EncodedRecord<'_>>> {
@@ -236,11 +225,12 @@ struct ChunkBuilder<'a> {
 impl ChunkBuilder<'_> {
     fn is_full(&self, next_record: usize) -> bool {
         !self.entries.is_empty()
-            && (self.entries.len() >= CHUNK_MAX_ENTRIES || self.bytes + next_record > CHUNK_MAX_BYTES)
+            && (self.entries.len() >= CHUNK_MAX_ENTRIES
+                || self.bytes + next_record > CHUNK_MAX_BYTES)
     }
 
     /// Adds the chunk and its turn index entry to `batch`.
-    fn write(&self, id: &ConversationId, batch: &mut sled::Batch) -> TailChunk {
+    fn write(&self, id: &ConversationId, batch: &mut sled::Batch) {
         let first_turn = self.entries.first().map_or(0, |e| e.turn);
         let last_turn = self.entries.last().map_or(0, |e| e.turn);
         let repr = ChunkRepr {
@@ -255,11 +245,5 @@ impl ChunkBuilder<'_> {
                 entries: self.entries.len() as u64,
             }),
         );
-        TailChunk {
-            first_seq: self.first_seq,
-            entries: self.entries.len() as u64,
-            bytes: self.bytes as u64,
-            last_turn,
-        }
     }
 }

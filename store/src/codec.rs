@@ -28,10 +28,6 @@ pub const INLINE_MAX: usize = 1024;
 pub(crate) const CHUNK_MAX_ENTRIES: usize = 1024;
 /// A chunk stops growing once its records pass this many bytes.
 pub(crate) const CHUNK_MAX_BYTES: usize = 256 * 1024;
-/// An append adds to the conversation's last chunk (rewriting it) while that
-/// chunk is smaller than this, so that single-event appends do not leave one
-/// sled key per event.
-pub(crate) const TAIL_MERGE_MAX_BYTES: usize = 32 * 1024;
 /// The largest value the decoder accepts (a record, chunk or metadata).
 const DECODE_LIMIT: u64 = 1 << 30;
 

@@ -31,7 +31,9 @@ impl Timestamp {
     /// A timestamp from microseconds since the epoch, if RFC 3339 can write
     /// it (years 0000 to 9999).
     pub fn from_micros(micros: i64) -> Option<Self> {
-        (MIN_MICROS..END_MICROS).contains(&micros).then_some(Self(micros))
+        (MIN_MICROS..END_MICROS)
+            .contains(&micros)
+            .then_some(Self(micros))
     }
 
     /// Microseconds since the epoch.
@@ -482,7 +484,9 @@ impl ToolCallAction<'_> {
     /// Whether a result of `tool` has its content stripped.
     pub fn strips_response(&self, tool: &str) -> bool {
         match *self {
-            ToolCallAction::Strip { response, tools, .. } => hint_for(tools, tool)
+            ToolCallAction::Strip {
+                response, tools, ..
+            } => hint_for(tools, tool)
                 .and_then(|h| h.response)
                 .map_or(response, HintAction::strips),
             _ => false,
@@ -492,7 +496,11 @@ impl ToolCallAction<'_> {
 
 /// The hint for `tool`; the last one written wins if a name repeats.
 fn hint_for<'a>(tools: &'a [(String, ToolHint)], tool: &str) -> Option<&'a ToolHint> {
-    tools.iter().rev().find(|(name, _)| name == tool).map(|(_, h)| h)
+    tools
+        .iter()
+        .rev()
+        .find(|(name, _)| name == tool)
+        .map(|(_, h)| h)
 }
 
 impl ToolCallPolicy {

@@ -22,6 +22,7 @@ impl Address {
 
     /// The address of a record whose canonical bytes are `record` and whose
     /// parent is `self`.
+    #[must_use]
     pub fn child(&self, record: &[u8]) -> Address {
         let mut hasher = blake3::Hasher::new();
         hasher.update(&self.0);

@@ -9,8 +9,8 @@
 use serde_json::{Map, Value};
 
 use crate::event::{
-    Compaction, Event, EventKind, EventType, HintAction, ReasoningPolicy, Timestamp,
-    ToolCallKind, ToolCallObject, ToolCallPolicy, ToolHint,
+    Compaction, Event, EventKind, EventType, HintAction, ReasoningPolicy, Timestamp, ToolCallKind,
+    ToolCallObject, ToolCallPolicy, ToolHint,
 };
 
 /// A JSON value kept as its compact text, as written by serde_json.
@@ -87,8 +87,7 @@ type Parse<T> = Result<T, EventError>;
 /// Reads one event from JSON text. `default_timestamp` is used when the event
 /// carries none.
 pub fn parse_event(text: &str, default_timestamp: Timestamp) -> Parse<Event> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| EventError::Syntax(e.to_string()))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| EventError::Syntax(e.to_string()))?;
     event_from_value(value, default_timestamp)
 }
 
@@ -197,8 +196,7 @@ fn compaction(fields: &mut Fields) -> Parse<Compaction> {
         Some(Value::Bool(b)) => Some(b),
         Some(_) => return Err(EventError::field("revert", "expected a boolean")),
     };
-    if revert == Some(true) && (summary.is_some() || reasoning.is_some() || tool_calls.is_some())
-    {
+    if revert == Some(true) && (summary.is_some() || reasoning.is_some() || tool_calls.is_some()) {
         return Err(EventError::field(
             "revert",
             "cannot be combined with summary, reasoning or tool_calls",
@@ -256,14 +254,20 @@ fn tool_call_policy(value: Value) -> Parse<ToolCallPolicy> {
         },
         Value::Object(map) => {
             let mut fields = Fields { map };
-            let policy = match fields.string("policy").map_err(|e| nest(FIELD, e))?.as_str() {
+            let policy = match fields
+                .string("policy")
+                .map_err(|e| nest(FIELD, e))?
+                .as_str()
+            {
                 "strip" => ToolCallKind::Strip,
                 "omit" => ToolCallKind::Omit,
                 "keep" => ToolCallKind::Keep,
                 other => {
                     return Err(EventError::field(
                         "tool_calls.policy",
-                        format!("unknown policy \"{other}\" (expected \"strip\", \"omit\" or \"keep\")"),
+                        format!(
+                            "unknown policy \"{other}\" (expected \"strip\", \"omit\" or \"keep\")"
+                        ),
                     ))
                 }
             };
@@ -326,7 +330,9 @@ fn tool_hints(tools: Map<String, Value>) -> Parse<Vec<(String, ToolHint)>> {
 
 fn nest(parent: &str, error: EventError) -> EventError {
     match error {
-        EventError::Field { field, problem } => EventError::field(format!("{parent}.{field}"), problem),
+        EventError::Field { field, problem } => {
+            EventError::field(format!("{parent}.{field}"), problem)
+        }
         other => other,
     }
 }

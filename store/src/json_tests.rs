@@ -41,7 +41,10 @@ fn every_event_type_round_trips_unchanged() {
 #[test]
 fn timestamps_are_normalised_to_utc_microseconds() {
     let out = roundtrip(r#"{"type":"turn_start","timestamp":"2025-01-05T05:00:00+01:00"}"#);
-    assert_eq!(out, r#"{"type":"turn_start","timestamp":"2025-01-05T04:00:00.000000Z"}"#);
+    assert_eq!(
+        out,
+        r#"{"type":"turn_start","timestamp":"2025-01-05T04:00:00.000000Z"}"#
+    );
 }
 
 #[test]
@@ -62,30 +65,82 @@ fn missing_mistyped_and_unknown_fields_are_named() {
     assert_eq!(field_error(r#"{"type":"user"}"#).0, "text");
     assert_eq!(field_error(r#"{"type":"user","text":5}"#).0, "text");
     assert_eq!(field_error(r#"{"text":"x"}"#).0, "type");
-    assert_eq!(field_error(r#"{"type":"user","text":"x","txt":"y"}"#).0, "txt");
-    assert_eq!(field_error(r#"{"type":"tool_result","id":"1","content":"x"}"#).0, "is_error");
-    assert_eq!(field_error(r#"{"type":"tool_call","id":"1","name":"n","arguments":[]}"#).0, "arguments");
+    assert_eq!(
+        field_error(r#"{"type":"user","text":"x","txt":"y"}"#).0,
+        "txt"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"tool_result","id":"1","content":"x"}"#).0,
+        "is_error"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"tool_call","id":"1","name":"n","arguments":[]}"#).0,
+        "arguments"
+    );
     assert_eq!(field_error(r#"{"type":"config","delta":"x"}"#).0, "delta");
-    assert_eq!(field_error(r#"{"type":"extension","name":"x"}"#).0, "payload");
-    assert_eq!(field_error(r#"{"type":"user","text":"x","meta":[]}"#).0, "meta");
-    assert_eq!(field_error(r#"{"type":"user","text":"x","timestamp":"today"}"#).0, "timestamp");
-    assert_eq!(field_error(r#"{"type":"user","text":"x","timestamp":1}"#).0, "timestamp");
+    assert_eq!(
+        field_error(r#"{"type":"extension","name":"x"}"#).0,
+        "payload"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"user","text":"x","meta":[]}"#).0,
+        "meta"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"user","text":"x","timestamp":"today"}"#).0,
+        "timestamp"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"user","text":"x","timestamp":1}"#).0,
+        "timestamp"
+    );
 }
 
 #[test]
 fn compaction_fields_are_validated() {
-    assert_eq!(field_error(r#"{"type":"compaction","to_turn":1}"#).0, "from_turn");
-    assert_eq!(field_error(r#"{"type":"compaction","from_turn":-1,"to_turn":1}"#).0, "from_turn");
-    assert_eq!(field_error(r#"{"type":"compaction","from_turn":1.5,"to_turn":1}"#).0, "from_turn");
-    assert_eq!(field_error(r#"{"type":"compaction","from_turn":2,"to_turn":1}"#).0, "to_turn");
-    assert_eq!(field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"reasoning":"omit"}"#).0, "reasoning");
-    assert_eq!(field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"tool_calls":"drop"}"#).0, "tool_calls");
+    assert_eq!(
+        field_error(r#"{"type":"compaction","to_turn":1}"#).0,
+        "from_turn"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"compaction","from_turn":-1,"to_turn":1}"#).0,
+        "from_turn"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"compaction","from_turn":1.5,"to_turn":1}"#).0,
+        "from_turn"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"compaction","from_turn":2,"to_turn":1}"#).0,
+        "to_turn"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"reasoning":"omit"}"#).0,
+        "reasoning"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"tool_calls":"drop"}"#).0,
+        "tool_calls"
+    );
     assert_eq!(field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"tool_calls":{"policy":"strip","request":"yes"}}"#).0, "tool_calls.request");
     assert_eq!(field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"tool_calls":{"policy":"strip","tools":{"x":{"request":"drop"}}}}"#).0, "tool_calls.tools.x.request");
     assert_eq!(field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"tool_calls":{"policy":"omit","request":true}}"#).0, "tool_calls.request");
-    assert_eq!(field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"revert":true,"reasoning":"strip"}"#).0, "revert");
-    assert_eq!(field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"tokens_before":"many"}"#).0, "tokens_before");
-    assert_eq!(field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"summary":{"summary":"x"}}"#).0, "summary");
+    assert_eq!(
+        field_error(
+            r#"{"type":"compaction","from_turn":0,"to_turn":1,"revert":true,"reasoning":"strip"}"#
+        )
+        .0,
+        "revert"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"tokens_before":"many"}"#).0,
+        "tokens_before"
+    );
+    assert_eq!(
+        field_error(r#"{"type":"compaction","from_turn":0,"to_turn":1,"summary":{"summary":"x"}}"#)
+            .0,
+        "summary"
+    );
 }
 
 #[test]
@@ -107,5 +162,8 @@ fn strings_escape_as_serde_json_does() {
     let s = "a\u{0}b\u{1f}c\"\\\t\r\n\u{8}\u{c}\u{7f}é😀";
     let mut out = Vec::new();
     write_json_string(&mut out, s);
-    assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(s).unwrap());
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        serde_json::to_string(s).unwrap()
+    );
 }

@@ -1,7 +1,8 @@
 //! The key layout of the single sled tree that holds a database.
 //!
-//! Everything of a database lives in one tree, so that one `apply_batch`
-//! writes an append atomically. The first byte says what a key holds:
+//! Everything of a database but the blobs lives in one tree, so that one
+//! `apply_batch` writes an append atomically. The first byte says what a
+//! key holds:
 //!
 //! | key | value |
 //! |---|---|
@@ -10,9 +11,13 @@
 //! | `N` name | conversation id (16 bytes) |
 //! | `c` id(16) first_seq(8 BE) | a chunk of records |
 //! | `t` id(16) last_turn(8 BE) first_seq(8 BE) | turn index entry for a chunk |
-//! | `b` hash(32) | a blob: a long text, by content hash |
+//!
+//! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
+//! their 32-byte hash: sled keeps values inside its B-tree pages, so a long
+//! value beside small, often-rewritten keys would be rewritten with them. An
+//! append writes its new blobs before its records; a crash between the two
+//! leaves only unreferenced blobs.
 
-use crate::hash::BlobHash;
 use crate::ids::ConversationId;
 
 pub(crate) const FORMAT: &[u8] = b"F";
@@ -20,7 +25,8 @@ pub(crate) const CONVERSATION: u8 = b'C';
 pub(crate) const NAME: u8 = b'N';
 pub(crate) const CHUNK: u8 = b'c';
 pub(crate) const TURN: u8 = b't';
-pub(crate) const BLOB: u8 = b'b';
+/// The name of the tree that holds blobs.
+pub(crate) const BLOBS: &str = "blobs";
 
 /// The format version this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
@@ -64,10 +70,6 @@ pub(crate) fn turn(id: &ConversationId, last_turn: u64, first_seq: u64) -> Vec<u
 /// The (last turn, first seq) of a turn index key.
 pub(crate) fn turn_parts(key: &[u8]) -> Option<(u64, u64)> {
     Some((be_u64(key.get(17..25)?)?, be_u64(key.get(25..33)?)?))
-}
-
-pub(crate) fn blob(hash: &BlobHash) -> Vec<u8> {
-    prefixed(BLOB, hash.as_bytes())
 }
 
 fn prefixed(tag: u8, rest: &[u8]) -> Vec<u8> {

@@ -155,8 +155,8 @@ impl Store {
     /// The text of a blob.
     pub(crate) fn load_blob(&self, blob: BlobRef) -> StoreResult<String> {
         let bytes = self
-            .db
-            .get(keys::blob(&blob.hash))?
+            .blobs
+            .get(blob.hash.as_bytes())?
             .ok_or_else(|| StoreError::Corrupt {
                 what: format!("blob {} is missing", blob.hash),
             })?;

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,8 +24,18 @@ const CACHE_BYTES: u64 = 256 * 1024 * 1024;
 /// the process; sled's file lock keeps other processes out.
 pub struct Store {
     pub(crate) db: sled::Db,
+    /// Long texts by content hash (see `keys.rs`).
+    pub(crate) blobs: sled::Tree,
     path: PathBuf,
     write_lock: Mutex<()>,
+}
+
+impl Drop for Store {
+    /// Waits for sled's pending writes, so that the files are released (and
+    /// `--no-sync` writes are durable) once a `Store` is gone.
+    fn drop(&mut self) {
+        let _ = self.db.flush();
+    }
 }
 
 /// Counts for one kind of event in a conversation.
@@ -44,17 +55,7 @@ pub(crate) struct ConversationMeta {
     pub head: Address,
     pub len: u64,
     pub turns: TurnTracker,
-    pub tail: Option<TailChunk>,
     pub kinds: [KindStats; 10],
-}
-
-/// The conversation's last chunk, which small appends extend.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub(crate) struct TailChunk {
-    pub first_seq: u64,
-    pub entries: u64,
-    pub bytes: u64,
-    pub last_turn: u64,
 }
 
 /// A conversation as `list` and `stats` show it.
@@ -111,17 +112,11 @@ impl Store {
     /// [`StoreError::NotConvstore`] for another program's sled database.
     pub fn open(path: impl AsRef<Path>) -> StoreResult<Store> {
         let path = path.as_ref().to_path_buf();
-        let db = sled::Config::new()
-            .path(&path)
-            .cache_capacity(CACHE_BYTES)
-            .flush_every_ms(Some(500))
-            .open()
-            .map_err(|e| open_error(&path, e))?;
+        let db = open_sled(&path)?;
         match db.get(keys::FORMAT)? {
             Some(bytes) => {
-                let found = <[u8; 4]>::try_from(bytes.as_ref())
-                    .map(u32::from_be_bytes)
-                    .unwrap_or(u32::MAX);
+                let found =
+                    <[u8; 4]>::try_from(bytes.as_ref()).map_or(u32::MAX, u32::from_be_bytes);
                 if found != FORMAT_VERSION {
                     return Err(StoreError::UnsupportedFormat {
                         path,
@@ -136,8 +131,10 @@ impl Store {
             }
             None => return Err(StoreError::NotConvstore { path }),
         }
+        let blobs = db.open_tree(keys::BLOBS)?;
         Ok(Store {
             db,
+            blobs,
             path,
             write_lock: Mutex::new(()),
         })
@@ -209,7 +206,6 @@ impl Store {
             head: Address::ROOT,
             len: 0,
             turns: TurnTracker::new(),
-            tail: None,
             kinds: [KindStats::default(); 10],
         };
         Ok((id, meta))
@@ -319,6 +315,29 @@ fn validate_name(name: &str) -> StoreResult<()> {
     }
 }
 
+/// How long `open` retries a locked database: a `Store` dropped an instant
+/// ago in this process may still hold sled's file lock while its last I/O
+/// jobs finish. Another process holding the database is reported after this.
+const LOCK_GRACE: Duration = Duration::from_millis(300);
+
+fn open_sled(path: &Path) -> StoreResult<sled::Db> {
+    let started = Instant::now();
+    loop {
+        let opened = sled::Config::new()
+            .path(path)
+            .cache_capacity(CACHE_BYTES)
+            .flush_every_ms(Some(500))
+            .open()
+            .map_err(|e| open_error(path, e));
+        match opened {
+            Err(StoreError::Locked { .. }) if started.elapsed() < LOCK_GRACE => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn open_error(path: &Path, error: sled::Error) -> StoreError {
     let path = path.to_path_buf();
     match error {
@@ -326,15 +345,13 @@ fn open_error(path: &Path, error: sled::Error) -> StoreError {
             StoreError::Locked { path }
         }
         sled::Error::Corruption { .. } => {
-            let snapshot_in_progress = std::fs::read_dir(&path)
-                .map(|dir| {
-                    dir.flatten().any(|entry| {
-                        let name = entry.file_name();
-                        let name = name.to_string_lossy();
-                        name.starts_with("snap.") && name.ends_with(".generating")
-                    })
+            let snapshot_in_progress = std::fs::read_dir(&path).is_ok_and(|dir| {
+                dir.flatten().any(|entry| {
+                    let name = entry.file_name();
+                    let name = name.to_string_lossy();
+                    name.starts_with("snap.") && name.ends_with(".generating")
                 })
-                .unwrap_or(false);
+            });
             let reason = if snapshot_in_progress {
                 "sled found corruption; a crash left an unfinished snapshot file \
                  (snap.*.generating) in the database directory: move that file \

@@ -52,3 +52,11 @@ fn chunk_of(
     let first = keys::chunk_first_seq(&key).unwrap_or(0);
     Ok((key.to_vec(), bytes, (seq - first) as usize))
 }
+
+/// Overwrites the database's format version, as a newer convstore would.
+pub fn set_format_version(path: &std::path::Path, version: u32) -> StoreResult<()> {
+    let db = sled::open(path)?;
+    db.insert(keys::FORMAT, &version.to_be_bytes())?;
+    db.flush()?;
+    Ok(())
+}

@@ -5,8 +5,8 @@
 //! address of the record before it; each record hashes to the check stored
 //! beside it and decodes; its stored turn is the turn rule's; each blob it
 //! references exists, has its length and hashes to its key. Then: the last
-//! address is the head, and the record count, turn state, per-kind counts,
-//! last-chunk bookkeeping and turn index all match what the records give.
+//! address is the head, and the record count, turn state, per-kind counts
+//! and turn index all match what the records give.
 //! The first failure is reported, naming the record when there is one.
 
 use std::collections::HashSet;
@@ -20,7 +20,7 @@ use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys;
 use crate::log::LoadedChunk;
-use crate::store::{ConversationMeta, KindStats, Store, TailChunk};
+use crate::store::{ConversationMeta, KindStats, Store};
 
 /// What a successful verification covered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl Store {
             else {
                 continue;
             };
-            match self.verify_one(&id, &mut blobs)? {
+            match self.verify_one(&id, &mut blobs) {
                 Ok(report) => total.records += report.records,
                 Err(failure) => return Ok(Err(failure)),
             }
@@ -90,7 +90,7 @@ impl Store {
     /// Verifies one conversation.
     pub fn verify(&self, id: &ConversationId) -> StoreResult<Verified> {
         let mut blobs = HashSet::new();
-        let mut report = self.verify_one(id, &mut blobs)?;
+        let mut report = self.verify_one(id, &mut blobs);
         if let Ok(report) = &mut report {
             report.conversations = 1;
             report.blobs = blobs.len() as u64;
@@ -98,25 +98,20 @@ impl Store {
         Ok(report)
     }
 
-    fn verify_one(&self, id: &ConversationId, blobs: &mut HashSet<BlobHash>) -> StoreResult<Verified> {
-        let meta = match self.meta(id) {
-            Ok(meta) => meta,
-            Err(e) => {
-                return Ok(Err(VerifyFailure {
-                    conversation: *id,
-                    name: None,
-                    seq: None,
-                    problem: e.to_string(),
-                }))
-            }
-        };
+    fn verify_one(&self, id: &ConversationId, blobs: &mut HashSet<BlobHash>) -> Verified {
+        let meta = self.meta(id).map_err(|e| VerifyFailure {
+            conversation: *id,
+            name: None,
+            seq: None,
+            problem: e.to_string(),
+        })?;
         let mut check = Checker {
             store: self,
             id: *id,
             name: meta.name.clone(),
             blobs,
         };
-        Ok(check.run(&meta))
+        check.run(&meta)
     }
 }
 
@@ -144,14 +139,17 @@ impl Checker<'_> {
         let mut turns = TurnTracker::new();
         let mut kinds = [KindStats::default(); 10];
         let mut index = Vec::new();
-        let mut tail = None;
         for item in self.store.db.scan_prefix(keys::chunks(&id)) {
             let (key, bytes) = item.map_err(|e| self.fail(Some(seq), e.to_string()))?;
-            let chunk = LoadedChunk::read(&id, &key, bytes).map_err(|e| self.fail(Some(seq), e.to_string()))?;
+            let chunk = LoadedChunk::read(&id, &key, bytes)
+                .map_err(|e| self.fail(Some(seq), e.to_string()))?;
             if chunk.first_seq != seq {
                 return Err(self.fail(
                     Some(seq),
-                    format!("missing: the next chunk starts at record {}", chunk.first_seq),
+                    format!(
+                        "missing: the next chunk starts at record {}",
+                        chunk.first_seq
+                    ),
                 ));
             }
             if chunk.layout.parent != address {
@@ -160,10 +158,8 @@ impl Checker<'_> {
                     "its chunk's parent address is not the previous record's address",
                 ));
             }
-            let mut chunk_bytes = 0;
             for (i, entry) in chunk.layout.entries.iter().enumerate() {
                 let bytes = chunk.record_bytes(i);
-                chunk_bytes += bytes.len() as u64;
                 let child = address.child(bytes);
                 if child.check() != entry.check {
                     return Err(self.fail(Some(seq), "stored bytes do not match their address"));
@@ -195,38 +191,30 @@ impl Checker<'_> {
             let first_turn = chunk.layout.entries.first().map_or(0, |e| e.turn);
             let last_turn = chunk.layout.entries.last().map_or(0, |e| e.turn);
             index.push((last_turn, chunk.first_seq, first_turn, entries));
-            tail = Some(TailChunk {
-                first_seq: chunk.first_seq,
-                entries,
-                bytes: chunk_bytes,
-                last_turn,
-            });
         }
         if seq != meta.len {
             return Err(self.fail(
                 None,
-                format!("the metadata counts {} records but the log has {seq}", meta.len),
+                format!(
+                    "the metadata counts {} records but the log has {seq}",
+                    meta.len
+                ),
             ));
         }
         if address != meta.head {
             return Err(self.fail(
                 None,
-                format!("the stored head {} is not the last record's address {address}", meta.head),
+                format!(
+                    "the stored head {} is not the last record's address {address}",
+                    meta.head
+                ),
             ));
         }
         if turns != meta.turns || kinds != meta.kinds {
-            return Err(self.fail(None, "the metadata's turn or kind counts do not match the log"));
-        }
-        let tail_matches = match (tail, meta.tail) {
-            (None, None) => true,
-            (Some(a), Some(b)) => {
-                (a.first_seq, a.entries, a.bytes, a.last_turn)
-                    == (b.first_seq, b.entries, b.bytes, b.last_turn)
-            }
-            _ => false,
-        };
-        if !tail_matches {
-            return Err(self.fail(None, "the metadata's last-chunk record does not match the log"));
+            return Err(self.fail(
+                None,
+                "the metadata's turn or kind counts do not match the log",
+            ));
         }
         self.check_turn_index(&index)?;
         Ok(VerifyReport {
@@ -261,8 +249,8 @@ impl Checker<'_> {
         }
         let bytes = self
             .store
-            .db
-            .get(keys::blob(&blob.hash))
+            .blobs
+            .get(blob.hash.as_bytes())
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("its blob {} is missing", blob.hash))?;
         if bytes.len() as u64 != blob.len || BlobHash::of(&bytes) != blob.hash {

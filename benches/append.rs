@@ -1,0 +1,127 @@
+//! Append, scan and verify throughput on the sled store.
+//!
+//! `cargo bench --bench append` runs the full grid; `-- --test` runs each
+//! benchmark once (what CI does).
+
+#![allow(missing_docs)] // criterion_group! generates an undocumented fn
+
+use std::hint::black_box;
+
+use convstore_store::{AppendOptions, Event, EventKind, Json, Store, Timestamp};
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+
+/// A deterministic conversation of `n` events of about 300 bytes, turns of
+/// eight events.
+fn events(n: usize) -> Vec<Event> {
+    let base = 1_750_000_000_000_000i64;
+    (0..n)
+        .map(|i| {
+            let t = Timestamp::from_micros(base + i as i64).expect("timestamp");
+            let body = "lorem ipsum dolor sit amet ".repeat(2 + i % 20);
+            let kind = match i % 8 {
+                0 => EventKind::TurnStart,
+                1 => EventKind::User { text: body },
+                2 | 3 => EventKind::Reasoning { text: body },
+                4 => EventKind::ToolCall {
+                    id: format!("c{i}"),
+                    name: "fs_read_file".into(),
+                    arguments: Json::from_value(
+                        &serde_json::json!({"path": format!("src/{i}.rs")}),
+                    ),
+                },
+                5 => EventKind::ToolResult {
+                    id: format!("c{}", i - 1),
+                    content: body,
+                    is_error: false,
+                },
+                _ => EventKind::Assistant { text: body },
+            };
+            Event::new(t, kind)
+        })
+        .collect()
+}
+
+fn no_sync() -> AppendOptions {
+    AppendOptions {
+        no_sync: true,
+        ..AppendOptions::default()
+    }
+}
+
+fn append(c: &mut Criterion) {
+    let mut group = c.benchmark_group("append");
+    group.sample_size(10);
+    for batch in [1usize, 100, 10_000] {
+        let total = 10_000usize.max(batch);
+        let data = events(total);
+        group.throughput(Throughput::Elements(total as u64));
+        group.bench_with_input(
+            BenchmarkId::new("batch_then_flush", batch),
+            &batch,
+            |b, &batch| {
+                b.iter_batched(
+                    || {
+                        let dir = tempfile::tempdir().expect("dir");
+                        let store = Store::open(dir.path().join("db")).expect("open");
+                        let id = store.create_conversation(None).expect("create");
+                        (dir, store, id)
+                    },
+                    |(dir, store, id)| {
+                        for chunk in data.chunks(batch) {
+                            store.append(&id, chunk, &no_sync()).expect("append");
+                        }
+                        store.flush().expect("flush");
+                        (dir, store)
+                    },
+                    BatchSize::PerIteration,
+                );
+            },
+        );
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path().join("db")).expect("open");
+    let id = store.create_conversation(None).expect("create");
+    let data = events(1_000);
+    let mut i = 0;
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("single_durable", |b| {
+        b.iter(|| {
+            i = (i + 1) % data.len();
+            store
+                .append(
+                    &id,
+                    std::slice::from_ref(&data[i]),
+                    &AppendOptions::default(),
+                )
+                .expect("append");
+        });
+    });
+    group.finish();
+}
+
+fn read(c: &mut Criterion) {
+    let mut group = c.benchmark_group("read");
+    group.sample_size(10);
+    for n in [10_000usize, 100_000] {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open(dir.path().join("db")).expect("open");
+        let data = events(n);
+        let (id, _) = store
+            .create_and_append(None, &data, &no_sync())
+            .expect("append");
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::new("scan", n), &n, |b, _| {
+            b.iter(|| {
+                let count = store.scan(&id, 0..u64::MAX).expect("scan").count();
+                black_box(count)
+            });
+        });
+        group.bench_with_input(BenchmarkId::new("verify", n), &n, |b, _| {
+            b.iter(|| black_box(store.verify(&id).expect("verify").is_ok()));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, append, read);
+criterion_main!(benches);

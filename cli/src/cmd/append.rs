@@ -1,0 +1,106 @@
+//! `convstore append`: NDJSON on stdin, or convenience flags.
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::ArgMatches;
+use convstore_store::{
+    json, Address, AppendOptions, Event, EventKind, Store, StoreError, Timestamp,
+};
+
+use crate::args::AppendArgs;
+use crate::output::{self, Notes};
+
+pub(crate) fn run(
+    store: &Store,
+    args: &AppendArgs,
+    matches: &ArgMatches,
+    notes: &Notes,
+) -> Result<ExitCode> {
+    let now = Timestamp::now();
+    let mut events = events_from_flags(matches, now);
+    if events.is_empty() {
+        if output::stdin_is_terminal() {
+            notes.say("reading NDJSON events from stdin (end with Ctrl-D)");
+        }
+        events = read_ndjson(std::io::stdin().lock(), now)?;
+    }
+    if events.is_empty() {
+        bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
+    }
+    let options =
+        AppendOptions {
+            expect_head: match &args.expect_head {
+                Some(hex) => Some(Address::from_hex(&hex.to_ascii_lowercase()).with_context(
+                    || format!("--expect-head: \"{hex}\" is not a 64-digit hex address"),
+                )?),
+                None => None,
+            },
+            no_sync: args.no_sync,
+        };
+    let appended = if let Some(id) = store.find(&args.conversation)? {
+        store.append(&id, &events, &options)?
+    } else {
+        if options.expect_head.is_some_and(|h| h != Address::ROOT) {
+            return Err(StoreError::NoSuchConversation {
+                query: args.conversation.clone(),
+            }
+            .into());
+        }
+        let (id, appended) =
+            store.create_and_append(Some(&args.conversation), &events, &options)?;
+        notes.say(&format!(
+            "created conversation {} ({id})",
+            args.conversation
+        ));
+        appended
+    };
+    let mut out = output::stdout();
+    writeln!(out, "{}", appended.head)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The events the convenience flags describe, in command-line order.
+fn events_from_flags(matches: &ArgMatches, now: Timestamp) -> Vec<Event> {
+    let mut placed: Vec<(usize, EventKind)> = Vec::new();
+    for (flag, make) in [
+        (
+            "user",
+            (|text| EventKind::User { text }) as fn(String) -> EventKind,
+        ),
+        ("assistant", |text| EventKind::Assistant { text }),
+        ("system", |text| EventKind::System { text }),
+    ] {
+        if let (Some(indices), Some(values)) =
+            (matches.indices_of(flag), matches.get_many::<String>(flag))
+        {
+            placed.extend(indices.zip(values).map(|(i, v)| (i, make(v.clone()))));
+        }
+    }
+    if let Some(indices) = matches.indices_of("turn") {
+        placed.extend(indices.map(|i| (i, EventKind::TurnStart)));
+    }
+    placed.sort_by_key(|(i, _)| *i);
+    placed
+        .into_iter()
+        .map(|(_, kind)| Event::new(now, kind))
+        .collect()
+}
+
+/// Reads every line first: a bad line rejects the whole input before
+/// anything is stored. Blank lines are skipped.
+fn read_ndjson(input: impl BufRead, now: Timestamp) -> Result<Vec<Event>> {
+    let mut events = Vec::new();
+    for (index, line) in input.lines().enumerate() {
+        let number = index + 1;
+        let line = line.with_context(|| format!("line {number}: cannot read stdin"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let event = json::parse_event(&line, now).with_context(|| format!("line {number}"))?;
+        events.push(event);
+    }
+    Ok(events)
+}

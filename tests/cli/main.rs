@@ -1,0 +1,8 @@
+//! CLI tests: each runs the built `convstore` binary in a temp directory.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod test_append;
+mod test_errors;
+mod test_read;

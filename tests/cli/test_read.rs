@@ -1,0 +1,114 @@
+use crate::support::TestEnv;
+
+fn seeded() -> TestEnv {
+    let env = TestEnv::new();
+    let input = [
+        r#"{"type":"turn_start"}"#.to_owned(),
+        r#"{"type":"user","text":"read a.rs"}"#.to_owned(),
+        r#"{"type":"reasoning","text":"let me look"}"#.to_owned(),
+        r#"{"type":"tool_call","id":"1","name":"fs_read_file","arguments":{"path":"a.rs"}}"#
+            .to_owned(),
+        format!(
+            r#"{{"type":"tool_result","id":"1","content":"{}","is_error":false}}"#,
+            "x".repeat(5000)
+        ),
+        r#"{"type":"turn_start"}"#.to_owned(),
+        r#"{"type":"assistant","text":"done"}"#.to_owned(),
+    ]
+    .join("\n");
+    env.run_with_stdin(&["append", "chat"], &input).ok();
+    env
+}
+
+#[test]
+fn verify_reports_what_it_checked() {
+    let env = seeded();
+    let run = env.run(&["verify"]).ok();
+    assert!(
+        run.stdout
+            .contains("1 conversation(s), 7 record(s), 1 blob(s)"),
+        "{}",
+        run.stdout
+    );
+    let json = env.run(&["verify", "chat", "--json"]).ok().lines();
+    assert_eq!(json[0]["ok"], true);
+    assert_eq!(json[0]["records"], 7);
+}
+
+#[test]
+fn verify_names_the_first_bad_record() {
+    let env = seeded();
+    {
+        let store = convstore_store::Store::open(env.db()).unwrap();
+        let id = store.resolve("chat").unwrap();
+        convstore_store::testing::flip_record_byte(&store, &id, 3, 5, 0x40).unwrap();
+    }
+    let run = env.run(&["verify"]).fails();
+    assert!(run.stderr.contains("record 3"), "{}", run.stderr);
+    let run = env.run(&["verify", "chat", "--json"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(run.lines()[0]["seq"], 3);
+}
+
+#[test]
+fn list_and_stats_count_events_turns_and_bytes() {
+    let env = seeded();
+    let list = env.run(&["list", "--json"]).ok().lines();
+    let item = &list[0][0];
+    assert_eq!(item["name"], "chat");
+    assert_eq!(item["events"], 7);
+    assert_eq!(item["turns"], 2);
+    let text = env.run(&["list"]).ok().stdout;
+    assert!(text.starts_with("ID"), "{text}");
+    assert!(text.contains("chat"));
+
+    let stats = &env.run(&["stats", "chat", "--json"]).ok().lines()[0];
+    assert_eq!(stats["events"], 7);
+    assert_eq!(stats["turns"], 2);
+    assert_eq!(stats["kinds"]["turn_start"]["events"], 2);
+    assert_eq!(stats["kinds"]["tool_result"]["events"], 1);
+    assert!(stats["kinds"]["tool_result"]["bytes"].as_u64().unwrap() > 5000);
+    assert_eq!(stats["kinds"]["system"]["events"], 0);
+    let text = env.run(&["stats", "chat"]).ok().stdout;
+    assert!(text.contains("tool_result"), "{text}");
+}
+
+#[test]
+fn conversations_resolve_by_id_prefix() {
+    let env = seeded();
+    let list = env.run(&["list", "--json"]).ok().lines();
+    let id = list[0][0]["id"].as_str().unwrap().to_owned();
+    let log = env.run(&["log", &id[..8]]).ok().lines();
+    assert_eq!(log.len(), 7);
+}
+
+#[test]
+fn log_output_piped_to_a_closed_reader_is_not_an_error() {
+    let env = seeded();
+    let mut child = env
+        .command(&["log", "chat"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success() || output.status.code() == Some(0),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn completions_are_generated() {
+    let env = TestEnv::new();
+    let run = env.run(&["completions", "bash"]).ok();
+    assert!(run.stdout.contains("convstore"));
+}
+
+#[test]
+fn help_has_examples() {
+    let env = TestEnv::new();
+    let run = env.run(&["--help"]).ok();
+    assert!(run.stdout.contains("Examples:"), "{}", run.stdout);
+}

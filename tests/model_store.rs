@@ -1,0 +1,255 @@
+//! Property tests of the store against a plain model: the events appended,
+//! in order.
+
+mod support;
+
+use convstore_store::json::{event_to_string, parse_event};
+use convstore_store::{testing, Address, AppendOptions, Event, Store, Timestamp, TurnTracker};
+use proptest::prelude::*;
+use support::gen;
+
+fn open(dir: &tempfile::TempDir) -> Store {
+    Store::open(dir.path().join("db")).expect("open")
+}
+
+fn fast() -> AppendOptions {
+    AppendOptions {
+        no_sync: true,
+        ..AppendOptions::default()
+    }
+}
+
+fn scan_all(
+    store: &Store,
+    id: &convstore_store::ConversationId,
+) -> Vec<convstore_store::LogRecord> {
+    store
+        .scan(id, 0..u64::MAX)
+        .expect("scan")
+        .collect::<Result<_, _>>()
+        .expect("records")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Any valid event round-trips JSON -> store -> JSON unchanged.
+    #[test]
+    fn events_round_trip_json_store_json(events in gen::events(24)) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let lines: Vec<String> = events.iter().map(event_to_string).collect();
+        let parsed: Vec<Event> = lines
+            .iter()
+            .map(|l| parse_event(l, Timestamp::now()).unwrap())
+            .collect();
+        prop_assert_eq!(&parsed, &events);
+        let (id, _) = store.create_and_append(None, &parsed, &fast()).unwrap();
+        let back: Vec<String> = scan_all(&store, &id).iter().map(|r| event_to_string(&r.event)).collect();
+        prop_assert_eq!(back, lines);
+    }
+
+    /// A log of random batches verifies, before and after a reopen, and the
+    /// turn index answers like the turn rule.
+    #[test]
+    fn random_logs_verify_and_index_turns(batches in prop::collection::vec(gen::events(12), 1..8)) {
+        let dir = tempfile::tempdir().unwrap();
+        let all: Vec<Event> = batches.concat();
+        let id = {
+            let store = open(&dir);
+            let id = store.create_conversation(Some("c")).unwrap();
+            for batch in &batches {
+                store.append(&id, batch, &fast()).unwrap();
+            }
+            prop_assert!(store.verify(&id).unwrap().is_ok());
+            id
+        };
+        let store = open(&dir);
+        let report = store.verify_all().unwrap().unwrap();
+        prop_assert_eq!(report.records, all.len() as u64);
+        let records = scan_all(&store, &id);
+        let mut tracker = TurnTracker::new();
+        let turns: Vec<u64> = all.iter().map(|e| tracker.next(e.kind.event_type())).collect();
+        prop_assert_eq!(records.iter().map(|r| r.turn).collect::<Vec<_>>(), turns.clone());
+        prop_assert_eq!(records.iter().map(|r| r.event.clone()).collect::<Vec<_>>(), all.clone());
+        for (seq, turn) in turns.iter().enumerate() {
+            prop_assert_eq!(store.turn_of(&id, seq as u64).unwrap(), *turn);
+        }
+        for turn in 0..=turns.last().copied().unwrap_or(0) + 1 {
+            let expected = turns.iter().position(|t| *t == turn).map(|p| p as u64);
+            prop_assert_eq!(store.first_seq_of_turn(&id, turn).unwrap(), expected);
+        }
+        let info = store.info(&id).unwrap();
+        prop_assert_eq!(info.len, all.len() as u64);
+        prop_assert_eq!(info.turns, tracker.turn_count(all.len() as u64));
+        prop_assert_eq!(info.head, records.last().unwrap().address);
+    }
+
+    /// Flipping any byte of a stored record makes verify fail and name it.
+    #[test]
+    fn flipping_a_record_byte_names_that_record(
+        batches in prop::collection::vec(gen::events(10), 1..5),
+        pick in any::<prop::sample::Index>(),
+        byte in any::<prop::sample::Index>(),
+        mask in 1u8..=255,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let id = store.create_conversation(None).unwrap();
+        for batch in &batches {
+            store.append(&id, batch, &fast()).unwrap();
+        }
+        let len = batches.iter().map(Vec::len).sum::<usize>();
+        let seq = pick.index(len) as u64;
+        let bytes = testing::record_bytes(&store, &id, seq).unwrap();
+        testing::flip_record_byte(&store, &id, seq, byte.index(bytes.len()), mask).unwrap();
+        let failure = store.verify(&id).unwrap().unwrap_err();
+        prop_assert_eq!(failure.seq, Some(seq), "{}", failure);
+        prop_assert!(store.verify_all().unwrap().is_err());
+    }
+
+    /// N events in one call or in N calls give the same head, and equal
+    /// histories in two conversations have equal heads.
+    #[test]
+    fn one_batch_or_many_give_the_same_head(events in gen::events(30), split in 1usize..5) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let (whole, appended) = store.create_and_append(None, &events, &fast()).unwrap();
+        let single = store.create_conversation(None).unwrap();
+        let mut head = Address::ROOT;
+        for event in &events {
+            head = store.append(&single, std::slice::from_ref(event), &fast()).unwrap().head;
+        }
+        prop_assert_eq!(head, appended.head);
+        let pieces = store.create_conversation(None).unwrap();
+        for chunk in events.chunks(split) {
+            head = store.append(&pieces, chunk, &fast()).unwrap().head;
+        }
+        prop_assert_eq!(head, appended.head);
+        prop_assert_eq!(store.info(&whole).unwrap().head, appended.head);
+        prop_assert!(store.verify_all().unwrap().is_ok());
+    }
+}
+
+#[test]
+fn expect_head_appends_only_on_a_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let event = Event::new(Timestamp::now(), convstore_store::EventKind::TurnStart);
+    let (id, first) = store
+        .create_and_append(
+            Some("c"),
+            std::slice::from_ref(&event),
+            &AppendOptions::default(),
+        )
+        .unwrap();
+    let stale = AppendOptions {
+        expect_head: Some(Address::ROOT),
+        no_sync: false,
+    };
+    let err = store
+        .append(&id, std::slice::from_ref(&event), &stale)
+        .unwrap_err();
+    assert!(
+        matches!(err, convstore_store::StoreError::HeadMismatch { .. }),
+        "{err}"
+    );
+    assert_eq!(store.info(&id).unwrap().len, 1);
+    let current = AppendOptions {
+        expect_head: Some(first.head),
+        no_sync: false,
+    };
+    let second = store
+        .append(&id, std::slice::from_ref(&event), &current)
+        .unwrap();
+    assert_eq!(second.first_seq, 1);
+}
+
+#[test]
+fn long_payloads_are_stored_once_across_conversations() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let big = "lorem ipsum ".repeat(50_000);
+    let event = Event::new(
+        Timestamp::now(),
+        convstore_store::EventKind::ToolResult {
+            id: "1".into(),
+            content: big.clone(),
+            is_error: false,
+        },
+    );
+    store
+        .create_and_append(Some("a"), std::slice::from_ref(&event), &fast())
+        .unwrap();
+    store.flush().unwrap();
+    let size_one = store.size_on_disk().unwrap();
+    for name in ["b", "c", "d", "e"] {
+        store
+            .create_and_append(Some(name), std::slice::from_ref(&event), &fast())
+            .unwrap();
+    }
+    store.flush().unwrap();
+    let size_five = store.size_on_disk().unwrap();
+    assert!(
+        size_five < size_one + big.len() as u64,
+        "four more copies of a {} byte payload grew the database from {size_one} to {size_five}",
+        big.len()
+    );
+    let report = store.verify_all().unwrap().unwrap();
+    assert_eq!(report.blobs, 1);
+}
+
+#[test]
+fn names_and_id_prefixes_resolve() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let a = store.create_conversation(Some("alpha")).unwrap();
+    let b = store.create_conversation(None).unwrap();
+    assert_eq!(store.resolve("alpha").unwrap(), a);
+    assert_eq!(store.resolve(&b.hex()).unwrap(), b);
+    assert_eq!(store.resolve(&b.hex()[..10]).unwrap(), b);
+    assert_eq!(store.resolve(&b.hex()[..9].to_uppercase()).unwrap(), b);
+    assert!(matches!(
+        store.create_conversation(Some("alpha")),
+        Err(convstore_store::StoreError::NameTaken { .. })
+    ));
+    assert!(store.create_conversation(Some(" spaced")).is_err());
+    assert!(store.find("zz-not-there").unwrap().is_none());
+}
+
+#[test]
+fn an_ambiguous_prefix_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    // With 40 random ids, some two share their first hex digit.
+    let ids: Vec<_> = (0..40)
+        .map(|_| store.create_conversation(None).unwrap())
+        .collect();
+    let mut firsts: Vec<char> = ids
+        .iter()
+        .map(|id| id.hex().chars().next().unwrap())
+        .collect();
+    firsts.sort_unstable();
+    let shared = firsts.windows(2).find(|w| w[0] == w[1]).unwrap()[0];
+    let err = store.resolve(&shared.to_string()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            convstore_store::StoreError::AmbiguousConversation { .. }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_newer_format_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    drop(Store::open(&path).unwrap());
+    testing::set_format_version(&path, 99).unwrap();
+    match Store::open(&path) {
+        Err(convstore_store::StoreError::UnsupportedFormat { found: 99, .. }) => {}
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("a version-99 database opened"),
+    }
+}

@@ -1,0 +1,109 @@
+//! Shared by the integration tests: event generators and a CLI runner.
+#![allow(dead_code, clippy::unwrap_used)]
+
+pub mod gen;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Runs the built `convstore` binary against a database in a temp dir.
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+}
+
+/// What a run printed and returned.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn ok(self) -> Self {
+        assert_eq!(self.code, 0, "expected success, stderr: {}", self.stderr);
+        self
+    }
+
+    pub fn fails(self) -> Self {
+        assert_eq!(
+            self.code, 1,
+            "expected failure (1), stdout: {} stderr: {}",
+            self.stdout, self.stderr
+        );
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "errors are one line: {:?}", self.stderr);
+        assert!(lines[0].starts_with("error: "), "{:?}", self.stderr);
+        self
+    }
+
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("stdout line is JSON"))
+            .collect()
+    }
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("db")
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_convstore"));
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("CONVSTORE_DB", self.db())
+            .env_remove("NO_COLOR");
+        command
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_with_stdin(args, "")
+    }
+
+    pub fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Run {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn convstore");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("write stdin");
+        let output: Output = child.wait_with_output().expect("wait");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// The real JP conversations, when the shared data is beside the checkout.
+pub fn jp_data_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/jp");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: {} is absent", dir.display());
+        None
+    }
+}
