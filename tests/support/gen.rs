@@ -177,3 +177,50 @@ pub fn event() -> impl Strategy<Value = Event> {
 pub fn events(max: usize) -> impl Strategy<Value = Vec<Event>> {
     prop::collection::vec(event(), 1..max)
 }
+
+/// Events for projection tests: few tool ids (so results find calls, or
+/// not), few tool names (so hints apply), few timestamps (so ties happen),
+/// and compactions whose ranges reach past the last turn.
+pub fn projection_event() -> impl Strategy<Value = Event> {
+    let small_text = "[a-z ]{0,6}";
+    let id = "[0-3]";
+    let kind = prop_oneof![
+        4 => Just(EventKind::TurnStart),
+        3 => small_text.prop_map(|text| EventKind::User { text }),
+        3 => small_text.prop_map(|text| EventKind::Assistant { text }),
+        3 => small_text.prop_map(|text| EventKind::Reasoning { text }),
+        3 => (id, "[a-c]", json_object())
+            .prop_map(|(id, name, arguments)| EventKind::ToolCall { id, name, arguments }),
+        3 => (id, small_text, any::<bool>())
+            .prop_map(|(id, content, is_error)| EventKind::ToolResult { id, content, is_error }),
+        1 => small_text.prop_map(|text| EventKind::System { text }),
+        1 => json_object().prop_map(|delta| EventKind::Config { delta }),
+        1 => ("[a-z]{1,4}", json_value())
+            .prop_map(|(name, v)| EventKind::Extension { name, payload: Json::from_value(&v) }),
+        4 => compaction().prop_map(|mut c| {
+            c.summary = c.summary.map(|s| s.chars().take(8).collect());
+            EventKind::Compaction(c)
+        }),
+    ];
+    (0i64..4, kind).prop_map(|(t, kind)| Event {
+        timestamp: Timestamp::from_micros(1_700_000_000_000_000 + t).unwrap(),
+        meta: None,
+        kind,
+    })
+}
+
+/// A stream of projection events with their seqs and turns.
+pub fn projection_log(max: usize) -> impl Strategy<Value = Vec<convstore_projection::LogEvent>> {
+    prop::collection::vec(projection_event(), 0..max).prop_map(|events| {
+        let mut turns = convstore_store::TurnTracker::new();
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(seq, event)| convstore_projection::LogEvent {
+                seq: seq as u64,
+                turn: turns.next(event.kind.event_type()),
+                event,
+            })
+            .collect()
+    })
+}

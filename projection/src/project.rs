@@ -1,0 +1,41 @@
+//! Projecting whole streams: [`project`] for events in memory and
+//! [`Projector::transform_chunks`] for chunks streamed from a store. The only
+//! file that uses rayon.
+
+use rayon::prelude::*;
+
+use crate::view::{LogEvent, Plan, Projector, ViewEvent};
+
+/// The view of a whole stream in memory: two passes (plan, transform), the
+/// second in parallel over chunks. Output is in log order and does not
+/// depend on the number of threads (I6).
+pub fn project(events: &[LogEvent]) -> Vec<ViewEvent> {
+    let mut plan = Plan::new();
+    for e in events {
+        plan.observe(e.seq, e.turn, &e.event);
+    }
+    let projector = plan.finish();
+    let chunks: Vec<Vec<LogEvent>> = events.chunks(1024).map(<[LogEvent]>::to_vec).collect();
+    projector
+        .transform_chunks(chunks)
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+impl Projector {
+    /// Transforms chunks of consecutive raw events in parallel; the output
+    /// chunks are in the input's order.
+    pub fn transform_chunks(&self, chunks: Vec<Vec<LogEvent>>) -> Vec<Vec<ViewEvent>> {
+        chunks
+            .into_par_iter()
+            .map(|chunk| {
+                let mut out = Vec::with_capacity(chunk.len());
+                for raw in chunk {
+                    self.transform(raw, &mut out);
+                }
+                out
+            })
+            .collect()
+    }
+}
