@@ -45,6 +45,25 @@ Examples:
   convstore append chat < events.ndjson
   convstore append chat --expect-head 3f2a...  < turn.ndjson")]
     Append(AppendArgs),
+    /// Print the projected view: what a model sees after compaction.
+    #[command(after_help = "\
+Examples:
+  convstore project chat
+  convstore project chat --format openai > messages.json
+  convstore project chat --as-of 120 --turns 3..5 --format text")]
+    Project(ProjectArgs),
+    /// Append a compaction overlay: change the view, never the history.
+    #[command(after_help = "\
+Bounds (--from, --to): N is turn N; -N is N turns before the last turn;
+90m, 5h, 2d are turns that started that long ago; last is one past the
+highest turn any compaction covers. --keep-last N is --to -N.
+
+Examples:
+  convstore compact chat --reasoning strip --tool-calls strip --keep-last 3
+  convstore compact chat --summary 'We fixed the parser.' --from 0 --to 12
+  convstore compact chat --tool-calls omit --from 2h --dry-run
+  convstore compact chat --revert --from 0 --to 5")]
+    Compact(CompactArgs),
     /// Print a conversation's raw records as NDJSON, with seq, turn and
     /// address.
     Log(LogArgs),
@@ -86,6 +105,94 @@ pub struct AppendArgs {
     /// Return without waiting for the write to be durable.
     #[arg(long)]
     pub no_sync: bool,
+}
+
+/// `project`
+#[derive(Debug, Args)]
+pub struct ProjectArgs {
+    /// Conversation name, id or id prefix.
+    pub conversation: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Ndjson)]
+    pub format: Format,
+    /// The view as it was when record SEQ was the newest.
+    #[arg(long, value_name = "SEQ")]
+    pub as_of: Option<u64>,
+    /// Only view events of these turns: `A..B` (inclusive), `A..`, `..B`, `N`.
+    #[arg(long, value_name = "A..B")]
+    pub turns: Option<String>,
+}
+
+/// View formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One JSON event per line, with `seq`, `turn` and `summary_of`.
+    Ndjson,
+    /// The same events as one JSON array.
+    Json,
+    /// An OpenAI Chat Completions `messages` array.
+    Openai,
+    /// One readable line per event.
+    Text,
+}
+
+/// `compact`
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// Conversation name, id or id prefix.
+    pub conversation: String,
+    /// Reasoning policy.
+    #[arg(long, value_enum)]
+    pub reasoning: Option<ReasoningArg>,
+    /// Tool call policy.
+    #[arg(long, value_enum)]
+    pub tool_calls: Option<ToolCallsArg>,
+    /// Replace the range with this summary text (the range widens over any
+    /// summary it meets).
+    #[arg(long, value_name = "TEXT")]
+    pub summary: Option<String>,
+    /// Restore the raw view over the range (keep all three content types).
+    #[arg(long, conflicts_with_all = ["reasoning", "tool_calls", "summary"])]
+    pub revert: bool,
+    /// First turn of the range (default 0).
+    #[arg(long, value_name = "BOUND", allow_hyphen_values = true)]
+    pub from: Option<String>,
+    /// Last turn of the range (default: the last turn).
+    #[arg(long, value_name = "BOUND", allow_hyphen_values = true)]
+    pub to: Option<String>,
+    /// Leave the newest N turns out of the range (`--to -N`).
+    #[arg(long, value_name = "N", conflicts_with = "to")]
+    pub keep_last: Option<u64>,
+    /// Show the resolved range and the token change; store nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--reasoning` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReasoningArg {
+    /// Remove reasoning.
+    Strip,
+    /// Leave reasoning (overrides older policies).
+    Keep,
+}
+
+/// `--tool-calls` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolCallsArg {
+    /// Strip arguments and results.
+    Strip,
+    /// Strip arguments only.
+    StripRequests,
+    /// Strip results only.
+    StripResponses,
+    /// Remove calls and results.
+    Omit,
+    /// Leave them (overrides older policies).
+    Keep,
 }
 
 /// `log`

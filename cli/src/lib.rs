@@ -7,6 +7,7 @@
 mod args;
 mod cmd;
 mod output;
+mod view;
 
 use std::process::ExitCode;
 

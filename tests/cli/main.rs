@@ -5,4 +5,5 @@ mod support;
 
 mod test_append;
 mod test_errors;
+mod test_project;
 mod test_read;

@@ -1,8 +1,10 @@
 //! One module per subcommand; [`dispatch`] picks it.
 
 mod append;
+mod compact;
 mod demo;
 mod log;
+mod project;
 mod stats;
 mod verify;
 
@@ -27,6 +29,8 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
             append::run(&open_or_create(&cli.db)?, args, sub, &notes)
         }
         Command::Demo => demo::run(&open_or_create(&cli.db)?, &notes),
+        Command::Compact(args) => compact::run(&open_existing(&cli.db)?, args, &notes),
+        Command::Project(args) => project::run(&open_existing(&cli.db)?, args, &notes),
         Command::Log(args) => log::run(&open_existing(&cli.db)?, args),
         Command::Verify(args) => verify::run(&open_existing(&cli.db)?, args),
         Command::List(args) => stats::list(&open_existing(&cli.db)?, args),
