@@ -79,6 +79,22 @@ proptest! {
             let expected = turns.iter().position(|t| *t == turn).map(|p| p as u64);
             prop_assert_eq!(store.first_seq_of_turn(&id, turn).unwrap(), expected);
         }
+        // The overlay entries are the compaction records, for any prefix.
+        let cut = all.len() as u64 / 2;
+        for end in [cut, u64::MAX] {
+            let expected: Vec<(u64, u64, Event)> = records
+                .iter()
+                .filter(|r| r.seq < end && r.event.kind.event_type() == convstore_store::EventType::Compaction)
+                .map(|r| (r.seq, r.turn, r.event.clone()))
+                .collect();
+            let overlays: Vec<(u64, u64, Event)> = store
+                .overlays(&id, end)
+                .unwrap()
+                .into_iter()
+                .map(|o| (o.seq, o.turn, o.event))
+                .collect();
+            prop_assert_eq!(overlays, expected);
+        }
         let info = store.info(&id).unwrap();
         prop_assert_eq!(info.len, all.len() as u64);
         prop_assert_eq!(info.turns, tracker.turn_count(all.len() as u64));

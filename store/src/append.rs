@@ -13,7 +13,7 @@ use crate::codec::{
     encode, encode_event, ChunkRepr, EncodedRecord, EntryRepr, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
-use crate::event::Event;
+use crate::event::{Event, EventType};
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
@@ -40,6 +40,14 @@ pub struct Appended {
     pub count: u64,
     /// The conversation's new head.
     pub head: Address,
+}
+
+/// The value of an overlay entry: the compaction's turn and record bytes.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct OverlayEntry<'a> {
+    pub turn: u64,
+    #[serde(with = "serde_bytes")]
+    pub record: &'a [u8],
 }
 
 /// The value of a turn index entry: where the chunk starts.
@@ -152,9 +160,16 @@ fn write_records(
     let mut addresses = Vec::with_capacity(encoded.len());
     let mut entries = Vec::with_capacity(encoded.len());
     let mut parent = meta.head;
-    for record in encoded {
+    for (i, record) in encoded.iter().enumerate() {
         let address = parent.child(&record.bytes);
         let turn = meta.turns.next(record.event_type);
+        if record.event_type == EventType::Compaction {
+            let entry = OverlayEntry {
+                turn,
+                record: &record.bytes,
+            };
+            batch.insert(keys::overlay(id, first_seq + i as u64), encode(&entry));
+        }
         let stats = &mut meta.kinds[record.event_type.index()];
         stats.count += 1;
         stats.bytes += record.size;

@@ -11,6 +11,7 @@
 //! | `N` name | conversation id (16 bytes) |
 //! | `c` id(16) first_seq(8 BE) | a chunk of records |
 //! | `t` id(16) last_turn(8 BE) first_seq(8 BE) | turn index entry for a chunk |
+//! | `o` id(16) seq(8 BE) | a compaction overlay: its turn and record bytes |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
 //! their 32-byte hash: sled keeps values inside its B-tree pages, so a long
@@ -25,6 +26,7 @@ pub(crate) const CONVERSATION: u8 = b'C';
 pub(crate) const NAME: u8 = b'N';
 pub(crate) const CHUNK: u8 = b'c';
 pub(crate) const TURN: u8 = b't';
+pub(crate) const OVERLAY: u8 = b'o';
 /// The name of the tree that holds blobs.
 pub(crate) const BLOBS: &str = "blobs";
 
@@ -70,6 +72,22 @@ pub(crate) fn turn(id: &ConversationId, last_turn: u64, first_seq: u64) -> Vec<u
 /// The (last turn, first seq) of a turn index key.
 pub(crate) fn turn_parts(key: &[u8]) -> Option<(u64, u64)> {
     Some((be_u64(key.get(17..25)?)?, be_u64(key.get(25..33)?)?))
+}
+
+/// The prefix of every overlay key of a conversation.
+pub(crate) fn overlays(id: &ConversationId) -> Vec<u8> {
+    prefixed(OVERLAY, id.as_bytes())
+}
+
+pub(crate) fn overlay(id: &ConversationId, seq: u64) -> Vec<u8> {
+    let mut key = overlays(id);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// The seq of an overlay key.
+pub(crate) fn overlay_seq(key: &[u8]) -> Option<u64> {
+    be_u64(key.get(17..25)?)
 }
 
 fn prefixed(tag: u8, rest: &[u8]) -> Vec<u8> {

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use crate::append::TurnEntry;
+use crate::append::{OverlayEntry, TurnEntry};
 use crate::codec::{self, decode_record, record_to_event, BlobRef, ChunkLayout};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
@@ -22,6 +22,18 @@ pub struct LogRecord {
     /// Its address in the hash chain.
     pub address: Address,
     /// The event.
+    pub event: Event,
+}
+
+/// A compaction overlay, read from the overlay entries without scanning the
+/// log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredOverlay {
+    /// The compaction record's seq.
+    pub seq: u64,
+    /// Its turn.
+    pub turn: u64,
+    /// The compaction event.
     pub event: Event,
 }
 
@@ -150,6 +162,27 @@ impl Store {
             .iter()
             .position(|e| e.turn == turn)
             .map(|i| first_seq + i as u64))
+    }
+
+    /// The compaction overlays among records `0..end`, in log order.
+    pub fn overlays(&self, id: &ConversationId, end: u64) -> StoreResult<Vec<StoredOverlay>> {
+        let mut out = Vec::new();
+        for item in self.db.range(keys::overlay(id, 0)..keys::overlay(id, end)) {
+            let (key, value) = item?;
+            let seq = keys::overlay_seq(&key).ok_or_else(|| StoreError::Corrupt {
+                what: format!("conversation {id}: an overlay key is truncated"),
+            })?;
+            let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")?;
+            let record = decode_record(entry.record).map_err(|e| in_record(id, seq, &e))?;
+            let event = record_to_event(&record, &mut |blob| self.load_blob(blob))
+                .map_err(|e| in_record(id, seq, &e))?;
+            out.push(StoredOverlay {
+                seq,
+                turn: entry.turn,
+                event,
+            });
+        }
+        Ok(out)
     }
 
     /// The text of a blob.

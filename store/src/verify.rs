@@ -12,10 +12,10 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use crate::append::TurnEntry;
+use crate::append::{OverlayEntry, TurnEntry};
 use crate::codec::{self, decode_record, BlobRef, TextRepr};
 use crate::error::StoreResult;
-use crate::event::TurnTracker;
+use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys;
@@ -139,6 +139,7 @@ impl Checker<'_> {
         let mut turns = TurnTracker::new();
         let mut kinds = [KindStats::default(); 10];
         let mut index = Vec::new();
+        let mut overlays: Vec<(u64, u64, Vec<u8>)> = Vec::new();
         for item in self.store.db.scan_prefix(keys::chunks(&id)) {
             let (key, bytes) = item.map_err(|e| self.fail(Some(seq), e.to_string()))?;
             let chunk = LoadedChunk::read(&id, &key, bytes)
@@ -181,6 +182,9 @@ impl Checker<'_> {
                         size += blob.len;
                     }
                 }
+                if event_type == EventType::Compaction {
+                    overlays.push((seq, turn, bytes.to_vec()));
+                }
                 let stats = &mut kinds[event_type.index()];
                 stats.count += 1;
                 stats.bytes += size;
@@ -217,6 +221,7 @@ impl Checker<'_> {
             ));
         }
         self.check_turn_index(&index)?;
+        self.check_overlays(&overlays)?;
         Ok(VerifyReport {
             conversations: 1,
             records: seq,
@@ -239,6 +244,31 @@ impl Checker<'_> {
         }
         if found != expected {
             return Err(self.fail(None, "the turn index does not match the log's chunks"));
+        }
+        Ok(())
+    }
+
+    /// The overlay entries are exactly the compaction records.
+    fn check_overlays(&self, expected: &[(u64, u64, Vec<u8>)]) -> Result<(), VerifyFailure> {
+        let mut found = Vec::new();
+        for item in self.store.db.scan_prefix(keys::overlays(&self.id)) {
+            let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
+            let seq = keys::overlay_seq(&key)
+                .ok_or_else(|| self.fail(None, "an overlay key is truncated"))?;
+            let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")
+                .map_err(|e| self.fail(Some(seq), e.to_string()))?;
+            found.push((seq, entry.turn, entry.record.to_vec()));
+        }
+        if found != expected {
+            let first_bad = found
+                .iter()
+                .zip(expected)
+                .find(|(f, e)| f != e)
+                .map(|(f, _)| f.0);
+            return Err(self.fail(
+                first_bad,
+                "the overlay index does not match the log's compactions",
+            ));
         }
         Ok(())
     }
