@@ -7,6 +7,8 @@
 //! answers which overlays cover a turn (stabbing) or meet a turn window in
 //! O(log M + k).
 
+use std::cmp::Ordering;
+
 /// An inclusive turn range with the position of its overlay in the list the
 /// index was built from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,25 +104,29 @@ impl OverlayIndex {
         let mut next = self.root;
         while let Some(n) = next {
             let node = &self.nodes[n];
-            if turn < node.center {
-                out.extend(
-                    node.by_first
-                        .iter()
-                        .take_while(|i| i.first <= turn)
-                        .map(|i| i.item),
-                );
-                next = node.left;
-            } else if turn > node.center {
-                out.extend(
-                    node.by_last
-                        .iter()
-                        .take_while(|i| i.last >= turn)
-                        .map(|i| i.item),
-                );
-                next = node.right;
-            } else {
-                out.extend(node.by_first.iter().map(|i| i.item));
-                next = None;
+            match turn.cmp(&node.center) {
+                Ordering::Less => {
+                    out.extend(
+                        node.by_first
+                            .iter()
+                            .take_while(|i| i.first <= turn)
+                            .map(|i| i.item),
+                    );
+                    next = node.left;
+                }
+                Ordering::Greater => {
+                    out.extend(
+                        node.by_last
+                            .iter()
+                            .take_while(|i| i.last >= turn)
+                            .map(|i| i.item),
+                    );
+                    next = node.right;
+                }
+                Ordering::Equal => {
+                    out.extend(node.by_first.iter().map(|i| i.item));
+                    next = None;
+                }
             }
         }
         out
