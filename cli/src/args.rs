@@ -35,7 +35,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Store a sample conversation, verify it and show what was stored.
+    /// Store a sample conversation, compact it with the default profile and
+    /// show the projected view and the tokens saved.
     Demo,
     /// Append events (NDJSON on stdin, or the flags below) to a conversation,
     /// creating it if needed; prints the new head.

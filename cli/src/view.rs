@@ -81,6 +81,22 @@ pub(crate) fn stream(
     }
 }
 
+/// The view's events and characters per kind, with `extra` appended.
+pub(crate) fn tally(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    extra: Option<(u64, u64, &Event)>,
+) -> Result<Tally> {
+    let projector = plan(store, id, scope, extra)?;
+    let mut tally = Tally::default();
+    stream(store, id, scope, &projector, |v| {
+        tally.add(&v.event);
+        Ok(())
+    })?;
+    Ok(tally)
+}
+
 /// Events and characters of a view, per event type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Tally {

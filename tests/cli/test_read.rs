@@ -112,3 +112,29 @@ fn help_has_examples() {
     let run = env.run(&["--help"]).ok();
     assert!(run.stdout.contains("Examples:"), "{}", run.stdout);
 }
+
+#[test]
+fn demo_stores_compacts_and_projects_the_sample() {
+    let env = TestEnv::new();
+    let run = env.run(&["demo"]).ok();
+    assert!(
+        run.stdout.contains("[compacted] fs_read_file: success"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("verify: ok"), "{}", run.stdout);
+    let saved = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("tokens"))
+        .unwrap();
+    assert!(saved.contains("saved"), "{saved}");
+    // A second demo does not collide with the first.
+    env.run(&["demo"]).ok();
+    let list = env.run(&["list", "--json"]).ok().lines();
+    assert_eq!(list[0].as_array().unwrap().len(), 2);
+    // The raw log still holds the reasoning the view strips.
+    let log = env.run(&["log", "demo"]).ok().lines();
+    assert!(log.iter().any(|r| r["type"] == "reasoning"));
+    assert_eq!(log.last().unwrap()["type"], "compaction");
+}

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::args::{CompactArgs, ReasoningArg, ToolCallsArg};
 use crate::output::{self, Notes};
-use crate::view::{self, Scope, Tally};
+use crate::view::{tally, Scope};
 
 pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
@@ -187,20 +187,4 @@ fn history(store: &Store, id: &ConversationId, len: u64) -> Result<Conversation>
         }
     }
     Ok(history)
-}
-
-/// The view's events and characters per kind, with `extra` appended.
-fn tally(
-    store: &Store,
-    id: &ConversationId,
-    scope: Scope,
-    extra: Option<(u64, u64, &Event)>,
-) -> Result<Tally> {
-    let projector = view::plan(store, id, scope, extra)?;
-    let mut tally = Tally::default();
-    view::stream(store, id, scope, &projector, |v| {
-        tally.add(&v.event);
-        Ok(())
-    })?;
-    Ok(tally)
 }

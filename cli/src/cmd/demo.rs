@@ -1,18 +1,24 @@
 //! `convstore demo`: the main job end to end on a sample conversation
-//! written for the project.
+//! written for the project: store it, compact it with the default profile
+//! (strip reasoning, strip tool calls), print the projected view and the
+//! tokens saved, verify.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use convstore_store::{json, AppendOptions, Event, EventType, Store, Timestamp};
+use convstore_projection::tokens_for_chars;
+use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
+use convstore_store::{json, AppendOptions, Event, EventKind, Store, Timestamp};
 
+use crate::cmd::project::text_line;
 use crate::output::{self, Notes};
+use crate::view::{self, tally, Scope};
 
 const SAMPLE: &str = include_str!("../demo/sample.ndjson");
 
 /// The sample conversation's events.
-pub(crate) fn sample_events() -> Result<Vec<Event>> {
+fn sample_events() -> Result<Vec<Event>> {
     let now = Timestamp::now();
     SAMPLE
         .lines()
@@ -42,38 +48,76 @@ fn free_name(store: &Store) -> Result<String> {
 pub(crate) fn run(store: &Store, notes: &Notes) -> Result<ExitCode> {
     let events = sample_events()?;
     let name = free_name(store)?;
-    let (id, appended) =
-        store.create_and_append(Some(&name), &events, &AppendOptions::default())?;
+    let (id, _) = store.create_and_append(Some(&name), &events, &AppendOptions::default())?;
+    let info = store.info(&id)?;
     notes.say(&format!(
-        "stored the sample conversation as \"{name}\" ({id}) in {}",
+        "stored the sample conversation as \"{name}\" ({} events, {} turns) in {}",
+        info.len,
+        info.turns,
         store.path().display()
     ));
-    let verified = store.verify(&id)?;
-    let info = store.info(&id)?;
+    let before = tally(store, &id, Scope { end: info.len }, None)?;
+
+    // The default profile over every turn.
+    let compaction = Compaction {
+        from_turn: 0,
+        to_turn: info.turns.saturating_sub(1),
+        summary: None,
+        reasoning: Some(ReasoningPolicy::Strip),
+        tool_calls: Some(ToolCallPolicy::Strip),
+        revert: None,
+        info: Some(json::Json::from_value(
+            &serde_json::json!({"profile": "default"}),
+        )),
+    };
+    let appended = store.append(
+        &id,
+        &[Event::new(
+            Timestamp::now(),
+            EventKind::Compaction(compaction),
+        )],
+        &AppendOptions::default(),
+    )?;
+    let scope = Scope {
+        end: appended.first_seq + 1,
+    };
+    let projector = view::plan(store, &id, scope, None)?;
     let mut out = output::stdout();
     writeln!(
         out,
-        "conversation {name}: {} events in {} turns",
-        info.len, info.turns
+        "projected view of \"{name}\" after `compact --reasoning strip --tool-calls strip`:"
     )?;
-    for kind in EventType::ALL {
-        let stats = info.kind(kind);
-        if stats.count > 0 {
-            writeln!(
-                out,
-                "  {:<12} {:>3} events {:>7} bytes",
-                kind.as_str(),
-                stats.count,
-                stats.bytes
-            )?;
+    view::stream(store, &id, scope, &projector, |v| {
+        let mut line = text_line(v);
+        if line.chars().count() > 110 {
+            line = line.chars().take(107).collect::<String>() + "...";
         }
-    }
-    writeln!(out, "head {}", appended.head)?;
-    match verified {
-        Ok(report) => writeln!(out, "verify: ok, {} records re-hashed", report.records)?,
+        writeln!(out, "  {line}")?;
+        Ok(())
+    })?;
+    let after = tally(store, &id, scope, None)?;
+    let (b, a) = (
+        tokens_for_chars(before.total_chars()),
+        tokens_for_chars(after.total_chars()),
+    );
+    writeln!(
+        out,
+        "tokens (4 characters a token): {b} -> {a}, saved {} ({:.0}%)",
+        b.saturating_sub(a),
+        100.0 * b.saturating_sub(a) as f64 / b.max(1) as f64
+    )?;
+    match store.verify(&id)? {
+        Ok(report) => writeln!(
+            out,
+            "verify: ok, {} records re-hashed; the raw history is untouched",
+            report.records
+        )?,
         Err(failure) => anyhow::bail!("verification failed: {failure}"),
     }
-    writeln!(out, "try: convstore log {name}    convstore stats {name}")?;
+    writeln!(
+        out,
+        "next: convstore log {name}   convstore project {name} --format openai"
+    )?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -109,7 +109,7 @@ pub(crate) fn write_view_event(v: &ViewEvent, out: &mut Vec<u8>) {
 }
 
 /// `[turn 3] user: text`, one line (newlines shown as ⏎).
-fn text_line(v: &ViewEvent) -> String {
+pub(crate) fn text_line(v: &ViewEvent) -> String {
     let body = match &v.event.kind {
         EventKind::TurnStart => "── turn start ──".to_owned(),
         EventKind::User { text } => format!("user: {text}"),
