@@ -38,6 +38,7 @@ pub mod event;
 mod hash;
 mod ids;
 mod index;
+pub mod interop;
 pub mod json;
 mod keys;
 mod log;
