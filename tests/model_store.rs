@@ -231,23 +231,26 @@ fn names_and_id_prefixes_resolve() {
     ));
     assert!(store.create_conversation(Some(" spaced")).is_err());
     assert!(store.find("zz-not-there").unwrap().is_none());
+    // Prefixes shorter than four digits are names, not prefixes.
+    assert!(store.find(&b.hex()[..3]).unwrap().is_none());
 }
 
 #[test]
 fn an_ambiguous_prefix_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir);
-    // With 40 random ids, some two share their first hex digit.
-    let ids: Vec<_> = (0..40)
-        .map(|_| store.create_conversation(None).unwrap())
-        .collect();
-    let mut firsts: Vec<char> = ids
-        .iter()
-        .map(|id| id.hex().chars().next().unwrap())
-        .collect();
-    firsts.sort_unstable();
-    let shared = firsts.windows(2).find(|w| w[0] == w[1]).unwrap()[0];
-    let err = store.resolve(&shared.to_string()).unwrap_err();
+    // Random ids: create until two share their first four hex digits
+    // (about 300 on average).
+    let mut seen = std::collections::HashMap::new();
+    let shared = loop {
+        let id = store.create_conversation(None).unwrap();
+        let prefix = id.hex()[..4].to_owned();
+        if seen.insert(prefix.clone(), id).is_some() {
+            break prefix;
+        }
+        assert!(seen.len() < 20_000, "no shared prefix");
+    };
+    let err = store.resolve(&shared).unwrap_err();
     assert!(
         matches!(
             err,

@@ -65,6 +65,21 @@ Examples:
   convstore compact chat --tool-calls omit --from 2h --dry-run
   convstore compact chat --revert --from 0 --to 5")]
     Compact(CompactArgs),
+    /// Import a conversation from JP events.json, OpenAI messages or NDJSON.
+    #[command(after_help = "\
+Examples:
+  convstore import --format jp 17648402467-design.events.json
+  convstore import --format openai messages.json --name support-42
+  cat events.ndjson | convstore import --format ndjson - --name chat")]
+    Import(ImportArgs),
+    /// Export a conversation, or its view, as JP events.json, OpenAI
+    /// messages or NDJSON.
+    #[command(after_help = "\
+Examples:
+  convstore export chat --format jp > chat.events.json
+  convstore export chat --format openai --projected --output messages.json
+  convstore export chat --format ndjson --as-of 120")]
+    Export(ExportArgs),
     /// Print a conversation's raw records as NDJSON, with seq, turn and
     /// address.
     Log(LogArgs),
@@ -194,6 +209,54 @@ pub enum ToolCallsArg {
     Omit,
     /// Leave them (overrides older policies).
     Keep,
+}
+
+/// Formats of `import` and `export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InteropFormat {
+    /// JP's events.json (a JSON array of JP events).
+    Jp,
+    /// OpenAI Chat Completions messages (an array, or an object with `messages`).
+    Openai,
+    /// One convstore event per line (SPEC §2).
+    Ndjson,
+}
+
+/// `import`
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Input format.
+    #[arg(long, value_enum)]
+    pub format: InteropFormat,
+    /// The file to read; `-` for stdin.
+    pub file: String,
+    /// Name of the new conversation (default: the file name without its
+    /// extension; none for stdin).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Machine-readable report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `export`
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Conversation name, id or id prefix.
+    pub conversation: String,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub format: InteropFormat,
+    /// Export the projected view instead of the raw history.
+    #[arg(long)]
+    pub projected: bool,
+    /// Only records up to SEQ (the view as it was then, with --projected).
+    #[arg(long, value_name = "SEQ")]
+    pub as_of: Option<u64>,
+    /// Write to FILE (atomically: a temporary file renamed over it); `-` for
+    /// stdout (the default).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<String>,
 }
 
 /// `log`

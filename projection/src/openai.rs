@@ -17,8 +17,9 @@
 
 use std::collections::HashSet;
 
-use convstore_store::EventKind;
-use serde_json::{json, Value};
+use convstore_store::interop::openai::META_KEY;
+use convstore_store::{Event, EventKind};
+use serde_json::{json, Map, Value};
 
 use crate::view::ViewEvent;
 
@@ -106,7 +107,7 @@ impl Builder {
         }
     }
 
-    fn result(&mut self, id: &str, content: &str) {
+    fn result(&mut self, id: &str, content: Value) {
         let declared = self
             .group
             .as_mut()
@@ -115,9 +116,11 @@ impl Builder {
             Some(group) => {
                 group.answered.insert(id.to_owned());
                 group.has_results = true;
-                self.out
-                    .messages
-                    .push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                let mut message = Map::new();
+                message.insert("role".into(), Value::String("tool".into()));
+                message.insert("tool_call_id".into(), Value::String(id.to_owned()));
+                message.insert("content".into(), content);
+                self.out.messages.push(Value::Object(message));
             }
             None => self.out.dropped_results += 1,
         }
@@ -133,23 +136,94 @@ impl Builder {
     }
 }
 
-/// The Chat Completions messages of a view.
+/// What an imported message kept under `meta.openai`: the `developer` role,
+/// content given as parts, `arguments` that were not a JSON object, other
+/// message fields.
+#[derive(Default)]
+struct Hints {
+    role: Option<String>,
+    content: Option<Value>,
+    arguments: Option<String>,
+    extra: Map<String, Value>,
+}
+
+impl Hints {
+    fn of(event: &Event) -> Hints {
+        let Some(Value::Object(mut openai)) = event
+            .meta
+            .as_ref()
+            .map(convstore_store::Json::to_value)
+            .and_then(|mut m| m.get_mut(META_KEY).map(Value::take))
+        else {
+            return Hints::default();
+        };
+        Hints {
+            role: openai
+                .get("role")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            content: openai.shift_remove("content").filter(Value::is_array),
+            arguments: openai
+                .get("arguments")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            extra: match openai.shift_remove("extra") {
+                Some(Value::Object(extra)) => extra,
+                _ => Map::new(),
+            },
+        }
+    }
+
+    /// A message with this role and text, as the hints say it was written.
+    fn message(self, role: &str, text: &str) -> Value {
+        let mut message = Map::new();
+        let role = match self.role {
+            Some(r) if role == "system" && r == "developer" => r,
+            _ => role.to_owned(),
+        };
+        message.insert("role".into(), Value::String(role));
+        message.insert(
+            "content".into(),
+            self.content
+                .unwrap_or_else(|| Value::String(text.to_owned())),
+        );
+        for (key, value) in self.extra {
+            message.entry(key).or_insert(value);
+        }
+        Value::Object(message)
+    }
+}
+
+/// The Chat Completions messages of a view. Events imported from this format
+/// are written back as they came (see [`convstore_store::interop::openai`]).
 pub fn to_messages<'a>(view: impl IntoIterator<Item = &'a ViewEvent>) -> Messages {
     let mut builder = Builder::default();
     for v in view {
-        match &v.event.kind {
-            EventKind::System { text } => builder.push(json!({"role": "system", "content": text})),
-            EventKind::User { text } => builder.push(json!({"role": "user", "content": text})),
+        let event = &v.event;
+        match &event.kind {
+            EventKind::System { text } => builder.push(Hints::of(event).message("system", text)),
+            EventKind::User { text } => builder.push(Hints::of(event).message("user", text)),
             EventKind::Assistant { text } => {
-                builder.push(json!({"role": "assistant", "content": text}));
+                builder.push(Hints::of(event).message("assistant", text));
                 builder.open();
             }
             EventKind::ToolCall {
                 id,
                 name,
                 arguments,
-            } => builder.call(id, name, arguments.as_str()),
-            EventKind::ToolResult { id, content, .. } => builder.result(id, content),
+            } => {
+                let raw = Hints::of(event)
+                    .arguments
+                    .filter(|_| arguments.as_str() == "{}");
+                builder.call(id, name, raw.as_deref().unwrap_or(arguments.as_str()));
+            }
+            EventKind::ToolResult { id, content, .. } => {
+                let hints = Hints::of(event);
+                let content = hints
+                    .content
+                    .unwrap_or_else(|| Value::String(content.clone()));
+                builder.result(id, content);
+            }
             _ => {}
         }
     }
@@ -186,8 +260,8 @@ pub fn validate(messages: &[Value]) -> Result<(), String> {
                 .get("tool_call_id")
                 .and_then(Value::as_str)
                 .ok_or(format!("message {i}: tool message without tool_call_id"))?;
-            if !content.is_some_and(Value::is_string) {
-                return Err(format!("message {i}: tool content is not a string"));
+            if !content.is_some_and(is_content) {
+                return Err(format!("message {i}: tool content is not text"));
             }
             let Some((_, declared, answered)) = open.as_mut() else {
                 return Err(format!(
@@ -203,9 +277,9 @@ pub fn validate(messages: &[Value]) -> Result<(), String> {
         }
         finish(&mut open)?;
         match role {
-            "system" | "user" => {
-                if !content.is_some_and(Value::is_string) {
-                    return Err(format!("message {i}: {role} content is not a string"));
+            "system" | "developer" | "user" => {
+                if !content.is_some_and(is_content) {
+                    return Err(format!("message {i}: {role} content is not text"));
                 }
             }
             "assistant" => {
@@ -215,7 +289,7 @@ pub fn validate(messages: &[Value]) -> Result<(), String> {
                 }
                 let has_calls = calls.is_some();
                 match content {
-                    Some(Value::String(_)) => {}
+                    Some(c) if is_content(c) => {}
                     Some(Value::Null) | None if has_calls => {}
                     _ => return Err(format!("message {i}: assistant without content or calls")),
                 }
@@ -224,6 +298,15 @@ pub fn validate(messages: &[Value]) -> Result<(), String> {
         }
     }
     finish(&mut open)
+}
+
+/// A string, or an array of content parts.
+fn is_content(content: &Value) -> bool {
+    match content {
+        Value::String(_) => true,
+        Value::Array(parts) => parts.iter().all(|p| p["type"].is_string()),
+        _ => false,
+    }
 }
 
 fn check_calls(i: usize, calls: &Value) -> Result<Vec<String>, String> {

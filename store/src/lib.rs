@@ -57,5 +57,5 @@ pub use index::OverlayIndex;
 pub use json::{EventError, Json};
 pub use keys::FORMAT_VERSION;
 pub use log::{LogIter, LogRecord, StoredOverlay};
-pub use store::{ConversationInfo, KindStats, Store};
+pub use store::{ConversationInfo, KindStats, Store, MIN_ID_PREFIX};
 pub use verify::{Verified, VerifyFailure, VerifyReport};

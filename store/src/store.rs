@@ -13,6 +13,10 @@ use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys::{self, FORMAT_VERSION};
 
+/// The shortest id prefix that names a conversation: shorter hex strings
+/// are too easily meant as names (`append b` creates `b`).
+pub const MIN_ID_PREFIX: usize = 4;
+
 /// sled's page cache. Reads of a whole log pass through it once, so it need
 /// not hold one.
 const CACHE_BYTES: u64 = 256 * 1024 * 1024;
@@ -235,17 +239,32 @@ impl Store {
         Ok(out)
     }
 
-    /// Finds a conversation by name, full id or unambiguous id prefix (in
-    /// that order: a name shadows an id prefix that spells the same).
+    /// The conversation with this name, if any.
+    pub fn find_name(&self, name: &str) -> StoreResult<Option<ConversationId>> {
+        match self.db.get(keys::name(name))? {
+            Some(bytes) => {
+                let bytes =
+                    <[u8; 16]>::try_from(bytes.as_ref()).map_err(|_| StoreError::Corrupt {
+                        what: format!("name entry \"{name}\""),
+                    })?;
+                Ok(Some(ConversationId::from_bytes(bytes)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Finds a conversation by name, full id or unambiguous id prefix of at
+    /// least [`MIN_ID_PREFIX`] hex digits (in that order: a name shadows an
+    /// id prefix that spells the same).
     pub fn find(&self, query: &str) -> StoreResult<Option<ConversationId>> {
-        if let Some(bytes) = self.db.get(keys::name(query))? {
-            let bytes = <[u8; 16]>::try_from(bytes.as_ref()).map_err(|_| StoreError::Corrupt {
-                what: format!("name entry \"{query}\""),
-            })?;
-            return Ok(Some(ConversationId::from_bytes(bytes)));
+        if let Some(id) = self.find_name(query)? {
+            return Ok(Some(id));
         }
         let hex = query.to_ascii_lowercase();
-        if hex.is_empty() || hex.len() > 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if hex.len() < MIN_ID_PREFIX
+            || hex.len() > 32
+            || !hex.bytes().all(|b| b.is_ascii_hexdigit())
+        {
             return Ok(None);
         }
         // Scan the ids that start with the whole bytes of the prefix, then

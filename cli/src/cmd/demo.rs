@@ -38,7 +38,7 @@ fn free_name(store: &Store) -> Result<String> {
         } else {
             format!("demo-{n}")
         };
-        if store.find(&name)?.is_none() {
+        if store.find_name(&name)?.is_none() {
             return Ok(name);
         }
         n += 1;

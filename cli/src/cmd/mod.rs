@@ -3,6 +3,8 @@
 mod append;
 mod compact;
 mod demo;
+mod export;
+mod import;
 mod log;
 mod project;
 mod stats;
@@ -30,6 +32,8 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         }
         Command::Demo => demo::run(&open_or_create(&cli.db)?, &notes),
         Command::Compact(args) => compact::run(&open_existing(&cli.db)?, args, &notes),
+        Command::Import(args) => import::run(&open_or_create(&cli.db)?, args, &notes),
+        Command::Export(args) => export::run(&open_existing(&cli.db)?, args, &notes),
         Command::Project(args) => project::run(&open_existing(&cli.db)?, args, &notes),
         Command::Log(args) => log::run(&open_existing(&cli.db)?, args),
         Command::Verify(args) => verify::run(&open_existing(&cli.db)?, args),

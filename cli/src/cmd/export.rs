@@ -1,0 +1,128 @@
+//! `convstore export`: a conversation (or its view) as JP `events.json`,
+//! OpenAI messages or NDJSON.
+
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use convstore_projection::openai::to_messages;
+use convstore_projection::ViewEvent;
+use convstore_store::interop::jp::to_jp;
+use convstore_store::json::write_event;
+use convstore_store::{Store, StoreError};
+
+use crate::args::{ExportArgs, InteropFormat};
+use crate::output::{self, Notes};
+use crate::view::{self, Scope};
+
+pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<ExitCode> {
+    let id = store.resolve(&args.conversation)?;
+    let len = store.info(&id)?.len;
+    let end = match args.as_of {
+        Some(seq) if seq >= len => {
+            return Err(StoreError::NoSuchRecord { seq, len }).context("--as-of");
+        }
+        Some(seq) => seq + 1,
+        None => len,
+    };
+    let scope = Scope { end };
+
+    // The events to write: the raw records, or the view.
+    let mut write = |out: &mut dyn Write| -> Result<()> {
+        let each = |f: &mut dyn FnMut(&ViewEvent) -> Result<()>| -> Result<()> {
+            if args.projected {
+                let projector = view::plan(store, &id, scope, None)?;
+                view::stream(store, &id, scope, &projector, f)
+            } else {
+                for record in store.scan(&id, 0..end)? {
+                    let record = record?;
+                    f(&ViewEvent {
+                        seq: record.seq,
+                        turn: record.turn,
+                        summary_of: None,
+                        event: record.event,
+                    })?;
+                }
+                Ok(())
+            }
+        };
+        match args.format {
+            InteropFormat::Ndjson => {
+                let mut line = Vec::with_capacity(4096);
+                each(&mut |v| {
+                    line.clear();
+                    write_event(&v.event, &mut line);
+                    line.push(b'\n');
+                    out.write_all(&line)?;
+                    Ok(())
+                })?;
+            }
+            InteropFormat::Jp => {
+                let mut first = true;
+                out.write_all(b"[")?;
+                each(&mut |v| {
+                    out.write_all(if first { b"\n" } else { b",\n" })?;
+                    first = false;
+                    serde_json::to_writer(&mut *out, &to_jp(&v.event))?;
+                    Ok(())
+                })?;
+                out.write_all(b"\n]\n")?;
+            }
+            InteropFormat::Openai => {
+                let mut events: Vec<ViewEvent> = Vec::new();
+                each(&mut |v| {
+                    events.push(v.clone());
+                    Ok(())
+                })?;
+                let messages = to_messages(&events);
+                out.write_all(b"[")?;
+                for (i, message) in messages.messages.iter().enumerate() {
+                    out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+                    serde_json::to_writer(&mut *out, message)?;
+                }
+                out.write_all(b"\n]\n")?;
+                if messages.dropped_calls + messages.dropped_results > 0 {
+                    notes.say(&format!(
+                        "openai: left out {} tool call(s) without a following result and {} result(s) without a preceding call",
+                        messages.dropped_calls, messages.dropped_results
+                    ));
+                }
+            }
+        }
+        Ok(())
+    };
+
+    match args.output.as_deref() {
+        None | Some("-") => {
+            let mut out = output::stdout();
+            write(&mut out)?;
+            out.flush()?;
+        }
+        Some(path) => write_atomically(Path::new(path), &mut write)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to a temporary file beside `path`, then renames it over `path`:
+/// readers see the old file or the whole new one.
+fn write_atomically(
+    path: &Path,
+    write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let temp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    {
+        let mut out = BufWriter::new(temp.as_file());
+        write(&mut out)?;
+        out.flush()?;
+    }
+    temp.as_file().sync_all()?;
+    temp.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,254 @@
+//! `convstore import`: JP `events.json`, OpenAI messages or NDJSON into a new
+//! conversation.
+//!
+//! Two passes over the input: the first parses and checks every event (and
+//! counts them), so a malformed input stores nothing; the second appends in
+//! batches. Neither holds the whole input: NDJSON is read line by line and
+//! JP's array element by element. Standard input is first copied to a
+//! temporary file so it can be read twice.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, Write};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use convstore_store::interop::{jp, openai};
+use convstore_store::json::parse_event;
+use convstore_store::{
+    AppendOptions, ConversationId, Event, EventType, Store, Timestamp, TurnTracker,
+};
+use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
+use serde_json::{json, Value};
+
+use crate::args::{ImportArgs, InteropFormat};
+use crate::output::{self, Notes};
+
+/// Events appended per batch in the second pass.
+const BATCH: usize = 10_000;
+
+pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<ExitCode> {
+    let mut input = open_input(&args.file)?;
+    let now = Timestamp::now();
+
+    // Pass 1: check everything, count.
+    let mut kinds = [0u64; 10];
+    let mut turns = TurnTracker::new();
+    let mut total = 0u64;
+    let mut unmapped: BTreeMap<String, u64> = BTreeMap::new();
+    each_event(args.format, &mut input, now, &mut |event, kept| {
+        kinds[event.kind.event_type().index()] += 1;
+        turns.next(event.kind.event_type());
+        total += 1;
+        for note in kept {
+            *unmapped.entry(note).or_default() += 1;
+        }
+        Ok(())
+    })?;
+    if total == 0 {
+        bail!("{}: no events to import", args.file);
+    }
+    let name = match &args.name {
+        Some(name) => Some(name.clone()),
+        None => default_name(&args.file),
+    };
+    if let Some(name) = &name {
+        if store.find_name(name)?.is_some() {
+            bail!("a conversation named \"{name}\" already exists (choose another with --name)");
+        }
+    }
+
+    // Pass 2: append in batches.
+    input.rewind().context("cannot reread the input")?;
+    let mut id: Option<ConversationId> = None;
+    let mut batch = Vec::with_capacity(BATCH);
+    let no_sync = AppendOptions {
+        no_sync: true,
+        ..AppendOptions::default()
+    };
+    let flush = |batch: &mut Vec<Event>, id: &mut Option<ConversationId>| -> Result<()> {
+        match id {
+            Some(id) => {
+                store.append(id, batch, &no_sync)?;
+            }
+            None => *id = Some(store.create_and_append(name.as_deref(), batch, &no_sync)?.0),
+        }
+        batch.clear();
+        Ok(())
+    };
+    each_event(args.format, &mut input, now, &mut |event, _| {
+        batch.push(event);
+        if batch.len() == BATCH {
+            flush(&mut batch, &mut id)?;
+        }
+        Ok(())
+    })?;
+    if !batch.is_empty() {
+        flush(&mut batch, &mut id)?;
+    }
+    store.flush()?;
+    let id = id.ok_or_else(|| anyhow!("nothing was imported"))?;
+    let info = store.info(&id)?;
+
+    let mut out = output::stdout();
+    if args.json {
+        let value = json!({
+            "id": id.hex(),
+            "name": info.name,
+            "events": total,
+            "turns": turns.turn_count(total),
+            "head": info.head.hex(),
+            "kinds": EventType::ALL.iter().filter(|k| kinds[k.index()] > 0)
+                .map(|k| (k.as_str().to_owned(), json!(kinds[k.index()])))
+                .collect::<serde_json::Map<_, _>>(),
+            "kept_in_meta": unmapped,
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(
+            out,
+            "imported {total} events in {} turns into {} ({id})",
+            turns.turn_count(total),
+            info.label()
+        )?;
+        for kind in EventType::ALL {
+            if kinds[kind.index()] > 0 {
+                writeln!(out, "  {:<12} {}", kind.as_str(), kinds[kind.index()])?;
+            }
+        }
+        for (field, count) in &unmapped {
+            notes.say(&format!(
+                "kept in meta (no event field for it): {field} ×{count}"
+            ));
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The input as a seekable file; standard input is copied to a temporary
+/// file first.
+fn open_input(path: &str) -> Result<File> {
+    if path == "-" {
+        let mut spool = tempfile::tempfile().context("cannot create a temporary file for stdin")?;
+        std::io::copy(&mut std::io::stdin().lock(), &mut spool).context("cannot read stdin")?;
+        spool.rewind()?;
+        Ok(spool)
+    } else {
+        File::open(path).with_context(|| format!("cannot open {path}"))
+    }
+}
+
+/// `17648402467-title.events.json` → `17648402467-title`.
+fn default_name(path: &str) -> Option<String> {
+    if path == "-" {
+        return None;
+    }
+    let file = Path::new(path).file_name()?.to_string_lossy().into_owned();
+    let stem = [".events.json", ".ndjson", ".jsonl", ".json"]
+        .iter()
+        .find_map(|ext| file.strip_suffix(ext))
+        .unwrap_or(&file);
+    Some(stem.to_owned())
+}
+
+type Sink<'a> = dyn FnMut(Event, Vec<String>) -> Result<()> + 'a;
+
+/// Calls `sink` with each event of the input, in order, with the fields it
+/// kept in `meta`. Errors name the position (line, event or message).
+fn each_event(
+    format: InteropFormat,
+    input: &mut File,
+    now: Timestamp,
+    sink: &mut Sink<'_>,
+) -> Result<()> {
+    let reader = BufReader::with_capacity(1 << 20, input);
+    match format {
+        InteropFormat::Ndjson => {
+            for (index, line) in reader.lines().enumerate() {
+                let number = index + 1;
+                let line = line.with_context(|| format!("line {number}: cannot read"))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let event = parse_event(&line, now).with_context(|| format!("line {number}"))?;
+                sink(event, Vec::new())?;
+            }
+            Ok(())
+        }
+        InteropFormat::Jp => each_element(reader, &mut |index, value| {
+            let mut kept = Vec::new();
+            let event = jp::from_jp(value, &mut kept).map_err(|e| format!("event {index}: {e}"))?;
+            sink(event, kept).map_err(|e| format!("event {index}: {e:#}"))
+        }),
+        InteropFormat::Openai => {
+            let value: Value = serde_json::from_reader(reader).context("invalid JSON")?;
+            let mut ignored = Vec::new();
+            let messages = match value {
+                Value::Array(messages) => messages,
+                Value::Object(mut object) => match object.shift_remove("messages") {
+                    Some(Value::Array(messages)) => {
+                        ignored.extend(
+                            object
+                                .keys()
+                                .map(|k| format!("top-level {k} (not imported)")),
+                        );
+                        messages
+                    }
+                    _ => bail!("expected a messages array or an object with a `messages` array"),
+                },
+                _ => bail!("expected a messages array or an object with a `messages` array"),
+            };
+            for (index, message) in messages.into_iter().enumerate() {
+                let mut kept = std::mem::take(&mut ignored);
+                let events = openai::from_message(message, now, &mut kept)
+                    .with_context(|| format!("message {index}"))?;
+                let mut kept = Some(kept);
+                for event in events {
+                    sink(event, kept.take().unwrap_or_default())?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+type ElementSink<'a> = dyn FnMut(usize, Value) -> std::result::Result<(), String> + 'a;
+
+/// Reads a JSON array element by element.
+fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
+    struct Each<'s, 'a>(&'s mut ElementSink<'a>);
+
+    impl<'de> DeserializeSeed<'de> for Each<'_, '_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Each<'_, '_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON array of events")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+            let mut index = 0;
+            while let Some(value) = seq.next_element::<Value>()? {
+                (self.0)(index, value).map_err(A::Error::custom)?;
+                index += 1;
+            }
+            Ok(())
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    Each(sink)
+        .deserialize(&mut de)
+        .map_err(|e| anyhow!("{e}"))?;
+    de.end().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
