@@ -95,6 +95,24 @@ proptest! {
                 .collect();
             prop_assert_eq!(overlays, expected);
         }
+        // The call directories give the latest name per call id, for any
+        // prefix; the first conversation event of each turn is found.
+        for end in [cut, u64::MAX] {
+            let mut names = std::collections::HashMap::new();
+            for r in records.iter().filter(|r| r.seq < end) {
+                if let convstore_store::EventKind::ToolCall { id, name, .. } = &r.event.kind {
+                    names.insert(id.clone(), name.clone());
+                }
+            }
+            prop_assert_eq!(store.tool_names(&id, end).unwrap(), names);
+            for turn in 0..=turns.last().copied().unwrap_or(0) {
+                let expected = records
+                    .iter()
+                    .find(|r| r.seq < end && r.turn == turn && r.event.kind.event_type().is_conversation())
+                    .map(|r| r.seq);
+                prop_assert_eq!(store.first_conversation_seq(&id, turn, end).unwrap(), expected);
+            }
+        }
         let info = store.info(&id).unwrap();
         prop_assert_eq!(info.len, all.len() as u64);
         prop_assert_eq!(info.turns, tracker.turn_count(all.len() as u64));

@@ -1,18 +1,20 @@
 //! Streams a stored conversation through the projection engine.
 //!
-//! Two passes over the log: the first feeds a [`Plan`], the second reads the
-//! records again in windows, transforms each window's chunks in parallel and
+//! The plan comes from what the store keeps beside the log (overlay entries,
+//! call directories, turn index); then one pass reads the records in
+//! windows, decodes and transforms each window's chunks in parallel and
 //! hands the view events, in order, to a sink. Memory is bounded by the
 //! window, not by the log.
 
-use anyhow::Result;
-use convstore_projection::{estimate_chars, LogEvent, Plan, Projector, ViewEvent};
-use convstore_store::{ConversationId, Event, EventType, Store};
+use std::collections::HashMap;
+use std::sync::Arc;
 
-/// Records per parallel task.
-const CHUNK: usize = 1024;
-/// Chunks read before they are transformed together.
-const WINDOW: usize = 64;
+use anyhow::Result;
+use convstore_projection::{estimate_chars, LogEvent, Overlay, Plan, Projector, ViewEvent};
+use convstore_store::{ConversationId, Event, EventKind, EventType, RawChunk, Store};
+
+/// Records read before their chunks are decoded and transformed together.
+const WINDOW_RECORDS: usize = 64 * 1024;
 
 /// Which part of the log to project.
 #[derive(Debug, Clone, Copy)]
@@ -21,27 +23,55 @@ pub(crate) struct Scope {
     pub end: u64,
 }
 
-/// Builds the plan of the records in `scope`, plus `extra` (an event that
-/// would be appended next, for dry runs).
+/// The projector of the records in `scope`, plus `extra` (an event that
+/// would be appended next, for dry runs). It reads only what the store keeps
+/// for this: the overlay entries, the chunks' call directories and the turn
+/// index; no record is decoded but the few that start summary runs.
 pub(crate) fn plan(
     store: &Store,
     id: &ConversationId,
     scope: Scope,
     extra: Option<(u64, u64, &Event)>,
 ) -> Result<Projector> {
-    let mut plan = Plan::new();
-    for record in store.scan(id, 0..scope.end)? {
-        let record = record?;
-        plan.observe(record.seq, record.turn, &record.event);
-    }
+    let end = scope.end;
+    let mut overlays: Vec<Overlay> = store
+        .overlays(id, end)?
+        .into_iter()
+        .filter_map(|o| match &o.event.kind {
+            EventKind::Compaction(c) => Some(Overlay::from_compaction(o.seq, o.event.timestamp, c)),
+            _ => None,
+        })
+        .collect();
+    let mut names: HashMap<String, Arc<str>> = store
+        .tool_names(id, end)?
+        .into_iter()
+        .map(|(call, name)| (call, Arc::from(name)))
+        .collect();
+    let mut last_turn = match end {
+        0 => None,
+        _ => Some(store.turn_of(id, end - 1)?),
+    };
     if let Some((seq, turn, event)) = extra {
-        plan.observe(seq, turn, event);
+        match &event.kind {
+            EventKind::Compaction(c) => {
+                overlays.push(Overlay::from_compaction(seq, event.timestamp, c))
+            }
+            EventKind::ToolCall { id: call, name, .. } => {
+                names.insert(call.clone(), Arc::from(name.as_str()));
+            }
+            _ => {}
+        }
+        last_turn = Some(last_turn.map_or(turn, |t| t.max(turn)));
     }
-    Ok(plan.finish())
+    Ok(Plan::assemble(overlays, names, last_turn, |turn| {
+        store.first_conversation_seq(id, turn, end)
+    })?)
 }
 
 /// Projects the records in `scope` with `projector`, calling `sink` with
-/// each view event in order.
+/// each view event in order. Reads chunks in windows of about 64 Ki records,
+/// decodes and transforms a window's chunks in parallel, and hands the view
+/// events to `sink` in log order: memory is bounded by the window.
 pub(crate) fn stream(
     store: &Store,
     id: &ConversationId,
@@ -49,31 +79,31 @@ pub(crate) fn stream(
     projector: &Projector,
     mut sink: impl FnMut(&ViewEvent) -> Result<()>,
 ) -> Result<()> {
-    let mut records = store.scan(id, 0..scope.end)?;
+    let end = scope.end;
+    let mut chunks = store.chunks(id, 0, end)?;
     loop {
-        let mut chunks: Vec<Vec<LogEvent>> = Vec::with_capacity(WINDOW);
-        let mut chunk = Vec::with_capacity(CHUNK);
-        for record in records.by_ref() {
-            let record = record?;
-            chunk.push(LogEvent {
-                seq: record.seq,
-                turn: record.turn,
-                event: record.event,
-            });
-            if chunk.len() == CHUNK {
-                chunks.push(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)));
-                if chunks.len() == WINDOW {
-                    break;
-                }
+        let mut window: Vec<RawChunk> = Vec::new();
+        let mut records = 0;
+        for chunk in chunks.by_ref() {
+            let chunk = chunk?;
+            records += chunk.len();
+            window.push(chunk);
+            if records >= WINDOW_RECORDS {
+                break;
             }
         }
-        if !chunk.is_empty() {
-            chunks.push(chunk);
-        }
-        if chunks.is_empty() {
+        if window.is_empty() {
             return Ok(());
         }
-        for view in projector.transform_chunks(chunks) {
+        let views = projector.decode_and_transform(window, |chunk| {
+            chunk.events(store, 0, end).map(|events| {
+                events
+                    .into_iter()
+                    .map(|(seq, turn, event)| LogEvent { seq, turn, event })
+                    .collect()
+            })
+        })?;
+        for view in views {
             for event in &view {
                 sink(event)?;
             }

@@ -24,6 +24,31 @@ pub fn project(events: &[LogEvent]) -> Vec<ViewEvent> {
 }
 
 impl Projector {
+    /// Decodes and transforms chunks in parallel: `decode` turns one input
+    /// chunk into raw events (it may read a store), then each event is
+    /// transformed. The output chunks are in the input's order.
+    pub fn decode_and_transform<C, E>(
+        &self,
+        chunks: Vec<C>,
+        decode: impl Fn(C) -> Result<Vec<LogEvent>, E> + Sync,
+    ) -> Result<Vec<Vec<ViewEvent>>, E>
+    where
+        C: Send,
+        E: Send,
+    {
+        chunks
+            .into_par_iter()
+            .map(|chunk| {
+                let raw = decode(chunk)?;
+                let mut out = Vec::with_capacity(raw.len());
+                for event in raw {
+                    self.transform(event, &mut out);
+                }
+                Ok(out)
+            })
+            .collect()
+    }
+
     /// Transforms chunks of consecutive raw events in parallel; the output
     /// chunks are in the input's order.
     pub fn transform_chunks(&self, chunks: Vec<Vec<LogEvent>>) -> Vec<Vec<ViewEvent>> {

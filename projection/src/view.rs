@@ -82,22 +82,44 @@ impl Plan {
 
     /// Resolves the overlays and returns the projector.
     pub fn finish(self) -> Projector {
-        let resolution = resolve(self.overlays, self.last_turn);
+        let first = self.first_conversation;
+        let result: Result<Projector, std::convert::Infallible> =
+            Self::assemble(self.overlays, self.names, self.last_turn, |turn| {
+                Ok(first.get(turn as usize).copied().flatten())
+            });
+        match result {
+            Ok(projector) => projector,
+            Err(never) => match never {},
+        }
+    }
+
+    /// A projector from what a store already knows, without a first pass:
+    /// the overlays, the latest name per call id, the last turn, and a way
+    /// to find the first conversation event of a turn (asked only for the
+    /// first turns of summary runs).
+    pub fn assemble<E>(
+        overlays: Vec<Overlay>,
+        names: HashMap<String, Arc<str>>,
+        last_turn: Option<u64>,
+        mut first_conversation: impl FnMut(u64) -> Result<Option<u64>, E>,
+    ) -> Result<Projector, E> {
+        let resolution = resolve(overlays, last_turn);
         // A run's summary goes right before the first event it drops: the
         // first conversation event of its turns.
         let mut run_heads = HashMap::new();
         for (index, run) in resolution.runs.iter().enumerate() {
-            let head = (run.first..=run.last)
-                .find_map(|t| self.first_conversation.get(t as usize).copied().flatten());
-            if let Some(seq) = head {
-                run_heads.insert(seq, index);
+            for turn in run.first..=run.last {
+                if let Some(seq) = first_conversation(turn)? {
+                    run_heads.insert(seq, index);
+                    break;
+                }
             }
         }
-        Projector {
+        Ok(Projector {
             resolution,
-            names: self.names,
+            names,
             run_heads,
-        }
+        })
     }
 }
 

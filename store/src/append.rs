@@ -10,7 +10,8 @@
 use std::collections::HashSet;
 
 use crate::codec::{
-    encode, encode_event, ChunkRepr, EncodedRecord, EntryRepr, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    encode, encode_event, CallDirectory, ChunkRepr, EncodedRecord, EntryRepr, CHUNK_MAX_BYTES,
+    CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -188,6 +189,7 @@ fn write_records(
         first_seq,
         parent: head_before,
         entries: Vec::new(),
+        calls: Vec::new(),
         bytes: 0,
     };
     for (i, entry) in entries.into_iter().enumerate() {
@@ -203,11 +205,15 @@ fn write_records(
                 first_seq: seq,
                 parent,
                 entries: Vec::new(),
+                calls: Vec::new(),
                 bytes: 0,
             };
         }
         chunk.bytes += entry.record.len();
         chunk.entries.push(entry);
+        if let Some((call_id, name)) = encoded[i].call {
+            chunk.calls.push((first_seq + i as u64, call_id, name));
+        }
     }
     chunk.write(id, batch);
 
@@ -234,6 +240,7 @@ struct ChunkBuilder<'a> {
     first_seq: u64,
     parent: Address,
     entries: Vec<EntryRepr<'a>>,
+    calls: Vec<(u64, &'a str, &'a str)>,
     bytes: usize,
 }
 
@@ -253,6 +260,12 @@ impl ChunkBuilder<'_> {
             entries: self.entries.clone(),
         };
         batch.insert(keys::chunk(id, self.first_seq), encode(&repr));
+        if !self.calls.is_empty() {
+            let directory = CallDirectory {
+                calls: self.calls.clone(),
+            };
+            batch.insert(keys::call_directory(id, self.first_seq), encode(&directory));
+        }
         batch.insert(
             keys::turn(id, last_turn, self.first_seq),
             encode(&TurnEntry {

@@ -168,6 +168,8 @@ pub(crate) struct EncodedRecord<'e> {
     pub blobs: Vec<(BlobHash, &'e str)>,
     /// The record's bytes plus the lengths of its blobs.
     pub size: u64,
+    /// For a tool call: its id and name.
+    pub call: Option<(&'e str, &'e str)>,
 }
 
 /// Encodes `event` canonically, moving long texts out as blobs.
@@ -220,11 +222,16 @@ pub(crate) fn encode_event(event: &Event) -> EncodedRecord<'_> {
         body,
     });
     let size = bytes.len() as u64 + blobs.iter().map(|(_, s)| s.len() as u64).sum::<u64>();
+    let call = match &event.kind {
+        EventKind::ToolCall { id, name, .. } => Some((id.as_str(), name.as_str())),
+        _ => None,
+    };
     EncodedRecord {
         bytes,
         event_type: event.kind.event_type(),
         blobs,
         size,
+        call,
     }
 }
 
@@ -335,6 +342,15 @@ pub(crate) struct EntryRepr<'a> {
     /// The record's canonical bytes.
     #[serde(with = "serde_bytes")]
     pub record: &'a [u8],
+}
+
+/// The tool calls of a chunk: `(seq, id, name)` in log order. Stored beside
+/// the chunk so that a projection learns every call's name without decoding
+/// the records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CallDirectory<'a> {
+    #[serde(borrow)]
+    pub calls: Vec<(u64, &'a str, &'a str)>,
 }
 
 /// Where a chunk's entries are, so a reader can keep the chunk's bytes and

@@ -12,6 +12,7 @@
 //! | `c` id(16) first_seq(8 BE) | a chunk of records |
 //! | `t` id(16) last_turn(8 BE) first_seq(8 BE) | turn index entry for a chunk |
 //! | `o` id(16) seq(8 BE) | a compaction overlay: its turn and record bytes |
+//! | `k` id(16) first_seq(8 BE) | the tool calls of a chunk: (seq, id, name) |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
 //! their 32-byte hash: sled keeps values inside its B-tree pages, so a long
@@ -27,6 +28,7 @@ pub(crate) const NAME: u8 = b'N';
 pub(crate) const CHUNK: u8 = b'c';
 pub(crate) const TURN: u8 = b't';
 pub(crate) const OVERLAY: u8 = b'o';
+pub(crate) const CALLS: u8 = b'k';
 /// The name of the tree that holds blobs.
 pub(crate) const BLOBS: &str = "blobs";
 
@@ -72,6 +74,17 @@ pub(crate) fn turn(id: &ConversationId, last_turn: u64, first_seq: u64) -> Vec<u
 /// The (last turn, first seq) of a turn index key.
 pub(crate) fn turn_parts(key: &[u8]) -> Option<(u64, u64)> {
     Some((be_u64(key.get(17..25)?)?, be_u64(key.get(25..33)?)?))
+}
+
+/// The prefix of every call directory key of a conversation.
+pub(crate) fn call_directories(id: &ConversationId) -> Vec<u8> {
+    prefixed(CALLS, id.as_bytes())
+}
+
+pub(crate) fn call_directory(id: &ConversationId, first_seq: u64) -> Vec<u8> {
+    let mut key = call_directories(id);
+    key.extend_from_slice(&first_seq.to_be_bytes());
+    key
 }
 
 /// The prefix of every overlay key of a conversation.

@@ -56,6 +56,6 @@ pub use ids::ConversationId;
 pub use index::OverlayIndex;
 pub use json::{EventError, Json};
 pub use keys::FORMAT_VERSION;
-pub use log::{LogIter, LogRecord, StoredOverlay};
+pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use store::{ConversationInfo, KindStats, Store, MIN_ID_PREFIX};
 pub use verify::{Verified, VerifyFailure, VerifyReport};

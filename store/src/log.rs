@@ -1,10 +1,11 @@
 //! Reading the log: [`Store::scan`], [`Store::record`], and the turn index
 //! ([`Store::turn_of`], [`Store::first_seq_of_turn`]).
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::append::{OverlayEntry, TurnEntry};
-use crate::codec::{self, decode_record, record_to_event, BlobRef, ChunkLayout};
+use crate::codec::{self, decode_record, record_to_event, BlobRef, CallDirectory, ChunkLayout};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
 use crate::hash::Address;
@@ -185,6 +186,78 @@ impl Store {
         Ok(out)
     }
 
+    /// The name of the latest tool call with each id among records `0..end`,
+    /// from the chunks' call directories (no record is decoded).
+    pub fn tool_names(
+        &self,
+        id: &ConversationId,
+        end: u64,
+    ) -> StoreResult<HashMap<String, String>> {
+        let mut names = HashMap::new();
+        for item in self
+            .db
+            .range(keys::call_directory(id, 0)..keys::call_directory(id, end))
+        {
+            let (_, value) = item?;
+            let directory: CallDirectory<'_> = codec::decode(&value, "call directory")?;
+            for (seq, call, name) in directory.calls {
+                if seq < end {
+                    names.insert(call.to_owned(), name.to_owned());
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    /// The seq of the first conversation event (any kind but `config`,
+    /// `system` and `compaction`) of `turn` among records `0..end`. For a
+    /// turn after the first that is the `turn_start` opening it, found
+    /// through the turn index.
+    pub fn first_conversation_seq(
+        &self,
+        id: &ConversationId,
+        turn: u64,
+        end: u64,
+    ) -> StoreResult<Option<u64>> {
+        let Some(start) = self.first_seq_of_turn(id, turn)? else {
+            return Ok(None);
+        };
+        if start >= end {
+            return Ok(None);
+        }
+        let mut chunks = self.chunks(id, start, end)?;
+        while let Some(raw) = chunks.next().transpose()? {
+            let chunk = &raw.chunk;
+            for (i, entry) in chunk.layout.entries.iter().enumerate() {
+                let seq = chunk.first_seq + i as u64;
+                if seq < start {
+                    continue;
+                }
+                if seq >= end || entry.turn != turn {
+                    return Ok(None);
+                }
+                let record =
+                    decode_record(chunk.record_bytes(i)).map_err(|e| in_record(id, seq, &e))?;
+                if record.body.event_type().is_conversation() {
+                    return Ok(Some(seq));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The chunks holding records `start..end`, in order, undecoded: for
+    /// readers that decode them in parallel ([`RawChunk::events`]).
+    pub fn chunks(&self, id: &ConversationId, start: u64, end: u64) -> StoreResult<ChunkIter> {
+        let from = self.chunk_start(id, start)?;
+        Ok(ChunkIter {
+            id: *id,
+            inner: self
+                .db
+                .range(keys::chunk(id, from)..keys::chunk(id, end.max(from + 1))),
+        })
+    }
+
     /// The text of a blob.
     pub(crate) fn load_blob(&self, blob: BlobRef) -> StoreResult<String> {
         let bytes = self
@@ -196,6 +269,73 @@ impl Store {
         String::from_utf8(bytes.to_vec()).map_err(|_| StoreError::Corrupt {
             what: format!("blob {} is not UTF-8", blob.hash),
         })
+    }
+}
+
+/// Undecoded chunks of a conversation; see [`Store::chunks`].
+pub struct ChunkIter {
+    id: ConversationId,
+    inner: sled::Iter,
+}
+
+impl Iterator for ChunkIter {
+    type Item = StoreResult<RawChunk>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = self.inner.next()?;
+        Some(item.map_err(StoreError::from).and_then(|(key, bytes)| {
+            Ok(RawChunk {
+                id: self.id,
+                chunk: LoadedChunk::read(&self.id, &key, bytes)?,
+            })
+        }))
+    }
+}
+
+/// A chunk of records as stored, cheap to move between threads.
+pub struct RawChunk {
+    id: ConversationId,
+    chunk: LoadedChunk,
+}
+
+impl RawChunk {
+    /// The seq of its first record.
+    pub fn first_seq(&self) -> u64 {
+        self.chunk.first_seq
+    }
+
+    /// How many records it holds.
+    pub fn len(&self) -> usize {
+        self.chunk.layout.entries.len()
+    }
+
+    /// Whether it holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.chunk.layout.entries.is_empty()
+    }
+
+    /// Its records with a seq in `start..end`, decoded (blobs loaded from
+    /// `store`) as `(seq, turn, event)`, without their addresses.
+    pub fn events(
+        &self,
+        store: &Store,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Vec<(u64, u64, Event)>> {
+        let chunk = &self.chunk;
+        let mut out = Vec::with_capacity(chunk.layout.entries.len());
+        for (i, entry) in chunk.layout.entries.iter().enumerate() {
+            let seq = chunk.first_seq + i as u64;
+            if seq < start || seq >= end {
+                continue;
+            }
+            let record =
+                decode_record(chunk.record_bytes(i)).map_err(|e| in_record(&self.id, seq, &e))?;
+            let event = record_to_event(&record, &mut |blob| store.load_blob(blob))
+                .map_err(|e| in_record(&self.id, seq, &e))?;
+            out.push((seq, entry.turn, event));
+        }
+        Ok(out)
     }
 }
 

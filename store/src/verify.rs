@@ -13,14 +13,17 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::append::{OverlayEntry, TurnEntry};
-use crate::codec::{self, decode_record, BlobRef, TextRepr};
+use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, TextRepr};
 use crate::error::StoreResult;
-use crate::event::{EventType, TurnTracker};
+use crate::event::TurnTracker;
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys;
 use crate::log::LoadedChunk;
 use crate::store::{ConversationMeta, KindStats, Store};
+
+/// The tool calls of a chunk as `(seq, id, name)`.
+type Calls = Vec<(u64, String, String)>;
 
 /// What a successful verification covered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -140,6 +143,7 @@ impl Checker<'_> {
         let mut kinds = [KindStats::default(); 10];
         let mut index = Vec::new();
         let mut overlays: Vec<(u64, u64, Vec<u8>)> = Vec::new();
+        let mut directories: Vec<(u64, Calls)> = Vec::new();
         for item in self.store.db.scan_prefix(keys::chunks(&id)) {
             let (key, bytes) = item.map_err(|e| self.fail(Some(seq), e.to_string()))?;
             let chunk = LoadedChunk::read(&id, &key, bytes)
@@ -159,6 +163,7 @@ impl Checker<'_> {
                     "its chunk's parent address is not the previous record's address",
                 ));
             }
+            let mut calls = Vec::new();
             for (i, entry) in chunk.layout.entries.iter().enumerate() {
                 let bytes = chunk.record_bytes(i);
                 let child = address.child(bytes);
@@ -182,14 +187,21 @@ impl Checker<'_> {
                         size += blob.len;
                     }
                 }
-                if event_type == EventType::Compaction {
-                    overlays.push((seq, turn, bytes.to_vec()));
+                match &record.body {
+                    BodyRepr::Compaction(_) => overlays.push((seq, turn, bytes.to_vec())),
+                    BodyRepr::ToolCall { id, name, .. } => {
+                        calls.push((seq, (*id).to_owned(), (*name).to_owned()));
+                    }
+                    _ => {}
                 }
                 let stats = &mut kinds[event_type.index()];
                 stats.count += 1;
                 stats.bytes += size;
                 address = child;
                 seq += 1;
+            }
+            if !calls.is_empty() {
+                directories.push((chunk.first_seq, std::mem::take(&mut calls)));
             }
             let entries = chunk.layout.entries.len() as u64;
             let first_turn = chunk.layout.entries.first().map_or(0, |e| e.turn);
@@ -222,6 +234,7 @@ impl Checker<'_> {
         }
         self.check_turn_index(&index)?;
         self.check_overlays(&overlays)?;
+        self.check_call_directories(&directories)?;
         Ok(VerifyReport {
             conversations: 1,
             records: seq,
@@ -268,6 +281,31 @@ impl Checker<'_> {
             return Err(self.fail(
                 first_bad,
                 "the overlay index does not match the log's compactions",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each chunk's call directory lists exactly its tool calls.
+    fn check_call_directories(&self, expected: &[(u64, Calls)]) -> Result<(), VerifyFailure> {
+        let mut found = Vec::new();
+        for item in self.store.db.scan_prefix(keys::call_directories(&self.id)) {
+            let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
+            let first_seq = keys::chunk_first_seq(&key)
+                .ok_or_else(|| self.fail(None, "a call directory key is truncated"))?;
+            let directory: CallDirectory<'_> = codec::decode(&value, "call directory")
+                .map_err(|e| self.fail(Some(first_seq), e.to_string()))?;
+            let calls = directory
+                .calls
+                .into_iter()
+                .map(|(seq, id, name)| (seq, id.to_owned(), name.to_owned()))
+                .collect();
+            found.push((first_seq, calls));
+        }
+        if found != expected {
+            return Err(self.fail(
+                None,
+                "the call directories do not match the log's tool calls",
             ));
         }
         Ok(())
