@@ -54,7 +54,7 @@ pub(crate) fn plan(
     if let Some((seq, turn, event)) = extra {
         match &event.kind {
             EventKind::Compaction(c) => {
-                overlays.push(Overlay::from_compaction(seq, event.timestamp, c))
+                overlays.push(Overlay::from_compaction(seq, event.timestamp, c));
             }
             EventKind::ToolCall { id: call, name, .. } => {
                 names.insert(call.clone(), Arc::from(name.as_str()));
