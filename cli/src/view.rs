@@ -14,7 +14,7 @@ use convstore_projection::{estimate_chars, LogEvent, Overlay, Plan, Projector, V
 use convstore_store::{ConversationId, Event, EventKind, EventType, RawChunk, Store};
 
 /// Records read before their chunks are decoded and transformed together.
-const WINDOW_RECORDS: usize = 64 * 1024;
+const WINDOW_RECORDS: usize = 16 * 1024;
 
 /// Which part of the log to project.
 #[derive(Debug, Clone, Copy)]
@@ -96,7 +96,8 @@ pub(crate) fn stream(
             return Ok(());
         }
         let views = projector.decode_and_transform(window, |chunk| {
-            chunk.events(store, 0, end).map(|events| {
+            let drops = |seq, turn, kind| projector.drops(seq, turn, kind);
+            chunk.events(store, 0, end, drops).map(|events| {
                 events
                     .into_iter()
                     .map(|(seq, turn, event)| LogEvent { seq, turn, event })

@@ -9,7 +9,7 @@ use convstore_store::event::ReasoningPolicy;
 use convstore_store::{Event, EventKind, EventType, Json};
 
 use crate::overlay::{Overlay, Summary, ToolPolicy};
-use crate::resolve::{resolve, Resolution};
+use crate::resolve::{resolve, Resolution, Run};
 
 /// A raw event of the stream with its place in the log.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +123,17 @@ impl Plan {
     }
 }
 
+/// What the view does with a raw event.
+enum Fate<'p> {
+    /// Nothing of it is in the view.
+    Dropped,
+    /// It is the first event its summary run drops: the run's summary takes
+    /// its place.
+    Summary(Run, &'p str),
+    /// It passes, its calls or results stripped as `tools` says.
+    Kept { tools: Option<&'p ToolPolicy> },
+}
+
 /// Transforms raw events into view events (SPEC §4). Pure: the same raw
 /// event always gives the same view events, so chunks of the stream can be
 /// transformed in any order and on any thread.
@@ -144,37 +155,53 @@ impl Projector {
         self.names.get(id).map(|n| &**n)
     }
 
-    /// Appends the view events of one raw event to `out`.
-    pub fn transform(&self, raw: LogEvent, out: &mut Vec<ViewEvent>) {
-        let LogEvent { seq, turn, event } = raw;
-        let kind = event.kind.event_type();
+    /// What the view does with the raw event at `seq` in `turn` of type
+    /// `kind`: everything but the stripping of a call or result is decided
+    /// by these three alone.
+    fn fate(&self, seq: u64, turn: u64, kind: EventType) -> Fate<'_> {
         if kind == EventType::Compaction {
-            return;
+            return Fate::Dropped;
         }
         if !kind.is_conversation() {
-            out.push(ViewEvent {
-                seq,
-                turn,
-                summary_of: None,
-                event,
-            });
-            return;
+            return Fate::Kept { tools: None };
         }
         let Some(segment) = self.resolution.segment(turn) else {
-            out.push(ViewEvent {
-                seq,
-                turn,
-                summary_of: None,
-                event,
-            });
-            return;
+            return Fate::Kept { tools: None };
         };
         let overlays = &self.resolution.overlays;
         if let Some(Summary::Text(text)) =
             segment.summary.and_then(|i| overlays[i].summary.as_ref())
         {
-            if let Some(&run) = self.run_heads.get(&seq) {
-                let run = self.resolution.runs[run];
+            return match self.run_heads.get(&seq) {
+                Some(&run) => Fate::Summary(self.resolution.runs[run], text),
+                None => Fate::Dropped,
+            };
+        }
+        let reasoning = segment.reasoning.and_then(|i| overlays[i].reasoning);
+        let tools = segment
+            .tool_calls
+            .and_then(|i| overlays[i].tool_calls.as_ref());
+        match kind {
+            EventType::Reasoning if reasoning == Some(ReasoningPolicy::Strip) => Fate::Dropped,
+            EventType::ToolCall | EventType::ToolResult if tools == Some(&ToolPolicy::Omit) => {
+                Fate::Dropped
+            }
+            _ => Fate::Kept { tools },
+        }
+    }
+
+    /// Whether the raw event at `seq` in `turn` of type `kind` leaves
+    /// nothing in the view, so a reader need not load it.
+    pub fn drops(&self, seq: u64, turn: u64, kind: EventType) -> bool {
+        matches!(self.fate(seq, turn, kind), Fate::Dropped)
+    }
+
+    /// Appends the view events of one raw event to `out`.
+    pub fn transform(&self, raw: LogEvent, out: &mut Vec<ViewEvent>) {
+        let LogEvent { seq, turn, event } = raw;
+        let tools = match self.fate(seq, turn, event.kind.event_type()) {
+            Fate::Dropped => return,
+            Fate::Summary(run, text) => {
                 let inject = |kind| ViewEvent {
                     seq,
                     turn,
@@ -186,23 +213,14 @@ impl Projector {
                     text: SUMMARY_HEADER.to_owned(),
                 }));
                 out.push(inject(EventKind::Assistant {
-                    text: text.to_string(),
+                    text: text.to_owned(),
                 }));
+                return;
             }
-            return;
-        }
-        let reasoning = segment.reasoning.and_then(|i| overlays[i].reasoning);
-        let tools = segment
-            .tool_calls
-            .and_then(|i| overlays[i].tool_calls.as_ref());
+            Fate::Kept { tools } => tools,
+        };
         let mut event = event;
         match &mut event.kind {
-            EventKind::Reasoning { .. } if reasoning == Some(ReasoningPolicy::Strip) => return,
-            EventKind::ToolCall { .. } | EventKind::ToolResult { .. }
-                if tools == Some(&ToolPolicy::Omit) =>
-            {
-                return
-            }
             EventKind::ToolCall {
                 name, arguments, ..
             } if tools.is_some_and(|t| t.strips_request(name)) => {

@@ -7,7 +7,7 @@ use std::ops::Range;
 use crate::append::{OverlayEntry, TurnEntry};
 use crate::codec::{self, decode_record, record_to_event, BlobRef, CallDirectory, ChunkLayout};
 use crate::error::{StoreError, StoreResult};
-use crate::event::Event;
+use crate::event::{Event, EventType};
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
@@ -315,12 +315,15 @@ impl RawChunk {
     }
 
     /// Its records with a seq in `start..end`, decoded (blobs loaded from
-    /// `store`) as `(seq, turn, event)`, without their addresses.
+    /// `store`) as `(seq, turn, event)`, without their addresses; records
+    /// for which `skip(seq, turn, type)` holds are left out before their
+    /// texts are read.
     pub fn events(
         &self,
         store: &Store,
         start: u64,
         end: u64,
+        skip: impl Fn(u64, u64, EventType) -> bool,
     ) -> StoreResult<Vec<(u64, u64, Event)>> {
         let chunk = &self.chunk;
         let mut out = Vec::with_capacity(chunk.layout.entries.len());
@@ -331,6 +334,9 @@ impl RawChunk {
             }
             let record =
                 decode_record(chunk.record_bytes(i)).map_err(|e| in_record(&self.id, seq, &e))?;
+            if skip(seq, entry.turn, record.body.event_type()) {
+                continue;
+            }
             let event = record_to_event(&record, &mut |blob| store.load_blob(blob))
                 .map_err(|e| in_record(&self.id, seq, &e))?;
             out.push((seq, entry.turn, event));

@@ -19,7 +19,7 @@ pub const MIN_ID_PREFIX: usize = 4;
 
 /// sled's page cache. Reads of a whole log pass through it once, so it need
 /// not hold one.
-const CACHE_BYTES: u64 = 256 * 1024 * 1024;
+const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A convstore database: conversations, their logs and the payloads they
 /// share, in one sled tree.
