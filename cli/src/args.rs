@@ -80,6 +80,12 @@ Examples:
   convstore export chat --format openai --projected --output messages.json
   convstore export chat --format ndjson --as-of 120")]
     Export(ExportArgs),
+    /// Generate a deterministic synthetic conversation (for benchmarks).
+    #[command(after_help = "\
+Examples:
+  convstore gen big --events 1000000 --compactions 10000 --seed 1
+  convstore gen small --events 10000 --compactions 100")]
+    Gen(GenArgs),
     /// Print a conversation's raw records as NDJSON, with seq, turn and
     /// address.
     Log(LogArgs),
@@ -257,6 +263,32 @@ pub struct ExportArgs {
     /// stdout (the default).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<String>,
+}
+
+/// `gen`
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Name of the new conversation.
+    pub conversation: String,
+    /// How many events, compactions included.
+    #[arg(long, default_value_t = 10_000)]
+    pub events: u64,
+    /// How many of them are compactions.
+    #[arg(long, default_value_t = 0)]
+    pub compactions: u64,
+    /// The seed: the same seed gives the same conversation (and head).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// The shape of the conversation.
+    #[arg(long, value_enum, default_value_t = Shape::Small)]
+    pub shape: Shape,
+}
+
+/// Shapes of generated conversations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Shape {
+    /// Ten events a turn, texts of 50 B to 4 KB (mostly under 450 B).
+    Small,
 }
 
 /// `log`

@@ -69,7 +69,7 @@ pub(crate) fn plan(
 }
 
 /// Projects the records in `scope` with `projector`, calling `sink` with
-/// each view event in order. Reads chunks in windows of about 64 Ki records,
+/// each view event in order. Reads chunks in windows of about 16 Ki records,
 /// decodes and transforms a window's chunks in parallel, and hands the view
 /// events to `sink` in log order: memory is bounded by the window.
 pub(crate) fn stream(
@@ -78,6 +78,32 @@ pub(crate) fn stream(
     scope: Scope,
     projector: &Projector,
     mut sink: impl FnMut(&ViewEvent) -> Result<()>,
+) -> Result<()> {
+    stream_map(
+        store,
+        id,
+        scope,
+        projector,
+        |view| view,
+        |view| {
+            for event in &view {
+                sink(event)?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Like [`stream`], but `finish` maps each chunk's view events on the
+/// worker threads (to formatted bytes, say) and `sink` receives the results
+/// in log order.
+pub(crate) fn stream_map<T: Send>(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    projector: &Projector,
+    finish: impl Fn(Vec<ViewEvent>) -> T + Sync,
+    mut sink: impl FnMut(T) -> Result<()>,
 ) -> Result<()> {
     let end = scope.end;
     let mut chunks = store.chunks(id, 0, end)?;
@@ -95,19 +121,21 @@ pub(crate) fn stream(
         if window.is_empty() {
             return Ok(());
         }
-        let views = projector.decode_and_transform(window, |chunk| {
-            let drops = |seq, turn, kind| projector.drops(seq, turn, kind);
-            chunk.events(store, 0, end, drops).map(|events| {
-                events
-                    .into_iter()
-                    .map(|(seq, turn, event)| LogEvent { seq, turn, event })
-                    .collect()
-            })
-        })?;
-        for view in views {
-            for event in &view {
-                sink(event)?;
-            }
+        let outputs = projector.decode_transform_map(
+            window,
+            |chunk| {
+                let drops = |seq, turn, kind| projector.drops(seq, turn, kind);
+                chunk.events(store, 0, end, drops).map(|events| {
+                    events
+                        .into_iter()
+                        .map(|(seq, turn, event)| LogEvent { seq, turn, event })
+                        .collect()
+                })
+            },
+            &finish,
+        )?;
+        for output in outputs {
+            sink(output)?;
         }
     }
 }

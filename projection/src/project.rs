@@ -36,6 +36,23 @@ impl Projector {
         C: Send,
         E: Send,
     {
+        self.decode_transform_map(chunks, decode, |view| view)
+    }
+
+    /// Like [`Projector::decode_and_transform`], and then `finish` turns
+    /// each chunk's view events into what the caller wants (formatted
+    /// output, say), still on the worker threads.
+    pub fn decode_transform_map<C, E, T>(
+        &self,
+        chunks: Vec<C>,
+        decode: impl Fn(C) -> Result<Vec<LogEvent>, E> + Sync,
+        finish: impl Fn(Vec<ViewEvent>) -> T + Sync,
+    ) -> Result<Vec<T>, E>
+    where
+        C: Send,
+        E: Send,
+        T: Send,
+    {
         chunks
             .into_par_iter()
             .map(|chunk| {
@@ -44,7 +61,7 @@ impl Projector {
                 for event in raw {
                     self.transform(event, &mut out);
                 }
-                Ok(out)
+                Ok(finish(out))
             })
             .collect()
     }

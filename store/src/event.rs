@@ -50,14 +50,59 @@ impl Timestamp {
     }
 }
 
+impl Timestamp {
+    /// Writes RFC 3339 in UTC with exactly six fractional digits
+    /// (`2025-01-05T04:00:00.000000Z`, 27 bytes) into `out`. Written by hand:
+    /// views print one per event.
+    pub fn write_rfc3339(self, out: &mut Vec<u8>) {
+        let micros = self.0.rem_euclid(1_000_000);
+        let seconds = self.0.div_euclid(1_000_000);
+        let days = seconds.div_euclid(86_400);
+        let second_of_day = seconds.rem_euclid(86_400);
+        // Civil date from days since 1970-01-01 (Howard Hinnant's
+        // days_from_civil, inverted).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        let digits = |out: &mut Vec<u8>, value: i64, width: usize| {
+            let mut buf = [b'0'; 6];
+            let mut v = value;
+            for slot in buf[..width].iter_mut().rev() {
+                *slot = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+            out.extend_from_slice(&buf[..width]);
+        };
+        digits(out, year, 4);
+        out.push(b'-');
+        digits(out, month, 2);
+        out.push(b'-');
+        digits(out, day, 2);
+        out.push(b'T');
+        digits(out, second_of_day / 3600, 2);
+        out.push(b':');
+        digits(out, second_of_day / 60 % 60, 2);
+        out.push(b':');
+        digits(out, second_of_day % 60, 2);
+        out.push(b'.');
+        digits(out, micros, 6);
+        out.push(b'Z');
+    }
+}
+
 impl fmt::Display for Timestamp {
     /// RFC 3339 in UTC with exactly six fractional digits:
     /// `2025-01-05T04:00:00.000000Z`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match chrono::DateTime::from_timestamp_micros(self.0) {
-            Some(t) => write!(f, "{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ")),
-            None => write!(f, "@{}us", self.0),
-        }
+        let mut out = Vec::with_capacity(27);
+        self.write_rfc3339(&mut out);
+        f.write_str(std::str::from_utf8(&out).map_err(|_| fmt::Error)?)
     }
 }
 

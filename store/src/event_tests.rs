@@ -49,6 +49,26 @@ fn timestamps_print_in_utc_with_microseconds() {
 }
 
 #[test]
+fn timestamps_format_like_chrono_across_the_whole_range() {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let span = (END_MICROS - MIN_MICROS) as u64;
+    let mut samples: Vec<i64> = vec![MIN_MICROS, END_MICROS - 1, 0, -1, 951_782_400_000_000];
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        samples.push(MIN_MICROS + (x % span) as i64);
+    }
+    for micros in samples {
+        let expected = chrono::DateTime::from_timestamp_micros(micros)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+            .to_string();
+        assert_eq!(Timestamp(micros).to_string(), expected, "{micros}");
+    }
+}
+
+#[test]
 fn timestamps_before_the_epoch_truncate_toward_the_past() {
     let t = Timestamp::parse_rfc3339("1969-12-31T23:59:59.9999999Z").unwrap();
     assert_eq!(t.to_string(), "1969-12-31T23:59:59.999999Z");

@@ -461,7 +461,10 @@ pub fn write_event_fields(event: &Event, object: &mut ObjectWriter<'_>) {
         }
         EventKind::Compaction(compaction) => write_compaction(compaction, object),
     }
-    object.string("timestamp", &event.timestamp.to_string());
+    object.key("timestamp");
+    object.out.push(b'"');
+    event.timestamp.write_rfc3339(object.out);
+    object.out.push(b'"');
     if let Some(meta) = &event.meta {
         object.raw("meta", meta.as_str());
     }

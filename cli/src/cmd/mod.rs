@@ -4,6 +4,7 @@ mod append;
 mod compact;
 mod demo;
 mod export;
+mod gen;
 mod import;
 mod log;
 mod project;
@@ -34,6 +35,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Compact(args) => compact::run(&open_existing(&cli.db)?, args, &notes),
         Command::Import(args) => import::run(&open_or_create(&cli.db)?, args, &notes),
         Command::Export(args) => export::run(&open_existing(&cli.db)?, args, &notes),
+        Command::Gen(args) => gen::run(&open_or_create(&cli.db)?, args, &notes),
         Command::Project(args) => project::run(&open_existing(&cli.db)?, args, &notes),
         Command::Log(args) => log::run(&open_existing(&cli.db)?, args),
         Command::Verify(args) => verify::run(&open_existing(&cli.db)?, args),

@@ -32,28 +32,32 @@ pub(crate) fn run(store: &Store, args: &ProjectArgs, notes: &Notes) -> Result<Ex
     let projector = view::plan(store, &id, scope, None)?;
     let wanted = |v: &ViewEvent| turns.as_ref().is_none_or(|r| r.contains(&v.turn));
     let mut out = output::stdout();
-    let mut line = Vec::with_capacity(4096);
     match args.format {
         Format::Ndjson | Format::Json => {
+            // Formatted on the worker threads: JSON elements each start
+            // with a comma, and the first one's is dropped here.
             let json = args.format == Format::Json;
             let mut first = true;
             if json {
                 out.write_all(b"[")?;
             }
-            view::stream(store, &id, scope, &projector, |v| {
-                if !wanted(v) {
-                    return Ok(());
+            let format = |view: Vec<ViewEvent>| {
+                let mut bytes = Vec::with_capacity(view.len() * 256);
+                for v in view.iter().filter(|v| wanted(v)) {
+                    if json {
+                        bytes.push(b',');
+                    }
+                    write_view_event(v, &mut bytes);
+                    if !json {
+                        bytes.push(b'\n');
+                    }
                 }
-                line.clear();
-                if json && !first {
-                    line.push(b',');
-                }
-                first = false;
-                write_view_event(v, &mut line);
-                if !json {
-                    line.push(b'\n');
-                }
-                out.write_all(&line)?;
+                bytes
+            };
+            view::stream_map(store, &id, scope, &projector, format, |bytes| {
+                let skip = usize::from(json && first && !bytes.is_empty());
+                first &= bytes.is_empty();
+                out.write_all(&bytes[skip..])?;
                 Ok(())
             })?;
             if json {
