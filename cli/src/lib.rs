@@ -6,8 +6,9 @@
 
 mod args;
 mod cmd;
+pub mod generate;
 mod output;
-mod view;
+pub mod view;
 
 use std::process::ExitCode;
 

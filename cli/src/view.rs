@@ -18,7 +18,7 @@ const WINDOW_RECORDS: usize = 16 * 1024;
 
 /// Which part of the log to project.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Scope {
+pub struct Scope {
     /// Records `0..end`.
     pub end: u64,
 }
@@ -27,7 +27,7 @@ pub(crate) struct Scope {
 /// would be appended next, for dry runs). It reads only what the store keeps
 /// for this: the overlay entries, the chunks' call directories and the turn
 /// index; no record is decoded but the few that start summary runs.
-pub(crate) fn plan(
+pub fn plan(
     store: &Store,
     id: &ConversationId,
     scope: Scope,
@@ -72,7 +72,7 @@ pub(crate) fn plan(
 /// each view event in order. Reads chunks in windows of about 16 Ki records,
 /// decodes and transforms a window's chunks in parallel, and hands the view
 /// events to `sink` in log order: memory is bounded by the window.
-pub(crate) fn stream(
+pub fn stream(
     store: &Store,
     id: &ConversationId,
     scope: Scope,
@@ -97,7 +97,7 @@ pub(crate) fn stream(
 /// Like [`stream`], but `finish` maps each chunk's view events on the
 /// worker threads (to formatted bytes, say) and `sink` receives the results
 /// in log order.
-pub(crate) fn stream_map<T: Send>(
+pub fn stream_map<T: Send>(
     store: &Store,
     id: &ConversationId,
     scope: Scope,
@@ -141,7 +141,7 @@ pub(crate) fn stream_map<T: Send>(
 }
 
 /// The view's events and characters per kind, with `extra` appended.
-pub(crate) fn tally(
+pub fn tally(
     store: &Store,
     id: &ConversationId,
     scope: Scope,
@@ -158,23 +158,28 @@ pub(crate) fn tally(
 
 /// Events and characters of a view, per event type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Tally {
+pub struct Tally {
+    /// Events per type, by [`EventType::index`].
     pub events: [u64; 10],
+    /// Characters a model reads per type.
     pub chars: [u64; 10],
 }
 
 impl Tally {
-    pub(crate) fn add(&mut self, event: &Event) {
+    /// Counts one view event.
+    pub fn add(&mut self, event: &Event) {
         let i = event.kind.event_type().index();
         self.events[i] += 1;
         self.chars[i] += estimate_chars(event);
     }
 
-    pub(crate) fn total_chars(&self) -> u64 {
+    /// Characters of the whole view.
+    pub fn total_chars(&self) -> u64 {
         self.chars.iter().sum()
     }
 
-    pub(crate) fn of(&self, kind: EventType) -> (u64, u64) {
+    /// `(events, characters)` of one type.
+    pub fn of(&self, kind: EventType) -> (u64, u64) {
         (self.events[kind.index()], self.chars[kind.index()])
     }
 }

@@ -138,3 +138,55 @@ fn demo_stores_compacts_and_projects_the_sample() {
     assert!(log.iter().any(|r| r["type"] == "reasoning"));
     assert_eq!(log.last().unwrap()["type"], "compaction");
 }
+
+#[test]
+fn gen_is_deterministic_and_writes_what_it_was_asked() {
+    let env = TestEnv::new();
+    let a = env
+        .run(&[
+            "gen",
+            "a",
+            "--events",
+            "3000",
+            "--compactions",
+            "40",
+            "--seed",
+            "7",
+        ])
+        .ok();
+    let b = env
+        .run(&[
+            "gen",
+            "b",
+            "--events",
+            "3000",
+            "--compactions",
+            "40",
+            "--seed",
+            "7",
+        ])
+        .ok();
+    let c = env
+        .run(&[
+            "gen",
+            "c",
+            "--events",
+            "3000",
+            "--compactions",
+            "40",
+            "--seed",
+            "8",
+        ])
+        .ok();
+    assert_eq!(a.stdout, b.stdout, "same seed, same head");
+    assert_ne!(a.stdout, c.stdout);
+    let stats = &env.run(&["stats", "a", "--json"]).ok().lines()[0];
+    assert_eq!(stats["events"], 3000);
+    assert_eq!(stats["kinds"]["compaction"]["events"], 40);
+    assert!(stats["turns"].as_u64().unwrap() > 250);
+    env.run(&["verify"]).ok();
+    // The view of a generated conversation is a valid projection.
+    let view = env.run(&["project", "a"]).ok().lines();
+    assert!(!view.is_empty() && view.len() < 3000);
+    env.run(&["gen", "a", "--events", "10"]).fails();
+}

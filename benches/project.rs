@@ -1,0 +1,124 @@
+//! Projection: the store-backed pipeline `convstore project` runs, the
+//! in-memory engine, resolution alone, and the reference projection at
+//! small sizes (to show its cost curve), over events × overlays.
+//!
+//! `cargo bench --bench project` runs 10^4 and 10^5 events; with
+//! `CONVSTORE_BENCH_FULL=1` also 10^6. `-- --test` runs each once (CI).
+
+#![allow(missing_docs)] // criterion_group! generates an undocumented fn
+
+use std::hint::black_box;
+
+use convstore_cli::generate::generate;
+use convstore_cli::view::{plan, stream, Scope};
+use convstore_projection::reference::naive_project;
+use convstore_projection::{project, resolve, LogEvent, Overlay};
+use convstore_store::{EventKind, Store};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+fn sizes() -> Vec<u64> {
+    let mut sizes = vec![10_000, 100_000];
+    if std::env::var_os("CONVSTORE_BENCH_FULL").is_some() {
+        sizes.push(1_000_000);
+    }
+    sizes
+}
+
+/// A generated conversation of `n` events and `m` overlays in a fresh store.
+fn fixture(n: u64, m: u64) -> (tempfile::TempDir, Store, convstore_store::ConversationId) {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Store::open(dir.path().join("db")).expect("open");
+    let id = generate(&store, "c", n, m, 1).expect("generate");
+    (dir, store, id)
+}
+
+fn load(store: &Store, id: &convstore_store::ConversationId) -> Vec<LogEvent> {
+    store
+        .scan(id, 0..u64::MAX)
+        .expect("scan")
+        .map(|r| {
+            let r = r.expect("record");
+            LogEvent {
+                seq: r.seq,
+                turn: r.turn,
+                event: r.event,
+            }
+        })
+        .collect()
+}
+
+fn projection(c: &mut Criterion) {
+    let mut group = c.benchmark_group("project");
+    group.sample_size(10);
+    for n in sizes() {
+        for m in [1u64, 100, 10_000] {
+            if m * 10 > n {
+                continue;
+            }
+            let (_dir, store, id) = fixture(n, m);
+            let len = store.info(&id).expect("info").len;
+            group.throughput(Throughput::Elements(n));
+            group.bench_with_input(
+                BenchmarkId::new(format!("store/{m}_overlays"), n),
+                &n,
+                |b, _| {
+                    b.iter(|| {
+                        let scope = Scope { end: len };
+                        let projector = plan(&store, &id, scope, None).expect("plan");
+                        let mut count = 0u64;
+                        stream(&store, &id, scope, &projector, |_| {
+                            count += 1;
+                            Ok(())
+                        })
+                        .expect("stream");
+                        black_box(count)
+                    });
+                },
+            );
+            let events = load(&store, &id);
+            group.bench_with_input(
+                BenchmarkId::new(format!("memory/{m}_overlays"), n),
+                &n,
+                |b, _| {
+                    b.iter(|| black_box(project(&events).len()));
+                },
+            );
+            let overlays: Vec<Overlay> = events
+                .iter()
+                .filter_map(|e| match &e.event.kind {
+                    EventKind::Compaction(c) => {
+                        Some(Overlay::from_compaction(e.seq, e.event.timestamp, c))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let last = events.last().map(|e| e.turn);
+            group.bench_with_input(
+                BenchmarkId::new(format!("resolve/{m}_overlays"), n),
+                &n,
+                |b, _| {
+                    b.iter(|| black_box(resolve(overlays.clone(), last).segments.len()));
+                },
+            );
+        }
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("reference");
+    group.sample_size(10);
+    for n in [1_000u64, 3_000] {
+        let (_dir, store, id) = fixture(n, 100);
+        let events = load(&store, &id);
+        group.throughput(Throughput::Elements(n));
+        group.bench_with_input(BenchmarkId::new("naive/100_overlays", n), &n, |b, _| {
+            b.iter(|| black_box(naive_project(&events).len()));
+        });
+        group.bench_with_input(BenchmarkId::new("engine/100_overlays", n), &n, |b, _| {
+            b.iter(|| black_box(project(&events).len()));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, projection);
+criterion_main!(benches);
