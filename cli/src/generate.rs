@@ -82,11 +82,13 @@ pub fn generate(
         bail!("a conversation named \"{name}\" already exists");
     }
     let mut rng = Rng(seed);
-    // Where the compactions go: seqs after the first few turns.
-    let mut at: Vec<u64> = (0..compactions)
-        .map(|_| rng.range(30.min(events - 1), events - 1))
-        .collect();
-    at.sort_unstable();
+    // Where the compactions go: distinct seqs, after the first few turns
+    // when there is room.
+    let first = if events - compactions >= 30 { 30 } else { 0 };
+    let mut at = std::collections::BTreeSet::new();
+    while (at.len() as u64) < compactions {
+        at.insert(rng.range(first, events - 1));
+    }
     let mut at = at.into_iter().peekable();
 
     let no_sync = AppendOptions {

@@ -142,6 +142,8 @@ fn demo_stores_compacts_and_projects_the_sample() {
 #[test]
 fn gen_is_deterministic_and_writes_what_it_was_asked() {
     let env = TestEnv::new();
+    // 400 compactions among 3,000 events: their positions collide unless
+    // drawn without repetition.
     let a = env
         .run(&[
             "gen",
@@ -149,7 +151,7 @@ fn gen_is_deterministic_and_writes_what_it_was_asked() {
             "--events",
             "3000",
             "--compactions",
-            "40",
+            "400",
             "--seed",
             "7",
         ])
@@ -161,7 +163,7 @@ fn gen_is_deterministic_and_writes_what_it_was_asked() {
             "--events",
             "3000",
             "--compactions",
-            "40",
+            "400",
             "--seed",
             "7",
         ])
@@ -173,7 +175,7 @@ fn gen_is_deterministic_and_writes_what_it_was_asked() {
             "--events",
             "3000",
             "--compactions",
-            "40",
+            "400",
             "--seed",
             "8",
         ])
@@ -182,7 +184,7 @@ fn gen_is_deterministic_and_writes_what_it_was_asked() {
     assert_ne!(a.stdout, c.stdout);
     let stats = &env.run(&["stats", "a", "--json"]).ok().lines()[0];
     assert_eq!(stats["events"], 3000);
-    assert_eq!(stats["kinds"]["compaction"]["events"], 40);
+    assert_eq!(stats["kinds"]["compaction"]["events"], 400);
     assert!(stats["turns"].as_u64().unwrap() > 250);
     env.run(&["verify"]).ok();
     // The view of a generated conversation is a valid projection.
