@@ -18,7 +18,7 @@ CRITERION = ROOT / "target" / "criterion" / "alternatives"
 
 def series(operation, store):
     points = []
-    base = CRITERION / operation / store
+    base = CRITERION / f"{operation}_{store}"
     if not base.is_dir():
         return points
     for size in base.iterdir():
