@@ -9,9 +9,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use convstore_projection::{estimate_chars, LogEvent, Overlay, Plan, Projector, ViewEvent};
-use convstore_store::{ConversationId, Event, EventKind, EventType, RawChunk, Store};
+use convstore_store::{ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError};
 
 /// Records read before their chunks are decoded and transformed together.
 const WINDOW_RECORDS: usize = 16 * 1024;
@@ -21,6 +21,21 @@ const WINDOW_RECORDS: usize = 16 * 1024;
 pub struct Scope {
     /// Records `0..end`.
     pub end: u64,
+}
+
+impl Scope {
+    /// The whole log, or with `--as-of SEQ` the records `0..=SEQ` (an error
+    /// if there is no record SEQ).
+    pub fn as_of(store: &Store, id: &ConversationId, as_of: Option<u64>) -> Result<Scope> {
+        let len = store.info(id)?.len;
+        match as_of {
+            Some(seq) if seq >= len => {
+                Err(StoreError::NoSuchRecord { seq, len }).context("--as-of")
+            }
+            Some(seq) => Ok(Scope { end: seq + 1 }),
+            None => Ok(Scope { end: len }),
+        }
+    }
 }
 
 /// The projector of the records in `scope`, plus `extra` (an event that

@@ -6,27 +6,20 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use convstore_projection::openai::to_messages;
 use convstore_projection::ViewEvent;
 use convstore_store::interop::jp::to_jp;
 use convstore_store::json::write_event;
-use convstore_store::{Store, StoreError};
+use convstore_store::Store;
 
 use crate::args::{ExportArgs, InteropFormat};
+use crate::cmd::project::write_openai;
 use crate::output::{self, Notes};
 use crate::view::{self, Scope};
 
 pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
-    let len = store.info(&id)?.len;
-    let end = match args.as_of {
-        Some(seq) if seq >= len => {
-            return Err(StoreError::NoSuchRecord { seq, len }).context("--as-of");
-        }
-        Some(seq) => seq + 1,
-        None => len,
-    };
-    let scope = Scope { end };
+    let scope = Scope::as_of(store, &id, args.as_of)?;
+    let end = scope.end;
 
     // The events to write: the raw records, or the view.
     let mut write = |out: &mut dyn Write| -> Result<()> {
@@ -75,19 +68,7 @@ pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<Exi
                     events.push(v.clone());
                     Ok(())
                 })?;
-                let messages = to_messages(&events);
-                out.write_all(b"[")?;
-                for (i, message) in messages.messages.iter().enumerate() {
-                    out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
-                    serde_json::to_writer(&mut *out, message)?;
-                }
-                out.write_all(b"\n]\n")?;
-                if messages.dropped_calls + messages.dropped_results > 0 {
-                    notes.say(&format!(
-                        "openai: left out {} tool call(s) without a following result and {} result(s) without a preceding call",
-                        messages.dropped_calls, messages.dropped_results
-                    ));
-                }
+                write_openai(out, &events, notes)?;
             }
         }
         Ok(())

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use convstore_projection::openai::to_messages;
 use convstore_projection::ViewEvent;
 use convstore_store::json::{write_event_fields, ObjectWriter};
-use convstore_store::{EventKind, Store, StoreError};
+use convstore_store::{EventKind, Store};
 
 use crate::args::{Format, ProjectArgs};
 use crate::output::{self, Notes};
@@ -16,19 +16,11 @@ use crate::view::{self, Scope};
 
 pub(crate) fn run(store: &Store, args: &ProjectArgs, notes: &Notes) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
-    let len = store.info(&id)?.len;
-    let end = match args.as_of {
-        Some(seq) if seq >= len => {
-            return Err(StoreError::NoSuchRecord { seq, len }).context("--as-of");
-        }
-        Some(seq) => seq + 1,
-        None => len,
-    };
+    let scope = Scope::as_of(store, &id, args.as_of)?;
     let turns = match &args.turns {
         Some(text) => Some(parse_turns(text)?),
         None => None,
     };
-    let scope = Scope { end };
     let projector = view::plan(store, &id, scope, None)?;
     let wanted = |v: &ViewEvent| turns.as_ref().is_none_or(|r| r.contains(&v.turn));
     let mut out = output::stdout();
@@ -72,19 +64,7 @@ pub(crate) fn run(store: &Store, args: &ProjectArgs, notes: &Notes) -> Result<Ex
                 }
                 Ok(())
             })?;
-            let messages = to_messages(&events);
-            out.write_all(b"[")?;
-            for (i, message) in messages.messages.iter().enumerate() {
-                out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
-                serde_json::to_writer(&mut out, message)?;
-            }
-            out.write_all(b"\n]\n")?;
-            if messages.dropped_calls + messages.dropped_results > 0 {
-                notes.say(&format!(
-                    "openai: left out {} tool call(s) without a following result and {} result(s) without a preceding call",
-                    messages.dropped_calls, messages.dropped_results
-                ));
-            }
+            write_openai(&mut out, &events, notes)?;
         }
         Format::Text => {
             view::stream(store, &id, scope, &projector, |v| {
@@ -97,6 +77,25 @@ pub(crate) fn run(store: &Store, args: &ProjectArgs, notes: &Notes) -> Result<Ex
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes view events as a Chat Completions `messages` array, one message a
+/// line, and says on stderr what had to be left out to keep it valid.
+pub(crate) fn write_openai(out: &mut dyn Write, events: &[ViewEvent], notes: &Notes) -> Result<()> {
+    let messages = to_messages(events);
+    out.write_all(b"[")?;
+    for (i, message) in messages.messages.iter().enumerate() {
+        out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+        serde_json::to_writer(&mut *out, message)?;
+    }
+    out.write_all(b"\n]\n")?;
+    if messages.dropped_calls + messages.dropped_results > 0 {
+        notes.say(&format!(
+            "openai: left out {} tool call(s) without a following result and {} result(s) without a preceding call",
+            messages.dropped_calls, messages.dropped_results
+        ));
+    }
+    Ok(())
 }
 
 /// A view event as one JSON object: `seq`, `turn`, `summary_of` (for
