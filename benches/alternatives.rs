@@ -10,23 +10,18 @@
 
 #![allow(missing_docs)] // criterion_group! generates an undocumented fn
 
+#[path = "support.rs"]
+mod support;
+
 use std::hint::black_box;
 use std::path::Path;
 
 use convstore_cli::generate::generate;
-use convstore_cli::view::{plan, stream, Scope};
 use convstore_projection::{project, LogEvent};
 use convstore_store::json::{event_to_string, parse_event};
 use convstore_store::{AppendOptions, Event, Store, Timestamp, TurnTracker};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-
-fn sizes() -> Vec<u64> {
-    let mut sizes = vec![10_000, 100_000];
-    if std::env::var_os("CONVSTORE_BENCH_FULL").is_some() {
-        sizes.push(1_000_000);
-    }
-    sizes
-}
+use support::{project_from_store, sizes};
 
 /// The events of a generated conversation with 1% compactions.
 fn events(n: u64) -> Vec<Event> {
@@ -180,17 +175,7 @@ fn alternatives(c: &mut Criterion) {
         group.throughput(Throughput::Elements(n));
         let len = store.info(&id).expect("info").len;
         group.bench_with_input(BenchmarkId::new("project/convstore", n), &n, |b, _| {
-            b.iter(|| {
-                let scope = Scope { end: len };
-                let projector = plan(&store, &id, scope, None).expect("plan");
-                let mut count = 0u64;
-                stream(&store, &id, scope, &projector, |_| {
-                    count += 1;
-                    Ok(())
-                })
-                .expect("stream");
-                black_box(count)
-            });
+            b.iter(|| project_from_store(&store, &id, len));
         });
         group.bench_with_input(BenchmarkId::new("project/sqlite", n), &n, |b, _| {
             b.iter(|| black_box(project(&with_turns(sqlite::read(&db))).len()));

@@ -7,22 +7,17 @@
 
 #![allow(missing_docs)] // criterion_group! generates an undocumented fn
 
+#[path = "support.rs"]
+mod support;
+
 use std::hint::black_box;
 
 use convstore_cli::generate::generate;
-use convstore_cli::view::{plan, stream, Scope};
 use convstore_projection::reference::naive_project;
 use convstore_projection::{project, resolve, LogEvent, Overlay};
 use convstore_store::{EventKind, Store};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-
-fn sizes() -> Vec<u64> {
-    let mut sizes = vec![10_000, 100_000];
-    if std::env::var_os("CONVSTORE_BENCH_FULL").is_some() {
-        sizes.push(1_000_000);
-    }
-    sizes
-}
+use support::{project_from_store, sizes};
 
 /// A generated conversation of `n` events and `m` overlays in a fresh store.
 fn fixture(n: u64, m: u64) -> (tempfile::TempDir, Store, convstore_store::ConversationId) {
@@ -61,19 +56,7 @@ fn projection(c: &mut Criterion) {
             group.bench_with_input(
                 BenchmarkId::new(format!("store/{m}_overlays"), n),
                 &n,
-                |b, _| {
-                    b.iter(|| {
-                        let scope = Scope { end: len };
-                        let projector = plan(&store, &id, scope, None).expect("plan");
-                        let mut count = 0u64;
-                        stream(&store, &id, scope, &projector, |_| {
-                            count += 1;
-                            Ok(())
-                        })
-                        .expect("stream");
-                        black_box(count)
-                    });
-                },
+                |b, _| b.iter(|| project_from_store(&store, &id, len)),
             );
             let events = load(&store, &id);
             group.bench_with_input(
