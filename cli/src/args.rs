@@ -24,6 +24,14 @@ pub struct Cli {
         default_value = "convstore.db"
     )]
     pub db: PathBuf,
+    /// If another process has the database open, wait up to SECS for it
+    /// (default: fail at once).
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 0.0)]
+    pub wait: f64,
+    /// The largest event accepted, in bytes (an NDJSON line, or an event's
+    /// record and texts).
+    #[arg(long, global = true, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
+    pub max_event_bytes: u64,
     /// Print nothing on stderr but errors.
     #[arg(long, short, global = true)]
     pub quiet: bool,

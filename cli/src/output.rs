@@ -31,6 +31,44 @@ impl Notes {
     }
 }
 
+/// Calls `f` with each line of `input` and its number (from 1), without the
+/// line ending. A line longer than `limit` bytes is an error naming it, found
+/// without reading the rest of it into memory; so is one that is not UTF-8.
+pub(crate) fn for_each_line(
+    mut input: impl std::io::BufRead,
+    limit: u64,
+    mut f: impl FnMut(usize, &str) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::{BufRead as _, Read as _};
+    let mut buf = Vec::new();
+    for number in 1.. {
+        buf.clear();
+        let read = (&mut input)
+            .take(limit.saturating_add(2))
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("line {number}: cannot read"))?;
+        if read == 0 {
+            break;
+        }
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+        }
+        if buf.len() as u64 > limit {
+            anyhow::bail!(
+                "line {number}: longer than the limit of {limit} bytes (--max-event-bytes)"
+            );
+        }
+        let line =
+            std::str::from_utf8(&buf).with_context(|| format!("line {number}: not UTF-8"))?;
+        f(number, line)?;
+    }
+    Ok(())
+}
+
 /// Whether stdin is a terminal (nothing piped in).
 pub(crate) fn stdin_is_terminal() -> bool {
     io::stdin().is_terminal()

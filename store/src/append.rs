@@ -70,7 +70,7 @@ impl Store {
         events: &[Event],
         options: &AppendOptions,
     ) -> StoreResult<Appended> {
-        let encoded = encode_all(events)?;
+        let encoded = encode_all(events, self.max_event_bytes())?;
         let guard = self.lock_writes();
         let meta = self.meta(id)?;
         let mut batch = sled::Batch::default();
@@ -93,7 +93,7 @@ impl Store {
         events: &[Event],
         options: &AppendOptions,
     ) -> StoreResult<(ConversationId, Appended)> {
-        let encoded = encode_all(events)?;
+        let encoded = encode_all(events, self.max_event_bytes())?;
         let guard = self.lock_writes();
         let (id, meta, mut batch) = self.new_conversation(name)?;
         let appended = write_records(&id, meta, &encoded, options, &mut batch)?;
@@ -228,11 +228,19 @@ fn write_records(
     })
 }
 
-fn encode_all(events: &[Event]) -> StoreResult<Vec<EncodedRecord<'_>>> {
+fn encode_all(events: &[Event], limit: u64) -> StoreResult<Vec<EncodedRecord<'_>>> {
     if events.is_empty() {
         return Err(StoreError::EmptyAppend);
     }
-    Ok(events.iter().map(encode_event).collect())
+    let encoded: Vec<EncodedRecord<'_>> = events.iter().map(encode_event).collect();
+    if let Some((index, record)) = encoded.iter().enumerate().find(|(_, r)| r.size > limit) {
+        return Err(StoreError::EventTooLarge {
+            index,
+            size: record.size,
+            limit,
+        });
+    }
+    Ok(encoded)
 }
 
 /// A chunk being assembled.

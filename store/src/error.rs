@@ -80,6 +80,16 @@ pub enum StoreError {
         /// The head found.
         actual: Address,
     },
+    /// An event is larger than the store's limit; nothing was stored.
+    #[error("event {index} of the append is {size} bytes, more than the limit of {limit} bytes")]
+    EventTooLarge {
+        /// Its position in the append (0-based).
+        index: usize,
+        /// Its size: record plus blobs.
+        size: u64,
+        /// The limit ([`crate::Store::max_event_bytes`]).
+        limit: u64,
+    },
     /// An append with no events.
     #[error("nothing to append")]
     EmptyAppend,

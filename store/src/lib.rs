@@ -57,5 +57,5 @@ pub use index::OverlayIndex;
 pub use json::{EventError, Json};
 pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
-pub use store::{ConversationInfo, KindStats, Store, MIN_ID_PREFIX};
+pub use store::{ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, MIN_ID_PREFIX};
 pub use verify::{Verified, VerifyFailure, VerifyReport};

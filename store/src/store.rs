@@ -1,6 +1,7 @@
 //! The database: [`Store::open`], conversations, names and id prefixes.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,12 @@ pub struct Store {
     pub(crate) blobs: sled::Tree,
     path: PathBuf,
     write_lock: Mutex<()>,
+    max_event_bytes: AtomicU64,
 }
+
+/// The largest event an append accepts by default: 64 MiB, counting its
+/// record and the texts it stores as blobs.
+pub const DEFAULT_MAX_EVENT_BYTES: u64 = 64 * 1024 * 1024;
 
 impl Drop for Store {
     /// Waits for sled's pending writes, so that the files are released (and
@@ -115,8 +121,15 @@ impl Store {
     /// [`StoreError::UnsupportedFormat`] for a newer format and
     /// [`StoreError::NotConvstore`] for another program's sled database.
     pub fn open(path: impl AsRef<Path>) -> StoreResult<Store> {
+        Self::open_waiting(path, Duration::ZERO)
+    }
+
+    /// Like [`Store::open`], but while another process has the database
+    /// open, retries for up to `wait` before failing with
+    /// [`StoreError::Locked`].
+    pub fn open_waiting(path: impl AsRef<Path>, wait: Duration) -> StoreResult<Store> {
         let path = path.as_ref().to_path_buf();
-        let db = open_sled(&path)?;
+        let db = open_sled(&path, wait.max(LOCK_GRACE))?;
         match db.get(keys::FORMAT)? {
             Some(bytes) => {
                 let found =
@@ -141,7 +154,19 @@ impl Store {
             blobs,
             path,
             write_lock: Mutex::new(()),
+            max_event_bytes: AtomicU64::new(DEFAULT_MAX_EVENT_BYTES),
         })
+    }
+
+    /// Sets the largest event appends accept ([`DEFAULT_MAX_EVENT_BYTES`]
+    /// unless set).
+    pub fn set_max_event_bytes(&self, bytes: u64) {
+        self.max_event_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The largest event appends accept.
+    pub fn max_event_bytes(&self) -> u64 {
+        self.max_event_bytes.load(Ordering::Relaxed)
     }
 
     /// The database directory.
@@ -339,7 +364,7 @@ fn validate_name(name: &str) -> StoreResult<()> {
 /// jobs finish. Another process holding the database is reported after this.
 const LOCK_GRACE: Duration = Duration::from_millis(300);
 
-fn open_sled(path: &Path) -> StoreResult<sled::Db> {
+fn open_sled(path: &Path, wait: Duration) -> StoreResult<sled::Db> {
     let started = Instant::now();
     loop {
         let opened = sled::Config::new()
@@ -349,7 +374,7 @@ fn open_sled(path: &Path) -> StoreResult<sled::Db> {
             .open()
             .map_err(|e| open_error(path, e));
         match opened {
-            Err(StoreError::Locked { .. }) if started.elapsed() < LOCK_GRACE => {
+            Err(StoreError::Locked { .. }) if started.elapsed() < wait => {
                 std::thread::sleep(Duration::from_millis(10));
             }
             other => return other,

@@ -127,3 +127,95 @@ fn a_directory_that_is_not_a_convstore_database_is_refused() {
         .fails();
     assert!(run.stderr.contains("cannot open"), "{}", run.stderr);
 }
+
+#[test]
+fn wait_retries_a_database_in_use_until_it_is_free() {
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "x"]).ok();
+    let holder = convstore_store::Store::open(env.db()).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        drop(holder);
+    });
+    let started = std::time::Instant::now();
+    env.run(&["--wait", "20", "list"]).ok();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+    release.join().unwrap();
+    assert_eq!(env.run(&["--wait", "x", "list"]).code, 2);
+}
+
+#[test]
+fn events_over_the_size_limit_are_refused_and_nothing_is_stored() {
+    let env = TestEnv::new();
+    let big = format!(r#"{{"type":"user","text":"{}"}}"#, "x".repeat(5000));
+    let input = format!("{{\"type\":\"turn_start\"}}\n{big}\n");
+    let run = env
+        .run_with_stdin(&["--max-event-bytes", "1000", "append", "c"], &input)
+        .fails();
+    assert!(
+        run.stderr
+            .contains("line 2: longer than the limit of 1000 bytes"),
+        "{}",
+        run.stderr
+    );
+    let file = env.path().join("in.ndjson");
+    std::fs::write(&file, &input).unwrap();
+    let run = env
+        .run(&[
+            "--max-event-bytes",
+            "1000",
+            "import",
+            "--format",
+            "ndjson",
+            file.to_str().unwrap(),
+        ])
+        .fails();
+    assert!(run.stderr.contains("line 2"), "{}", run.stderr);
+    // The store's own check covers every path: a JP event whose text is
+    // over the limit once decoded.
+    let jp = format!(
+        r#"[{{"type":"chat_request","timestamp":"2026-01-01 00:00:00.0","content":"{}"}}]"#,
+        "y".repeat(3000)
+    );
+    std::fs::write(&file, &jp).unwrap();
+    let run = env
+        .run(&[
+            "--max-event-bytes",
+            "1000",
+            "import",
+            "--format",
+            "jp",
+            file.to_str().unwrap(),
+        ])
+        .fails();
+    assert!(
+        run.stderr.contains("more than the limit of 1000 bytes"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !env.db().exists()
+            || env.run(&["list", "--json"]).ok().lines()[0]
+                .as_array()
+                .unwrap()
+                .is_empty()
+    );
+    // Under the default limit the same input is fine.
+    env.run_with_stdin(&["append", "c"], &input).ok();
+}
+
+#[test]
+fn deeply_nested_json_is_refused_without_overflowing_the_stack() {
+    let env = TestEnv::new();
+    let deep = format!(
+        r#"{{"type":"extension","name":"x","payload":{}1{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let run = env.run_with_stdin(&["append", "c"], &deep).fails();
+    assert!(
+        run.stderr.contains("line 1") && run.stderr.contains("recursion limit"),
+        "{}",
+        run.stderr
+    );
+}

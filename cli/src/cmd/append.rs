@@ -24,7 +24,7 @@ pub(crate) fn run(
         if output::stdin_is_terminal() {
             notes.say("reading NDJSON events from stdin (end with Ctrl-D)");
         }
-        events = read_ndjson(std::io::stdin().lock(), now)?;
+        events = read_ndjson(std::io::stdin().lock(), now, store.max_event_bytes())?;
     }
     if events.is_empty() {
         bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
@@ -91,16 +91,13 @@ fn events_from_flags(matches: &ArgMatches, now: Timestamp) -> Vec<Event> {
 
 /// Reads every line first: a bad line rejects the whole input before
 /// anything is stored. Blank lines are skipped.
-fn read_ndjson(input: impl BufRead, now: Timestamp) -> Result<Vec<Event>> {
+fn read_ndjson(input: impl BufRead, now: Timestamp, limit: u64) -> Result<Vec<Event>> {
     let mut events = Vec::new();
-    for (index, line) in input.lines().enumerate() {
-        let number = index + 1;
-        let line = line.with_context(|| format!("line {number}: cannot read stdin"))?;
-        if line.trim().is_empty() {
-            continue;
+    output::for_each_line(input, limit, |number, line| {
+        if !line.trim().is_empty() {
+            events.push(json::parse_event(line, now).with_context(|| format!("line {number}"))?);
         }
-        let event = json::parse_event(&line, now).with_context(|| format!("line {number}"))?;
-        events.push(event);
-    }
+        Ok(())
+    })?;
     Ok(events)
 }

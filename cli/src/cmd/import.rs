@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, Write};
+use std::io::{BufReader, Read, Seek, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -37,15 +37,21 @@ pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<Exi
     let mut turns = TurnTracker::new();
     let mut total = 0u64;
     let mut unmapped: BTreeMap<String, u64> = BTreeMap::new();
-    each_event(args.format, &mut input, now, &mut |event, kept| {
-        kinds[event.kind.event_type().index()] += 1;
-        turns.next(event.kind.event_type());
-        total += 1;
-        for note in kept {
-            *unmapped.entry(note).or_default() += 1;
-        }
-        Ok(())
-    })?;
+    each_event(
+        args.format,
+        &mut input,
+        now,
+        store.max_event_bytes(),
+        &mut |event, kept| {
+            kinds[event.kind.event_type().index()] += 1;
+            turns.next(event.kind.event_type());
+            total += 1;
+            for note in kept {
+                *unmapped.entry(note).or_default() += 1;
+            }
+            Ok(())
+        },
+    )?;
     if total == 0 {
         bail!("{}: no events to import", args.file);
     }
@@ -77,13 +83,19 @@ pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<Exi
         batch.clear();
         Ok(())
     };
-    each_event(args.format, &mut input, now, &mut |event, _| {
-        batch.push(event);
-        if batch.len() == BATCH {
-            flush(&mut batch, &mut id)?;
-        }
-        Ok(())
-    })?;
+    each_event(
+        args.format,
+        &mut input,
+        now,
+        store.max_event_bytes(),
+        &mut |event, _| {
+            batch.push(event);
+            if batch.len() == BATCH {
+                flush(&mut batch, &mut id)?;
+            }
+            Ok(())
+        },
+    )?;
     if !batch.is_empty() {
         flush(&mut batch, &mut id)?;
     }
@@ -161,22 +173,18 @@ fn each_event(
     format: InteropFormat,
     input: &mut File,
     now: Timestamp,
+    limit: u64,
     sink: &mut Sink<'_>,
 ) -> Result<()> {
     let reader = BufReader::with_capacity(1 << 20, input);
     match format {
-        InteropFormat::Ndjson => {
-            for (index, line) in reader.lines().enumerate() {
-                let number = index + 1;
-                let line = line.with_context(|| format!("line {number}: cannot read"))?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let event = parse_event(&line, now).with_context(|| format!("line {number}"))?;
-                sink(event, Vec::new())?;
+        InteropFormat::Ndjson => output::for_each_line(reader, limit, |number, line| {
+            if line.trim().is_empty() {
+                return Ok(());
             }
-            Ok(())
-        }
+            let event = parse_event(line, now).with_context(|| format!("line {number}"))?;
+            sink(event, Vec::new())
+        }),
         InteropFormat::Jp => each_element(reader, &mut |index, value| {
             let mut kept = Vec::new();
             let event = jp::from_jp(value, &mut kept).map_err(|e| format!("event {index}: {e}"))?;

@@ -11,8 +11,8 @@ mod project;
 mod stats;
 mod verify;
 
-use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
@@ -29,18 +29,18 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
             let sub = matches
                 .subcommand_matches("append")
                 .context("append: arguments missing")?;
-            append::run(&open_or_create(&cli.db)?, args, sub, &notes)
+            append::run(&open_or_create(cli)?, args, sub, &notes)
         }
-        Command::Demo => demo::run(&open_or_create(&cli.db)?, &notes),
-        Command::Compact(args) => compact::run(&open_existing(&cli.db)?, args, &notes),
-        Command::Import(args) => import::run(&open_or_create(&cli.db)?, args, &notes),
-        Command::Export(args) => export::run(&open_existing(&cli.db)?, args, &notes),
-        Command::Gen(args) => gen::run(&open_or_create(&cli.db)?, args, &notes),
-        Command::Project(args) => project::run(&open_existing(&cli.db)?, args, &notes),
-        Command::Log(args) => log::run(&open_existing(&cli.db)?, args),
-        Command::Verify(args) => verify::run(&open_existing(&cli.db)?, args),
-        Command::List(args) => stats::list(&open_existing(&cli.db)?, args),
-        Command::Stats(args) => stats::run(&open_existing(&cli.db)?, args),
+        Command::Demo => demo::run(&open_or_create(cli)?, &notes),
+        Command::Compact(args) => compact::run(&open_existing(cli)?, args, &notes),
+        Command::Import(args) => import::run(&open_or_create(cli)?, args, &notes),
+        Command::Export(args) => export::run(&open_existing(cli)?, args, &notes),
+        Command::Gen(args) => gen::run(&open_or_create(cli)?, args, &notes),
+        Command::Project(args) => project::run(&open_existing(cli)?, args, &notes),
+        Command::Log(args) => log::run(&open_existing(cli)?, args),
+        Command::Verify(args) => verify::run(&open_existing(cli)?, args),
+        Command::List(args) => stats::list(&open_existing(cli)?, args),
+        Command::Stats(args) => stats::run(&open_existing(cli)?, args),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(*shell, &mut command, "convstore", &mut std::io::stdout());
@@ -50,18 +50,22 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
 }
 
 /// Opens the database, creating it if needed.
-fn open_or_create(path: &Path) -> Result<Store> {
-    Ok(Store::open(path)?)
+fn open_or_create(cli: &Cli) -> Result<Store> {
+    let wait = Duration::try_from_secs_f64(cli.wait.max(0.0))
+        .map_err(|_| anyhow::anyhow!("--wait: {} is not a number of seconds", cli.wait))?;
+    let store = Store::open_waiting(&cli.db, wait)?;
+    store.set_max_event_bytes(cli.max_event_bytes);
+    Ok(store)
 }
 
 /// Opens a database that must exist: commands that only read never create
 /// one.
-fn open_existing(path: &Path) -> Result<Store> {
-    if !path.exists() {
+fn open_existing(cli: &Cli) -> Result<Store> {
+    if !cli.db.exists() {
         bail!(
             "no database at {} (set --db or CONVSTORE_DB; `convstore append` creates one)",
-            path.display()
+            cli.db.display()
         );
     }
-    Ok(Store::open(path)?)
+    open_or_create(cli)
 }
