@@ -113,6 +113,15 @@ fn project_hides_compactions_and_marks_summaries() {
     )
     .unwrap();
     validate(openai.as_array().unwrap()).unwrap();
+    // stats shows raw and projected tokens per kind.
+    let stats = &env.run(&["stats", "chat", "--json"]).ok().lines()[0];
+    assert!(
+        stats["view_tokens"].as_u64() < stats["tokens"].as_u64(),
+        "{stats}"
+    );
+    assert_eq!(stats["kinds"]["reasoning"]["view_events"], 0);
+    assert_eq!(stats["kinds"]["reasoning"]["events"], 6);
+    assert_eq!(stats["kinds"]["compaction"]["view_events"], 0);
 }
 
 #[test]

@@ -4,16 +4,13 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use convstore_projection::tokens_for_chars;
 use convstore_store::{ConversationInfo, EventType, Store};
 use serde_json::{json, Map, Value};
 
 use crate::args::{ListArgs, StatsArgs};
 use crate::output;
-
-/// Estimated tokens for `bytes` of text: four characters a token.
-fn tokens(bytes: u64) -> u64 {
-    bytes.div_ceil(4)
-}
+use crate::view::{tally, Scope, Tally};
 
 pub(crate) fn list(store: &Store, args: &ListArgs) -> Result<ExitCode> {
     let mut conversations = store.conversations()?;
@@ -59,21 +56,38 @@ fn summary_json(c: &ConversationInfo) -> Value {
 }
 
 pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
-    let info = store.info(&store.resolve(&args.conversation)?)?;
+    let id = store.resolve(&args.conversation)?;
+    let info = store.info(&id)?;
+    // Tokens as a model would read them: of the raw history, and of the view.
+    let mut raw = Tally::default();
+    for record in store.scan(&id, 0..info.len)? {
+        raw.add(&record?.event);
+    }
+    let view = tally(store, &id, Scope { end: info.len }, None)?;
     let mut out = output::stdout();
     let total_bytes: u64 = info.kinds.iter().map(|k| k.bytes).sum();
+    let view_events: u64 = view.events.iter().sum();
     if args.json {
         let mut kinds = Map::new();
         for kind in EventType::ALL {
             let stats = info.kind(kind);
+            let (events, chars) = view.of(kind);
             kinds.insert(
                 kind.as_str().to_owned(),
-                json!({"events": stats.count, "bytes": stats.bytes, "tokens": tokens(stats.bytes)}),
+                json!({
+                    "events": stats.count,
+                    "bytes": stats.bytes,
+                    "tokens": tokens_for_chars(raw.of(kind).1),
+                    "view_events": events,
+                    "view_tokens": tokens_for_chars(chars),
+                }),
             );
         }
         let mut value = summary_json(&info);
         value["bytes"] = json!(total_bytes);
-        value["tokens"] = json!(tokens(total_bytes));
+        value["tokens"] = json!(tokens_for_chars(raw.total_chars()));
+        value["view_events"] = json!(view_events);
+        value["view_tokens"] = json!(tokens_for_chars(view.total_chars()));
         value["kinds"] = Value::Object(kinds);
         writeln!(out, "{value}")?;
     } else {
@@ -88,15 +102,20 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
             "EVENTS".to_owned(),
             "BYTES".to_owned(),
             "~TOKENS".to_owned(),
+            "VIEW EVENTS".to_owned(),
+            "~VIEW TOKENS".to_owned(),
         ]];
         for kind in EventType::ALL {
             let stats = info.kind(kind);
-            if stats.count > 0 {
+            let (events, chars) = view.of(kind);
+            if stats.count > 0 || events > 0 {
                 rows.push(vec![
                     kind.as_str().to_owned(),
                     stats.count.to_string(),
                     stats.bytes.to_string(),
-                    tokens(stats.bytes).to_string(),
+                    tokens_for_chars(raw.of(kind).1).to_string(),
+                    events.to_string(),
+                    tokens_for_chars(chars).to_string(),
                 ]);
             }
         }
@@ -104,9 +123,16 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
             "total".to_owned(),
             info.len.to_string(),
             total_bytes.to_string(),
-            tokens(total_bytes).to_string(),
+            tokens_for_chars(raw.total_chars()).to_string(),
+            view_events.to_string(),
+            tokens_for_chars(view.total_chars()).to_string(),
         ]);
         output::table(&mut out, &rows)?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "bytes: stored size (record + texts kept as blobs); ~tokens: characters a model reads / 4"
+        )?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
