@@ -9,7 +9,7 @@
 //! ([`resolve`]: disjoint turn segments with a winner per content type, and
 //! the summary runs) into a [`Projector`]. The second pass transforms each
 //! raw event into zero or more [`ViewEvent`]s, in any order and on any
-//! thread ([`Projector::transform_chunks`]), so a view can be streamed.
+//! thread ([`Projector::decode_transform_map`]), so a view can be streamed.
 //!
 //! ```
 //! use convstore_projection::{project, LogEvent};

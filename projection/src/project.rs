@@ -1,6 +1,6 @@
 //! Projecting whole streams: [`project`] for events in memory and
-//! [`Projector::transform_chunks`] for chunks streamed from a store. The only
-//! file that uses rayon.
+//! [`Projector::decode_transform_map`] for chunks streamed from a store. The
+//! only file that uses rayon.
 
 use rayon::prelude::*;
 
@@ -15,33 +15,24 @@ pub fn project(events: &[LogEvent]) -> Vec<ViewEvent> {
         plan.observe(e.seq, e.turn, &e.event);
     }
     let projector = plan.finish();
-    let chunks: Vec<Vec<LogEvent>> = events.chunks(1024).map(<[LogEvent]>::to_vec).collect();
-    projector
-        .transform_chunks(chunks)
-        .into_iter()
-        .flatten()
-        .collect()
+    let chunks: Vec<&[LogEvent]> = events.chunks(1024).collect();
+    let views = projector.decode_transform_map(
+        chunks,
+        |chunk| Ok::<_, std::convert::Infallible>(chunk.to_vec()),
+        |view| view,
+    );
+    match views {
+        Ok(views) => views.into_iter().flatten().collect(),
+        Err(never) => match never {},
+    }
 }
 
 impl Projector {
-    /// Decodes and transforms chunks in parallel: `decode` turns one input
-    /// chunk into raw events (it may read a store), then each event is
-    /// transformed. The output chunks are in the input's order.
-    pub fn decode_and_transform<C, E>(
-        &self,
-        chunks: Vec<C>,
-        decode: impl Fn(C) -> Result<Vec<LogEvent>, E> + Sync,
-    ) -> Result<Vec<Vec<ViewEvent>>, E>
-    where
-        C: Send,
-        E: Send,
-    {
-        self.decode_transform_map(chunks, decode, |view| view)
-    }
-
-    /// Like [`Projector::decode_and_transform`], and then `finish` turns
-    /// each chunk's view events into what the caller wants (formatted
-    /// output, say), still on the worker threads.
+    /// Decodes, transforms and finishes chunks in parallel: `decode` turns
+    /// one input chunk into raw events (it may read a store), each event is
+    /// transformed, then `finish` turns the chunk's view events into what the
+    /// caller wants (formatted output, say), still on the worker thread. The
+    /// results are in the input's order.
     pub fn decode_transform_map<C, E, T>(
         &self,
         chunks: Vec<C>,
@@ -62,21 +53,6 @@ impl Projector {
                     self.transform(event, &mut out);
                 }
                 Ok(finish(out))
-            })
-            .collect()
-    }
-
-    /// Transforms chunks of consecutive raw events in parallel; the output
-    /// chunks are in the input's order.
-    pub fn transform_chunks(&self, chunks: Vec<Vec<LogEvent>>) -> Vec<Vec<ViewEvent>> {
-        chunks
-            .into_par_iter()
-            .map(|chunk| {
-                let mut out = Vec::with_capacity(chunk.len());
-                for raw in chunk {
-                    self.transform(raw, &mut out);
-                }
-                out
             })
             .collect()
     }

@@ -70,12 +70,6 @@ impl Resolution {
         let i = self.segments.partition_point(|s| s.last < turn);
         self.segments.get(i).filter(|s| s.first <= turn)
     }
-
-    /// The summary run holding `turn`, if any: O(log R).
-    pub fn run(&self, turn: u64) -> Option<(usize, &Run)> {
-        let i = self.runs.partition_point(|r| r.last < turn);
-        self.runs.get(i).filter(|r| r.first <= turn).map(|r| (i, r))
-    }
 }
 
 /// Resolves `overlays` against a stream whose last turn is `last_turn`

@@ -231,10 +231,13 @@ impl Projector {
                 content,
                 is_error,
             } => {
-                let name = self.tool_name(id).unwrap_or("unknown");
-                if tools.is_some_and(|t| t.strips_response(name)) {
-                    let status = if *is_error { "error" } else { "success" };
-                    *content = format!("[compacted] {name}: {status}");
+                // The name is looked up only under a tool policy.
+                if let Some(tools) = tools {
+                    let name = self.tool_name(id).unwrap_or("unknown");
+                    if tools.strips_response(name) {
+                        let status = if *is_error { "error" } else { "success" };
+                        *content = format!("[compacted] {name}: {status}");
+                    }
                 }
             }
             _ => {}
