@@ -156,12 +156,18 @@ fn write_records(
             });
         }
     }
+    // Chain each record, assign its turn and place it in a chunk. Chunks
+    // are always new: an append never rewrites a stored value, which keeps
+    // sled's log from churning (see ARCHITECTURE.md, "sled").
     let first_seq = meta.len;
-    let head_before = meta.head;
-    let mut addresses = Vec::with_capacity(encoded.len());
-    let mut entries = Vec::with_capacity(encoded.len());
     let mut parent = meta.head;
+    let mut chunk = ChunkBuilder::new(first_seq, parent);
     for (i, record) in encoded.iter().enumerate() {
+        let seq = first_seq + i as u64;
+        if chunk.is_full(record.bytes.len()) {
+            chunk.write(id, batch);
+            chunk = ChunkBuilder::new(seq, parent);
+        }
         let address = parent.child(&record.bytes);
         let turn = meta.turns.next(record.event_type);
         if record.event_type == EventType::Compaction {
@@ -169,51 +175,21 @@ fn write_records(
                 turn,
                 record: &record.bytes,
             };
-            batch.insert(keys::overlay(id, first_seq + i as u64), encode(&entry));
+            batch.insert(keys::overlay(id, seq), encode(&entry));
         }
         let stats = &mut meta.kinds[record.event_type.index()];
         stats.count += 1;
         stats.bytes += record.size;
-        entries.push(EntryRepr {
+        chunk.bytes += record.bytes.len();
+        chunk.repr.entries.push(EntryRepr {
             turn,
             check: address.check(),
             record: &record.bytes,
         });
-        addresses.push(address);
+        if let Some((call_id, name)) = record.call {
+            chunk.calls.calls.push((seq, call_id, name));
+        }
         parent = address;
-    }
-
-    // New chunks only: an append never rewrites a stored value, which
-    // keeps sled's log from churning (see ARCHITECTURE.md, "sled").
-    let mut chunk = ChunkBuilder {
-        first_seq,
-        parent: head_before,
-        entries: Vec::new(),
-        calls: Vec::new(),
-        bytes: 0,
-    };
-    for (i, entry) in entries.into_iter().enumerate() {
-        if chunk.is_full(entry.record.len()) {
-            chunk.write(id, batch);
-            let seq = first_seq + i as u64;
-            let parent = if i == 0 {
-                head_before
-            } else {
-                addresses[i - 1]
-            };
-            chunk = ChunkBuilder {
-                first_seq: seq,
-                parent,
-                entries: Vec::new(),
-                calls: Vec::new(),
-                bytes: 0,
-            };
-        }
-        chunk.bytes += entry.record.len();
-        chunk.entries.push(entry);
-        if let Some((call_id, name)) = encoded[i].call {
-            chunk.calls.push((first_seq + i as u64, call_id, name));
-        }
     }
     chunk.write(id, batch);
 
@@ -243,42 +219,50 @@ fn encode_all(events: &[Event], limit: u64) -> StoreResult<Vec<EncodedRecord<'_>
     Ok(encoded)
 }
 
-/// A chunk being assembled.
+/// A chunk being assembled, with its call directory.
 struct ChunkBuilder<'a> {
     first_seq: u64,
-    parent: Address,
-    entries: Vec<EntryRepr<'a>>,
-    calls: Vec<(u64, &'a str, &'a str)>,
+    repr: ChunkRepr<'a>,
+    calls: CallDirectory<'a>,
     bytes: usize,
 }
 
 impl ChunkBuilder<'_> {
-    fn is_full(&self, next_record: usize) -> bool {
-        !self.entries.is_empty()
-            && (self.entries.len() >= CHUNK_MAX_ENTRIES
-                || self.bytes + next_record > CHUNK_MAX_BYTES)
+    fn new(first_seq: u64, parent: Address) -> Self {
+        ChunkBuilder {
+            first_seq,
+            repr: ChunkRepr {
+                parent,
+                entries: Vec::new(),
+            },
+            calls: CallDirectory { calls: Vec::new() },
+            bytes: 0,
+        }
     }
 
-    /// Adds the chunk and its turn index entry to `batch`.
+    fn is_full(&self, next_record: usize) -> bool {
+        let entries = self.repr.entries.len();
+        entries > 0 && (entries >= CHUNK_MAX_ENTRIES || self.bytes + next_record > CHUNK_MAX_BYTES)
+    }
+
+    /// Adds the chunk, its call directory and its turn index entry to
+    /// `batch`.
     fn write(&self, id: &ConversationId, batch: &mut sled::Batch) {
-        let first_turn = self.entries.first().map_or(0, |e| e.turn);
-        let last_turn = self.entries.last().map_or(0, |e| e.turn);
-        let repr = ChunkRepr {
-            parent: self.parent,
-            entries: self.entries.clone(),
-        };
-        batch.insert(keys::chunk(id, self.first_seq), encode(&repr));
-        if !self.calls.is_empty() {
-            let directory = CallDirectory {
-                calls: self.calls.clone(),
-            };
-            batch.insert(keys::call_directory(id, self.first_seq), encode(&directory));
+        let entries = &self.repr.entries;
+        let first_turn = entries.first().map_or(0, |e| e.turn);
+        let last_turn = entries.last().map_or(0, |e| e.turn);
+        batch.insert(keys::chunk(id, self.first_seq), encode(&self.repr));
+        if !self.calls.calls.is_empty() {
+            batch.insert(
+                keys::call_directory(id, self.first_seq),
+                encode(&self.calls),
+            );
         }
         batch.insert(
             keys::turn(id, last_turn, self.first_seq),
             encode(&TurnEntry {
                 first_turn,
-                entries: self.entries.len() as u64,
+                entries: entries.len() as u64,
             }),
         );
     }
