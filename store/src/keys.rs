@@ -45,30 +45,20 @@ pub(crate) fn name(name: &str) -> Vec<u8> {
 
 /// The prefix of every chunk key of a conversation.
 pub(crate) fn chunks(id: &ConversationId) -> Vec<u8> {
-    prefixed(CHUNK, id.as_bytes())
+    numbered(CHUNK, id, &[])
 }
 
 pub(crate) fn chunk(id: &ConversationId, first_seq: u64) -> Vec<u8> {
-    let mut key = chunks(id);
-    key.extend_from_slice(&first_seq.to_be_bytes());
-    key
-}
-
-/// The first seq of a chunk key.
-pub(crate) fn chunk_first_seq(key: &[u8]) -> Option<u64> {
-    be_u64(key.get(17..25)?)
+    numbered(CHUNK, id, &[first_seq])
 }
 
 /// The prefix of every turn index key of a conversation.
 pub(crate) fn turns(id: &ConversationId) -> Vec<u8> {
-    prefixed(TURN, id.as_bytes())
+    numbered(TURN, id, &[])
 }
 
 pub(crate) fn turn(id: &ConversationId, last_turn: u64, first_seq: u64) -> Vec<u8> {
-    let mut key = turns(id);
-    key.extend_from_slice(&last_turn.to_be_bytes());
-    key.extend_from_slice(&first_seq.to_be_bytes());
-    key
+    numbered(TURN, id, &[last_turn, first_seq])
 }
 
 /// The (last turn, first seq) of a turn index key.
@@ -78,29 +68,36 @@ pub(crate) fn turn_parts(key: &[u8]) -> Option<(u64, u64)> {
 
 /// The prefix of every call directory key of a conversation.
 pub(crate) fn call_directories(id: &ConversationId) -> Vec<u8> {
-    prefixed(CALLS, id.as_bytes())
+    numbered(CALLS, id, &[])
 }
 
 pub(crate) fn call_directory(id: &ConversationId, first_seq: u64) -> Vec<u8> {
-    let mut key = call_directories(id);
-    key.extend_from_slice(&first_seq.to_be_bytes());
-    key
+    numbered(CALLS, id, &[first_seq])
 }
 
 /// The prefix of every overlay key of a conversation.
 pub(crate) fn overlays(id: &ConversationId) -> Vec<u8> {
-    prefixed(OVERLAY, id.as_bytes())
+    numbered(OVERLAY, id, &[])
 }
 
 pub(crate) fn overlay(id: &ConversationId, seq: u64) -> Vec<u8> {
-    let mut key = overlays(id);
-    key.extend_from_slice(&seq.to_be_bytes());
-    key
+    numbered(OVERLAY, id, &[seq])
 }
 
-/// The seq of an overlay key.
-pub(crate) fn overlay_seq(key: &[u8]) -> Option<u64> {
+/// The first number after the conversation id of a chunk, call directory
+/// or overlay key: the seq it is keyed by.
+pub(crate) fn key_seq(key: &[u8]) -> Option<u64> {
     be_u64(key.get(17..25)?)
+}
+
+/// `tag`, the conversation id, then each number big-endian (so keys sort
+/// by the numbers).
+fn numbered(tag: u8, id: &ConversationId, numbers: &[u64]) -> Vec<u8> {
+    let mut key = prefixed(tag, id.as_bytes());
+    for n in numbers {
+        key.extend_from_slice(&n.to_be_bytes());
+    }
+    key
 }
 
 fn prefixed(tag: u8, rest: &[u8]) -> Vec<u8> {

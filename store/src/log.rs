@@ -47,7 +47,7 @@ pub(crate) struct LoadedChunk {
 
 impl LoadedChunk {
     pub(crate) fn read(id: &ConversationId, key: &[u8], bytes: sled::IVec) -> StoreResult<Self> {
-        let first_seq = keys::chunk_first_seq(key).ok_or_else(|| StoreError::Corrupt {
+        let first_seq = keys::key_seq(key).ok_or_else(|| StoreError::Corrupt {
             what: format!("conversation {id}: a chunk key is truncated"),
         })?;
         let layout = ChunkLayout::read(&bytes, &|| {
@@ -104,9 +104,7 @@ impl Store {
             .range(keys::chunks(id)..=keys::chunk(id, seq))
             .next_back()
             .transpose()?;
-        Ok(found
-            .and_then(|(key, _)| keys::chunk_first_seq(&key))
-            .unwrap_or(0))
+        Ok(found.and_then(|(key, _)| keys::key_seq(&key)).unwrap_or(0))
     }
 
     fn load_chunk(&self, id: &ConversationId, first_seq: u64) -> StoreResult<LoadedChunk> {
@@ -170,7 +168,7 @@ impl Store {
         let mut out = Vec::new();
         for item in self.db.range(keys::overlay(id, 0)..keys::overlay(id, end)) {
             let (key, value) = item?;
-            let seq = keys::overlay_seq(&key).ok_or_else(|| StoreError::Corrupt {
+            let seq = keys::key_seq(&key).ok_or_else(|| StoreError::Corrupt {
                 what: format!("conversation {id}: an overlay key is truncated"),
             })?;
             let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")?;

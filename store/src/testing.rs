@@ -49,7 +49,7 @@ fn chunk_of(
         .next_back()
         .transpose()?;
     let (key, bytes) = found.ok_or(StoreError::NoSuchRecord { seq, len: 0 })?;
-    let first = keys::chunk_first_seq(&key).unwrap_or(0);
+    let first = keys::key_seq(&key).unwrap_or(0);
     Ok((key.to_vec(), bytes, (seq - first) as usize))
 }
 

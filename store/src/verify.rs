@@ -266,7 +266,7 @@ impl Checker<'_> {
         let mut found = Vec::new();
         for item in self.store.db.scan_prefix(keys::overlays(&self.id)) {
             let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
-            let seq = keys::overlay_seq(&key)
+            let seq = keys::key_seq(&key)
                 .ok_or_else(|| self.fail(None, "an overlay key is truncated"))?;
             let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")
                 .map_err(|e| self.fail(Some(seq), e.to_string()))?;
@@ -291,7 +291,7 @@ impl Checker<'_> {
         let mut found = Vec::new();
         for item in self.store.db.scan_prefix(keys::call_directories(&self.id)) {
             let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
-            let first_seq = keys::chunk_first_seq(&key)
+            let first_seq = keys::key_seq(&key)
                 .ok_or_else(|| self.fail(None, "a call directory key is truncated"))?;
             let directory: CallDirectory<'_> = codec::decode(&value, "call directory")
                 .map_err(|e| self.fail(Some(first_seq), e.to_string()))?;
