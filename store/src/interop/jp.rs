@@ -53,46 +53,41 @@ pub fn format_timestamp(t: Timestamp) -> String {
     format!("{} {}.{digits}", &date_time[..10], &date_time[11..])
 }
 
-/// Decodes the base64 string leaves of `value` in place; returns the paths
-/// (`/`-separated, under `prefix`) of the leaves left as they were.
-fn decode_leaves(value: &mut Value, prefix: &str, plain: &mut Vec<Value>) {
+/// Calls `f` with each string leaf of `value` and its path (`/`-separated
+/// JSON Pointer segments under `prefix`).
+fn for_each_leaf(value: &mut Value, prefix: &str, f: &mut dyn FnMut(&mut String, &str)) {
     match value {
-        Value::String(s) => match decode(s) {
-            Some(decoded) => *s = decoded,
-            None => plain.push(Value::String(prefix.to_owned())),
-        },
+        Value::String(s) => f(s, prefix),
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                decode_leaves(item, &format!("{prefix}/{i}"), plain);
+                for_each_leaf(item, &format!("{prefix}/{i}"), f);
             }
         }
         Value::Object(map) => {
             for (key, item) in map.iter_mut() {
-                decode_leaves(item, &format!("{prefix}/{}", escape(key)), plain);
+                for_each_leaf(item, &format!("{prefix}/{}", escape(key)), f);
             }
         }
         _ => {}
     }
 }
 
+/// Decodes the base64 string leaves of `value` in place; the paths of the
+/// leaves left as they were go to `plain`.
+fn decode_leaves(value: &mut Value, prefix: &str, plain: &mut Vec<Value>) {
+    for_each_leaf(value, prefix, &mut |s, path| match decode(s) {
+        Some(decoded) => *s = decoded,
+        None => plain.push(Value::String(path.to_owned())),
+    });
+}
+
 /// Encodes the string leaves of `value` in place, but those at `plain`.
 fn encode_leaves(value: &mut Value, prefix: &str, plain: &[String]) {
-    match value {
-        Value::String(s) if !plain.iter().any(|p| p == prefix) => {
+    for_each_leaf(value, prefix, &mut |s, path| {
+        if !plain.iter().any(|p| p == path) {
             *s = STANDARD.encode(s.as_bytes());
         }
-        Value::Array(items) => {
-            for (i, item) in items.iter_mut().enumerate() {
-                encode_leaves(item, &format!("{prefix}/{i}"), plain);
-            }
-        }
-        Value::Object(map) => {
-            for (key, item) in map.iter_mut() {
-                encode_leaves(item, &format!("{prefix}/{}", escape(key)), plain);
-            }
-        }
-        _ => {}
-    }
+    });
 }
 
 /// JSON Pointer escaping of one path segment.
