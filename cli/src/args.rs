@@ -96,7 +96,36 @@ Examples:
     Gen(GenArgs),
     /// Print a conversation's raw records as NDJSON, with seq, turn and
     /// address.
+    #[command(after_help = "\
+Examples:
+  convstore log chat
+  convstore log chat --as-of 2026-03-01T12:00:00Z
+  convstore log chat-fork --lineage")]
     Log(LogArgs),
+    /// Branch a conversation: the new one shares the parent's records up to
+    /// the fork point (nothing is copied) and takes its own appends.
+    #[command(after_help = "\
+Examples:
+  convstore fork chat --name chat-retry
+  convstore fork chat --at-turn 12 --name chat-from-12
+  convstore fork chat --at-seq 340 --compact=light")]
+    Fork(ForkArgs),
+    /// Store a projected view and keep it current; print it or write it to
+    /// a file.
+    #[command(after_help = "\
+Examples:
+  convstore view chat                          # the view named default
+  convstore view chat --name small --profile default --format openai
+  convstore view chat --name small --out view.json --format json
+  convstore view chat --list")]
+    View(ViewArgs),
+    /// Which overlay won each content type for a turn, and which others
+    /// cover it.
+    #[command(after_help = "\
+Examples:
+  convstore explain chat --turn 12
+  convstore explain chat --turn 12 --as-of 340 --json")]
+    Explain(ExplainArgs),
     /// Re-hash every record and check everything derived from them.
     Verify(VerifyArgs),
     /// List conversations.
@@ -145,9 +174,10 @@ pub struct ProjectArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Ndjson)]
     pub format: Format,
-    /// The view as it was when record SEQ was the newest.
-    #[arg(long, value_name = "SEQ")]
-    pub as_of: Option<u64>,
+    /// The view as it was when record SEQ was the newest, or at TIME
+    /// (RFC 3339: as of the newest record at or before it).
+    #[arg(long, value_name = "SEQ|TIME", value_parser = parse_as_of)]
+    pub as_of: Option<AsOf>,
     /// Only view events of these turns: `A..B` (inclusive), `A..`, `..B`, `N`.
     #[arg(long, value_name = "A..B")]
     pub turns: Option<String>,
@@ -264,9 +294,10 @@ pub struct ExportArgs {
     /// Export the projected view instead of the raw history.
     #[arg(long)]
     pub projected: bool,
-    /// Only records up to SEQ (the view as it was then, with --projected).
-    #[arg(long, value_name = "SEQ")]
-    pub as_of: Option<u64>,
+    /// Only records up to SEQ, or to the newest record at or before TIME
+    /// (the view as it was then, with --projected).
+    #[arg(long, value_name = "SEQ|TIME", value_parser = parse_as_of)]
+    pub as_of: Option<AsOf>,
     /// Write to FILE (atomically: a temporary file renamed over it); `-` for
     /// stdout (the default).
     #[arg(long, short, value_name = "FILE")]
@@ -304,6 +335,99 @@ pub enum Shape {
 pub struct LogArgs {
     /// Conversation name, id or id prefix.
     pub conversation: String,
+    /// Only records up to SEQ, or to the newest record at or before TIME
+    /// (RFC 3339).
+    #[arg(long, value_name = "SEQ|TIME", value_parser = parse_as_of)]
+    pub as_of: Option<AsOf>,
+    /// Print the conversation's lineage instead: itself, then each parent
+    /// it was forked from, to the root, one JSON object a line.
+    #[arg(long, conflicts_with = "as_of")]
+    pub lineage: bool,
+}
+
+/// A point in a log's history: a record's seq or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    /// Records `0..=SEQ`.
+    Seq(u64),
+    /// Records up to the newest one at or before this time.
+    Time(convstore_store::Timestamp),
+}
+
+fn parse_as_of(text: &str) -> Result<AsOf, String> {
+    if let Ok(seq) = text.parse::<u64>() {
+        return Ok(AsOf::Seq(seq));
+    }
+    convstore_store::Timestamp::parse_rfc3339(text)
+        .map(AsOf::Time)
+        .ok_or_else(|| {
+            format!("\"{text}\" is neither a record seq nor an RFC 3339 time (e.g. 2026-03-01T12:00:00Z)")
+        })
+}
+
+/// `fork`
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The parent: name, id or id prefix.
+    pub conversation: String,
+    /// Share the parent's turns up to and including turn T.
+    #[arg(long, value_name = "T", conflicts_with = "at_seq")]
+    pub at_turn: Option<u64>,
+    /// Share the parent's records up to and including record S.
+    #[arg(long, value_name = "S")]
+    pub at_seq: Option<u64>,
+    /// Name of the new conversation.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Then compact the fork's turns with a profile (default: `default`).
+    #[arg(long, value_name = "PROFILE", num_args = 0..=1, require_equals = true, default_missing_value = "default")]
+    pub compact: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `view`
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// Conversation name, id or id prefix.
+    pub conversation: String,
+    /// The view's name: a conversation can have several.
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// Compaction profile the view applies under the log's own overlays
+    /// (set when the view is created).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Ndjson)]
+    pub format: Format,
+    /// Write the view to FILE atomically (a temporary file renamed over
+    /// it) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// List the conversation's stored views instead.
+    #[arg(long, conflicts_with_all = ["profile", "out", "drop"])]
+    pub list: bool,
+    /// Delete the stored view (the log is untouched).
+    #[arg(long, conflicts_with_all = ["profile", "out"])]
+    pub drop: bool,
+}
+
+/// `explain`
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Conversation name, id or id prefix.
+    pub conversation: String,
+    /// The turn to explain.
+    #[arg(long, value_name = "T")]
+    pub turn: u64,
+    /// Explain the view as of SEQ or TIME.
+    #[arg(long, value_name = "SEQ|TIME", value_parser = parse_as_of)]
+    pub as_of: Option<AsOf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `verify`

@@ -7,6 +7,7 @@
 mod args;
 mod cmd;
 pub mod generate;
+pub mod materialize;
 mod output;
 pub mod view;
 
@@ -14,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-pub use args::Cli;
+pub use args::{AsOf, Cli};
 
 /// Runs the command line and returns its exit code.
 pub fn run() -> ExitCode {

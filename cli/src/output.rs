@@ -2,6 +2,9 @@
 
 use std::fmt::Write as _;
 use std::io::{self, BufWriter, IsTerminal, StdoutLock, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
 
 /// Buffered stdout.
 pub(crate) fn stdout() -> BufWriter<StdoutLock<'static>> {
@@ -97,5 +100,28 @@ pub(crate) fn table(out: &mut impl Write, rows: &[Vec<String>]) -> io::Result<()
         }
         writeln!(out, "{}", line.trim_end())?;
     }
+    Ok(())
+}
+
+/// Writes to a temporary file beside `path`, then renames it over `path`:
+/// readers see the old file or the whole new one.
+pub(crate) fn write_atomically(
+    path: &Path,
+    write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let temp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    {
+        let mut out = BufWriter::new(temp.as_file());
+        write(&mut out)?;
+        out.flush()?;
+    }
+    temp.as_file().sync_all()?;
+    temp.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+
+use crate::args::AsOf;
 use convstore_projection::{estimate_chars, LogEvent, Overlay, Plan, Projector, ViewEvent};
 use convstore_store::{ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError};
 
@@ -24,16 +26,21 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// The whole log, or with `--as-of SEQ` the records `0..=SEQ` (an error
-    /// if there is no record SEQ).
-    pub fn as_of(store: &Store, id: &ConversationId, as_of: Option<u64>) -> Result<Scope> {
+    /// The whole log, or with `--as-of` the records up to a seq (an error if
+    /// there is no such record) or up to the newest record at or before a
+    /// time (an error if every record is newer).
+    pub fn as_of(store: &Store, id: &ConversationId, as_of: Option<AsOf>) -> Result<Scope> {
         let len = store.info(id)?.len;
         match as_of {
-            Some(seq) if seq >= len => {
+            None => Ok(Scope { end: len }),
+            Some(AsOf::Seq(seq)) if seq >= len => {
                 Err(StoreError::NoSuchRecord { seq, len }).context("--as-of")
             }
-            Some(seq) => Ok(Scope { end: seq + 1 }),
-            None => Ok(Scope { end: len }),
+            Some(AsOf::Seq(seq)) => Ok(Scope { end: seq + 1 }),
+            Some(AsOf::Time(time)) => match store.newest_at_or_before(id, time)? {
+                Some(seq) => Ok(Scope { end: seq + 1 }),
+                None => anyhow::bail!("--as-of: no record is at or before {time}"),
+            },
         }
     }
 }
@@ -48,15 +55,33 @@ pub fn plan(
     scope: Scope,
     extra: Option<(u64, u64, &Event)>,
 ) -> Result<Projector> {
+    plan_under(store, id, scope, extra, None)
+}
+
+/// Like [`plan`], with `base` ranked below every overlay of the log (a
+/// view's profile): it decides only what no compaction of the log sets.
+pub fn plan_under(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    extra: Option<(u64, u64, &Event)>,
+    base: Option<Overlay>,
+) -> Result<Projector> {
     let end = scope.end;
-    let mut overlays: Vec<Overlay> = store
-        .overlays(id, end)?
-        .into_iter()
-        .filter_map(|o| match &o.event.kind {
-            EventKind::Compaction(c) => Some(Overlay::from_compaction(o.seq, o.event.timestamp, c)),
-            _ => None,
-        })
-        .collect();
+    // The base goes first: among equal (timestamp, seq) the resolution
+    // ranks an overlay by its position.
+    let mut overlays: Vec<Overlay> = base.into_iter().collect();
+    overlays.extend(
+        store
+            .overlays(id, end)?
+            .into_iter()
+            .filter_map(|o| match &o.event.kind {
+                EventKind::Compaction(c) => {
+                    Some(Overlay::from_compaction(o.seq, o.event.timestamp, c))
+                }
+                _ => None,
+            }),
+    );
     let mut names: HashMap<String, Arc<str>> = store
         .tool_names(id, end)?
         .into_iter()
@@ -118,10 +143,23 @@ pub fn stream_map<T: Send>(
     scope: Scope,
     projector: &Projector,
     finish: impl Fn(Vec<ViewEvent>) -> T + Sync,
+    sink: impl FnMut(T) -> Result<()>,
+) -> Result<()> {
+    stream_range(store, id, 0..scope.end, projector, finish, sink)
+}
+
+/// Like [`stream_map`], over the records `seqs` only (the projector still
+/// decides as for its whole scope).
+pub fn stream_range<T: Send>(
+    store: &Store,
+    id: &ConversationId,
+    seqs: std::ops::Range<u64>,
+    projector: &Projector,
+    finish: impl Fn(Vec<ViewEvent>) -> T + Sync,
     mut sink: impl FnMut(T) -> Result<()>,
 ) -> Result<()> {
-    let end = scope.end;
-    let mut chunks = store.chunks(id, 0, end)?;
+    let (start, end) = (seqs.start, seqs.end);
+    let mut chunks = store.chunks(id, start, end)?;
     loop {
         let mut window: Vec<RawChunk> = Vec::new();
         let mut records = 0;
@@ -140,7 +178,7 @@ pub fn stream_map<T: Send>(
             window,
             |chunk| {
                 let drops = |seq, turn, kind| projector.drops(seq, turn, kind);
-                chunk.events(store, 0, end, drops).map(|events| {
+                chunk.events(store, start, end, drops).map(|events| {
                     events
                         .into_iter()
                         .map(|(seq, turn, event)| LogEvent { seq, turn, event })

@@ -40,6 +40,7 @@
 pub mod bounds;
 pub mod openai;
 mod overlay;
+pub mod profile;
 mod project;
 #[cfg(any(test, feature = "reference"))]
 pub mod reference;

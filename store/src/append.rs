@@ -70,6 +70,9 @@ impl Store {
         events: &[Event],
         options: &AppendOptions,
     ) -> StoreResult<Appended> {
+        if events.is_empty() {
+            return Err(StoreError::EmptyAppend);
+        }
         let encoded = encode_all(events, self.max_event_bytes())?;
         let guard = self.lock_writes();
         let meta = self.meta(id)?;
@@ -93,6 +96,9 @@ impl Store {
         events: &[Event],
         options: &AppendOptions,
     ) -> StoreResult<(ConversationId, Appended)> {
+        if events.is_empty() {
+            return Err(StoreError::EmptyAppend);
+        }
         let encoded = encode_all(events, self.max_event_bytes())?;
         let guard = self.lock_writes();
         let (id, meta, mut batch) = self.new_conversation(name)?;
@@ -108,7 +114,7 @@ impl Store {
 
     /// Stores each blob the records introduce, once. Called after every
     /// check of the append has passed and before its records are written.
-    fn write_blobs(&self, encoded: &[EncodedRecord<'_>]) -> StoreResult<()> {
+    pub(crate) fn write_blobs(&self, encoded: &[EncodedRecord<'_>]) -> StoreResult<()> {
         let mut seen = HashSet::new();
         let mut batch = sled::Batch::default();
         let mut any = false;
@@ -141,7 +147,7 @@ impl Store {
 
 /// Chains `encoded` after the conversation's head and adds the chunks,
 /// turn index entries and metadata to `batch`.
-fn write_records(
+pub(crate) fn write_records(
     id: &ConversationId,
     mut meta: ConversationMeta,
     encoded: &[EncodedRecord<'_>],
@@ -204,10 +210,9 @@ fn write_records(
     })
 }
 
-fn encode_all(events: &[Event], limit: u64) -> StoreResult<Vec<EncodedRecord<'_>>> {
-    if events.is_empty() {
-        return Err(StoreError::EmptyAppend);
-    }
+/// Encodes `events`, none larger than `limit` bytes (an empty list is
+/// fine here; appends refuse it).
+pub(crate) fn encode_all(events: &[Event], limit: u64) -> StoreResult<Vec<EncodedRecord<'_>>> {
     let encoded: Vec<EncodedRecord<'_>> = events.iter().map(encode_event).collect();
     if let Some((index, record)) = encoded.iter().enumerate().find(|(_, r)| r.size > limit) {
         return Err(StoreError::EventTooLarge {

@@ -23,6 +23,9 @@ const MIN_MICROS: i64 = -62_167_219_200_000_000;
 const END_MICROS: i64 = 253_402_300_800_000_000;
 
 impl Timestamp {
+    /// The earliest timestamp: 0000-01-01T00:00:00Z.
+    pub const EARLIEST: Timestamp = Timestamp(MIN_MICROS);
+
     /// The current time.
     pub fn now() -> Self {
         Self(chrono::Utc::now().timestamp_micros())
@@ -324,6 +327,15 @@ impl TurnTracker {
             self.holds_conversation_event = true;
         }
         self.turn
+    }
+
+    /// A tracker in the state it has after a stream whose last event is in
+    /// `turn`, which `holds_conversation_event` or not.
+    pub fn resumed(turn: u64, holds_conversation_event: bool) -> Self {
+        Self {
+            turn,
+            holds_conversation_event,
+        }
     }
 
     /// The current turn: the turn of the last event seen (0 for none).

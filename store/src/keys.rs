@@ -13,6 +13,9 @@
 //! | `t` id(16) last_turn(8 BE) first_seq(8 BE) | turn index entry for a chunk |
 //! | `o` id(16) seq(8 BE) | a compaction overlay: its turn and record bytes |
 //! | `k` id(16) first_seq(8 BE) | the tool calls of a chunk: (seq, id, name) |
+//! | `v` id(16) view(8) | a materialized view's state (view = blake3 of its name) |
+//! | `w` id(16) view(8) first_turn(8 BE) | a block of a view's events |
+//! | `L` id(16) | a fork's lineage: parent id, records shared, base address and turn state |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
 //! their 32-byte hash: sled keeps values inside its B-tree pages, so a long
@@ -29,6 +32,9 @@ pub(crate) const CHUNK: u8 = b'c';
 pub(crate) const TURN: u8 = b't';
 pub(crate) const OVERLAY: u8 = b'o';
 pub(crate) const CALLS: u8 = b'k';
+pub(crate) const LINEAGE: u8 = b'L';
+pub(crate) const VIEW: u8 = b'v';
+pub(crate) const VIEW_BLOCK: u8 = b'w';
 /// The name of the tree that holds blobs.
 pub(crate) const BLOBS: &str = "blobs";
 
@@ -37,6 +43,10 @@ pub const FORMAT_VERSION: u32 = 1;
 
 pub(crate) fn conversation(id: &ConversationId) -> Vec<u8> {
     prefixed(CONVERSATION, id.as_bytes())
+}
+
+pub(crate) fn lineage(id: &ConversationId) -> Vec<u8> {
+    prefixed(LINEAGE, id.as_bytes())
 }
 
 pub(crate) fn name(name: &str) -> Vec<u8> {
@@ -82,6 +92,35 @@ pub(crate) fn overlays(id: &ConversationId) -> Vec<u8> {
 
 pub(crate) fn overlay(id: &ConversationId, seq: u64) -> Vec<u8> {
     numbered(OVERLAY, id, &[seq])
+}
+
+/// The prefix of every view state key of a conversation.
+pub(crate) fn views(id: &ConversationId) -> Vec<u8> {
+    numbered(VIEW, id, &[])
+}
+
+pub(crate) fn view(id: &ConversationId, view: [u8; 8]) -> Vec<u8> {
+    let mut key = numbered(VIEW, id, &[]);
+    key.extend_from_slice(&view);
+    key
+}
+
+/// The prefix of every block key of a view.
+pub(crate) fn view_blocks(id: &ConversationId, view: [u8; 8]) -> Vec<u8> {
+    let mut key = numbered(VIEW_BLOCK, id, &[]);
+    key.extend_from_slice(&view);
+    key
+}
+
+pub(crate) fn view_block(id: &ConversationId, view: [u8; 8], first_turn: u64) -> Vec<u8> {
+    let mut key = view_blocks(id, view);
+    key.extend_from_slice(&first_turn.to_be_bytes());
+    key
+}
+
+/// The first turn of a view block key.
+pub(crate) fn view_block_turn(key: &[u8]) -> Option<u64> {
+    be_u64(key.get(25..33)?)
 }
 
 /// The first number after the conversation id of a chunk, call directory

@@ -35,6 +35,7 @@ mod append;
 mod codec;
 mod error;
 pub mod event;
+mod fork;
 mod hash;
 mod ids;
 mod index;
@@ -46,11 +47,13 @@ mod store;
 #[doc(hidden)]
 pub mod testing;
 mod verify;
+mod views;
 
 pub use append::{AppendOptions, Appended};
 pub use codec::{BlobRef, INLINE_MAX};
 pub use error::{StoreError, StoreResult};
 pub use event::{Compaction, Event, EventKind, EventType, Timestamp, TurnTracker};
+pub use fork::ForkPoint;
 pub use hash::{Address, BlobHash};
 pub use ids::ConversationId;
 pub use index::OverlayIndex;
@@ -59,3 +62,4 @@ pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use store::{ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, MIN_ID_PREFIX};
 pub use verify::{Verified, VerifyFailure, VerifyReport};
+pub use views::{StoredViewEvent, ViewBlock, ViewState, ViewUpdate};

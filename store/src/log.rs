@@ -5,13 +5,16 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::append::{OverlayEntry, TurnEntry};
-use crate::codec::{self, decode_record, record_to_event, BlobRef, CallDirectory, ChunkLayout};
+use crate::codec::{
+    self, decode_record, record_to_event, BlobRef, CallDirectory, ChunkLayout, TextRepr,
+};
 use crate::error::{StoreError, StoreResult};
-use crate::event::{Event, EventType};
+use crate::event::{Event, EventType, Timestamp};
+use crate::fork::Piece;
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
-use crate::store::Store;
+use crate::store::{KindStats, Store};
 
 /// A record of a conversation's log, as `log` prints it.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,19 +74,55 @@ impl Store {
         let len = self.meta(id)?.len;
         let end = seqs.end.min(len);
         let start = seqs.start.min(end);
-        let from = self.chunk_start(id, start)?;
-        let chunks = self
-            .db
-            .range(keys::chunk(id, from)..keys::chunk(id, u64::MAX));
         Ok(LogIter {
             store: self,
             id: *id,
-            chunks,
+            pieces: self.piece_chunks(id, start, end)?.into_iter(),
+            chunks: None,
             current: None,
             next_seq: start,
             end_seq: end,
             failed: false,
         })
+    }
+
+    /// For each piece holding part of records `start..end`: its records in
+    /// that range and an iterator over its owner's chunks from the one
+    /// holding the first of them.
+    fn piece_chunks(
+        &self,
+        id: &ConversationId,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Vec<(Piece, sled::Iter)>> {
+        let mut out = Vec::new();
+        for piece in self.pieces(id, end)? {
+            if piece.end <= start {
+                continue;
+            }
+            let first = start.max(piece.start);
+            let from = self.chunk_start(&piece.owner, first)?;
+            let chunks = self
+                .db
+                .range(keys::chunk(&piece.owner, from)..keys::chunk(&piece.owner, piece.end));
+            out.push((
+                Piece {
+                    start: first,
+                    ..piece
+                },
+                chunks,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The piece holding record `seq`, if any.
+    fn piece_of(&self, id: &ConversationId, seq: u64) -> StoreResult<Option<Piece>> {
+        let len = self.meta(id)?.len;
+        Ok(self
+            .pieces(id, len)?
+            .into_iter()
+            .find(|p| (p.start..p.end).contains(&seq)))
     }
 
     /// The record at `seq`.
@@ -117,11 +156,14 @@ impl Store {
 
     /// The turn of record `seq`, from the chunk that holds it: O(log n).
     pub fn turn_of(&self, id: &ConversationId, seq: u64) -> StoreResult<u64> {
-        let len = self.meta(id)?.len;
-        if seq >= len {
-            return Err(StoreError::NoSuchRecord { seq, len });
-        }
-        let chunk = self.load_chunk(id, self.chunk_start(id, seq)?)?;
+        let Some(piece) = self.piece_of(id, seq)? else {
+            return Err(StoreError::NoSuchRecord {
+                seq,
+                len: self.meta(id)?.len,
+            });
+        };
+        let owner = &piece.owner;
+        let chunk = self.load_chunk(owner, self.chunk_start(owner, seq)?)?;
         let index = (seq - chunk.first_seq) as usize;
         chunk
             .layout
@@ -138,23 +180,45 @@ impl Store {
     /// under its last turn, so the first chunk indexed at or after `turn`
     /// holds the turn's first record).
     pub fn first_seq_of_turn(&self, id: &ConversationId, turn: u64) -> StoreResult<Option<u64>> {
+        let len = self.meta(id)?.len;
+        for piece in self.pieces(id, len)? {
+            match self.owned_first_seq_of_turn(&piece.owner, turn)? {
+                Some(seq) if seq < piece.start => {
+                    return Err(StoreError::Corrupt {
+                        what: format!("conversation {id}: the turn index of a fork's parent points before the fork"),
+                    })
+                }
+                Some(seq) if seq < piece.end => return Ok(Some(seq)),
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Store::first_seq_of_turn`] among the records stored under
+    /// `owner`'s own keys.
+    fn owned_first_seq_of_turn(
+        &self,
+        owner: &ConversationId,
+        turn: u64,
+    ) -> StoreResult<Option<u64>> {
         let found = self
             .db
-            .range(keys::turn(id, turn, 0)..keys::turn(id, u64::MAX, u64::MAX))
+            .range(keys::turn(owner, turn, 0)..keys::turn(owner, u64::MAX, u64::MAX))
             .next()
             .transpose()?;
         let Some((key, value)) = found else {
             return Ok(None);
         };
         let (_, first_seq) = keys::turn_parts(&key).ok_or_else(|| StoreError::Corrupt {
-            what: format!("conversation {id}: a turn index key is truncated"),
+            what: format!("conversation {owner}: a turn index key is truncated"),
         })?;
         let entry: TurnEntry = codec::decode(&value, "turn index entry")?;
         if entry.first_turn > turn {
             // The turn falls between chunks: it has no record.
             return Ok(None);
         }
-        let chunk = self.load_chunk(id, first_seq)?;
+        let chunk = self.load_chunk(owner, first_seq)?;
         Ok(chunk
             .layout
             .entries
@@ -166,20 +230,58 @@ impl Store {
     /// The compaction overlays among records `0..end`, in log order.
     pub fn overlays(&self, id: &ConversationId, end: u64) -> StoreResult<Vec<StoredOverlay>> {
         let mut out = Vec::new();
-        for item in self.db.range(keys::overlay(id, 0)..keys::overlay(id, end)) {
-            let (key, value) = item?;
-            let seq = keys::key_seq(&key).ok_or_else(|| StoreError::Corrupt {
-                what: format!("conversation {id}: an overlay key is truncated"),
-            })?;
-            let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")?;
-            let record = decode_record(entry.record).map_err(|e| in_record(id, seq, &e))?;
-            let event = record_to_event(&record, &mut |blob| self.load_blob(blob))
-                .map_err(|e| in_record(id, seq, &e))?;
-            out.push(StoredOverlay {
-                seq,
-                turn: entry.turn,
-                event,
-            });
+        for piece in self.pieces(id, end)? {
+            let owner = &piece.owner;
+            let entries = self
+                .db
+                .range(keys::overlay(owner, piece.start)..keys::overlay(owner, piece.end));
+            for item in entries {
+                let (key, value) = item?;
+                let seq = keys::key_seq(&key).ok_or_else(|| StoreError::Corrupt {
+                    what: format!("conversation {owner}: an overlay key is truncated"),
+                })?;
+                let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")?;
+                let record = decode_record(entry.record).map_err(|e| in_record(owner, seq, &e))?;
+                let event = record_to_event(&record, &mut |blob| self.load_blob(blob))
+                    .map_err(|e| in_record(owner, seq, &e))?;
+                out.push(StoredOverlay {
+                    seq,
+                    turn: entry.turn,
+                    event,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The tool calls among records `start..end` as `(seq, call id, name)`,
+    /// in log order, from the chunks' call directories (no record is
+    /// decoded).
+    pub fn tool_calls(
+        &self,
+        id: &ConversationId,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Vec<(u64, String, String)>> {
+        let mut out = Vec::new();
+        for piece in self.pieces(id, end)? {
+            if piece.end <= start {
+                continue;
+            }
+            let owner = &piece.owner;
+            let from = self.chunk_start(owner, start.max(piece.start))?;
+            let directories = self
+                .db
+                .range(keys::call_directory(owner, from)..keys::call_directory(owner, piece.end));
+            for item in directories {
+                let (_, value) = item?;
+                let directory: CallDirectory<'_> = codec::decode(&value, "call directory")?;
+                for (seq, call, name) in directory.calls {
+                    if seq >= start && (piece.start..piece.end).contains(&seq) {
+                        out.push((seq, call.to_owned(), name.to_owned()));
+                    }
+                }
+            }
         }
         Ok(out)
     }
@@ -191,20 +293,11 @@ impl Store {
         id: &ConversationId,
         end: u64,
     ) -> StoreResult<HashMap<String, String>> {
-        let mut names = HashMap::new();
-        for item in self
-            .db
-            .range(keys::call_directory(id, 0)..keys::call_directory(id, end))
-        {
-            let (_, value) = item?;
-            let directory: CallDirectory<'_> = codec::decode(&value, "call directory")?;
-            for (seq, call, name) in directory.calls {
-                if seq < end {
-                    names.insert(call.to_owned(), name.to_owned());
-                }
-            }
-        }
-        Ok(names)
+        Ok(self
+            .tool_calls(id, 0, end)?
+            .into_iter()
+            .map(|(_, call, name)| (call, name))
+            .collect())
     }
 
     /// The seq of the first conversation event (any kind but `config`,
@@ -228,7 +321,7 @@ impl Store {
             let chunk = &raw.chunk;
             for (i, entry) in chunk.layout.entries.iter().enumerate() {
                 let seq = chunk.first_seq + i as u64;
-                if seq < start {
+                if seq < start || !raw.records.contains(&seq) {
                     continue;
                 }
                 if seq >= end || entry.turn != turn {
@@ -245,15 +338,45 @@ impl Store {
     }
 
     /// The chunks holding records `start..end`, in order, undecoded: for
-    /// readers that decode them in parallel ([`RawChunk::events`]).
+    /// readers that decode them in parallel ([`RawChunk::events`]). A chunk
+    /// shared with a fork's parent yields only the fork's records.
     pub fn chunks(&self, id: &ConversationId, start: u64, end: u64) -> StoreResult<ChunkIter> {
-        let from = self.chunk_start(id, start)?;
+        let mut pieces = self.piece_chunks(id, start, end)?;
+        pieces.reverse();
         Ok(ChunkIter {
-            id: *id,
-            inner: self
-                .db
-                .range(keys::chunk(id, from)..keys::chunk(id, end.max(from + 1))),
+            pieces,
+            current: None,
         })
+    }
+
+    /// The seq of the newest record at or before `time`: the greatest
+    /// timestamp not after it, the later in the log among equal ones; `None`
+    /// when every record is newer. Reads every record's timestamp (records
+    /// may carry any time), without loading blobs.
+    pub fn newest_at_or_before(
+        &self,
+        id: &ConversationId,
+        time: Timestamp,
+    ) -> StoreResult<Option<u64>> {
+        let len = self.meta(id)?.len;
+        let mut best: Option<(Timestamp, u64)> = None;
+        for raw in self.chunks(id, 0, len)? {
+            let raw = raw?;
+            let chunk = &raw.chunk;
+            for i in 0..chunk.layout.entries.len() {
+                let seq = chunk.first_seq + i as u64;
+                if !raw.records.contains(&seq) {
+                    continue;
+                }
+                let record =
+                    decode_record(chunk.record_bytes(i)).map_err(|e| in_record(id, seq, &e))?;
+                let stamp = record.timestamp;
+                if stamp <= time && best.is_none_or(|(t, _)| stamp >= t) {
+                    best = Some((stamp, seq));
+                }
+            }
+        }
+        Ok(best.map(|(_, seq)| seq))
     }
 
     /// The text of a blob.
@@ -272,27 +395,38 @@ impl Store {
 
 /// Undecoded chunks of a conversation; see [`Store::chunks`].
 pub struct ChunkIter {
-    id: ConversationId,
-    inner: sled::Iter,
+    /// The pieces still to read, the next one last.
+    pieces: Vec<(Piece, sled::Iter)>,
+    current: Option<(Piece, sled::Iter)>,
 }
 
 impl Iterator for ChunkIter {
     type Item = StoreResult<RawChunk>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let item = self.inner.next()?;
-        Some(item.map_err(StoreError::from).and_then(|(key, bytes)| {
-            Ok(RawChunk {
-                id: self.id,
-                chunk: LoadedChunk::read(&self.id, &key, bytes)?,
-            })
-        }))
+        loop {
+            if let Some((piece, chunks)) = &mut self.current {
+                if let Some(item) = chunks.next() {
+                    let piece = *piece;
+                    return Some(item.map_err(StoreError::from).and_then(|(key, bytes)| {
+                        Ok(RawChunk {
+                            id: piece.owner,
+                            records: piece.start..piece.end,
+                            chunk: LoadedChunk::read(&piece.owner, &key, bytes)?,
+                        })
+                    }));
+                }
+            }
+            self.current = Some(self.pieces.pop()?);
+        }
     }
 }
 
 /// A chunk of records as stored, cheap to move between threads.
 pub struct RawChunk {
     id: ConversationId,
+    /// The records of it that belong to the conversation read.
+    records: Range<u64>,
     chunk: LoadedChunk,
 }
 
@@ -312,6 +446,30 @@ impl RawChunk {
         self.chunk.layout.entries.is_empty()
     }
 
+    /// Adds the type and size of each of its records before `end` to
+    /// `kinds`, without loading blobs.
+    pub(crate) fn count_kinds(&self, end: u64, kinds: &mut [KindStats; 10]) -> StoreResult<()> {
+        let chunk = &self.chunk;
+        for i in 0..chunk.layout.entries.len() {
+            let seq = chunk.first_seq + i as u64;
+            if seq >= end || !self.records.contains(&seq) {
+                continue;
+            }
+            let bytes = chunk.record_bytes(i);
+            let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
+            let mut size = bytes.len() as u64;
+            for text in record.texts() {
+                if let TextRepr::Blob(blob) = text {
+                    size += blob.len;
+                }
+            }
+            let stats = &mut kinds[record.body.event_type().index()];
+            stats.count += 1;
+            stats.bytes += size;
+        }
+        Ok(())
+    }
+
     /// Its records with a seq in `start..end`, decoded (blobs loaded from
     /// `store`) as `(seq, turn, event)`, without their addresses; records
     /// for which `skip(seq, turn, type)` holds are left out before their
@@ -327,7 +485,7 @@ impl RawChunk {
         let mut out = Vec::with_capacity(chunk.layout.entries.len());
         for (i, entry) in chunk.layout.entries.iter().enumerate() {
             let seq = chunk.first_seq + i as u64;
-            if seq < start || seq >= end {
+            if seq < start || seq >= end || !self.records.contains(&seq) {
                 continue;
             }
             let record =
@@ -347,7 +505,9 @@ impl RawChunk {
 pub struct LogIter<'s> {
     store: &'s Store,
     id: ConversationId,
-    chunks: sled::Iter,
+    /// The pieces still to read.
+    pieces: std::vec::IntoIter<(Piece, sled::Iter)>,
+    chunks: Option<(Piece, sled::Iter)>,
     current: Option<(LoadedChunk, usize, Address)>,
     next_seq: u64,
     end_seq: u64,
@@ -359,6 +519,22 @@ impl LogIter<'_> {
         loop {
             if self.next_seq >= self.end_seq {
                 return Ok(None);
+            }
+            let piece_end = self.chunks.as_ref().map_or(0, |(p, _)| p.end);
+            if self.next_seq >= piece_end {
+                // On to the next piece (a fork's own records after its
+                // parent's).
+                self.current = None;
+                self.chunks = self.pieces.next();
+                if self.chunks.is_none() {
+                    return Err(StoreError::Corrupt {
+                        what: format!(
+                            "conversation {}: the log ends before record {}",
+                            self.id, self.next_seq
+                        ),
+                    });
+                }
+                continue;
             }
             if let Some((chunk, index, parent)) = &mut self.current {
                 if *index < chunk.layout.entries.len() {
@@ -384,7 +560,10 @@ impl LogIter<'_> {
                     }));
                 }
             }
-            let Some(item) = self.chunks.next() else {
+            let Some((piece, chunks)) = &mut self.chunks else {
+                continue;
+            };
+            let Some(item) = chunks.next() else {
                 return Err(StoreError::Corrupt {
                     what: format!(
                         "conversation {}: the log ends before record {}",
@@ -393,7 +572,7 @@ impl LogIter<'_> {
                 });
             };
             let (key, bytes) = item?;
-            let chunk = LoadedChunk::read(&self.id, &key, bytes)?;
+            let chunk = LoadedChunk::read(&piece.owner, &key, bytes)?;
             if chunk.first_seq > self.next_seq {
                 return Err(StoreError::Corrupt {
                     what: format!(

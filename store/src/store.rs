@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{decode, encode};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{EventType, Timestamp, TurnTracker};
+use crate::fork::ForkPoint;
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys::{self, FORMAT_VERSION};
@@ -83,8 +84,12 @@ pub struct ConversationInfo {
     pub len: u64,
     /// How many turns its records span.
     pub turns: u64,
-    /// Counts per event type, indexed by [`EventType::index`].
+    /// Counts per event type, indexed by [`EventType::index`], of the
+    /// records stored under this conversation's own keys: for a fork, those
+    /// after its fork point ([`Store::kind_stats`] counts the whole log).
     pub kinds: [KindStats; 10],
+    /// Where it was forked from, if it is a fork.
+    pub fork: Option<ForkPoint>,
 }
 
 impl ConversationInfo {
@@ -100,7 +105,7 @@ impl ConversationInfo {
 }
 
 impl ConversationMeta {
-    pub(crate) fn info(&self, id: ConversationId) -> ConversationInfo {
+    pub(crate) fn info(&self, id: ConversationId, fork: Option<ForkPoint>) -> ConversationInfo {
         ConversationInfo {
             id,
             name: self.name.clone(),
@@ -109,6 +114,7 @@ impl ConversationMeta {
             len: self.len,
             turns: self.turns.turn_count(self.len),
             kinds: self.kinds,
+            fork,
         }
     }
 }
@@ -249,7 +255,7 @@ impl Store {
 
     /// What the store knows about a conversation.
     pub fn info(&self, id: &ConversationId) -> StoreResult<ConversationInfo> {
-        Ok(self.meta(id)?.info(*id))
+        Ok(self.meta(id)?.info(*id, self.fork_point(id)?))
     }
 
     /// Every conversation, in id order.
@@ -259,7 +265,7 @@ impl Store {
             let (key, value) = item?;
             let id = conversation_id_of(&key)?;
             let meta: ConversationMeta = decode(&value, &format!("metadata of conversation {id}"))?;
-            out.push(meta.info(id));
+            out.push(meta.info(id, self.fork_point(&id)?));
         }
         Ok(out)
     }

@@ -9,7 +9,7 @@
 //! and turn index all match what the records give.
 //! The first failure is reported, naming the record when there is one.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::append::{OverlayEntry, TurnEntry};
@@ -71,6 +71,7 @@ impl Store {
     pub fn verify_all(&self) -> StoreResult<Verified> {
         let mut total = VerifyReport::default();
         let mut blobs = HashSet::new();
+        let mut done = HashMap::new();
         for item in self.db.scan_prefix([keys::CONVERSATION]) {
             let (key, _) = item?;
             let Some(id) = key
@@ -80,8 +81,10 @@ impl Store {
             else {
                 continue;
             };
-            match self.verify_one(&id, &mut blobs) {
-                Ok(report) => total.records += report.records,
+            let own = self.meta(&id).map(|m| m.len)? - self.fork_point(&id)?.map_or(0, |p| p.at);
+            match self.verify_one(&id, &mut blobs, &mut done) {
+                // Shared records are counted once, with their owner.
+                Ok(_) => total.records += own,
                 Err(failure) => return Ok(Err(failure)),
             }
             total.conversations += 1;
@@ -93,7 +96,7 @@ impl Store {
     /// Verifies one conversation.
     pub fn verify(&self, id: &ConversationId) -> StoreResult<Verified> {
         let mut blobs = HashSet::new();
-        let mut report = self.verify_one(id, &mut blobs);
+        let mut report = self.verify_one(id, &mut blobs, &mut HashMap::new());
         if let Ok(report) = &mut report {
             report.conversations = 1;
             report.blobs = blobs.len() as u64;
@@ -101,20 +104,86 @@ impl Store {
         Ok(report)
     }
 
-    fn verify_one(&self, id: &ConversationId, blobs: &mut HashSet<BlobHash>) -> Verified {
-        let meta = self.meta(id).map_err(|e| VerifyFailure {
+    /// Verifies `id` (through its ancestors, if it is a fork); `done`
+    /// holds the conversations verified already and their record counts.
+    fn verify_one(
+        &self,
+        id: &ConversationId,
+        blobs: &mut HashSet<BlobHash>,
+        done: &mut HashMap<ConversationId, u64>,
+    ) -> Verified {
+        if let Some(&records) = done.get(id) {
+            return Ok(VerifyReport {
+                conversations: 1,
+                records,
+                blobs: 0,
+            });
+        }
+        let fail = |problem: String| VerifyFailure {
             conversation: *id,
             name: None,
             seq: None,
-            problem: e.to_string(),
-        })?;
+            problem,
+        };
+        let meta = self.meta(id).map_err(|e| fail(e.to_string()))?;
+        let point = self.fork_point(id).map_err(|e| fail(e.to_string()))?;
+        let mut shared = 0;
+        let start = match point {
+            None => Start::default(),
+            Some(point) => {
+                // A fork is checked through its parent: the shared records,
+                // then that the fork point is what they give.
+                shared = self.verify_one(&point.parent, blobs, done)?.records;
+                let found = self
+                    .fork_base(&point.parent, point.at)
+                    .map_err(|e| fail(e.to_string()))?;
+                if found != (point.base, point.turns) {
+                    return Err(VerifyFailure {
+                        name: meta.name.clone(),
+                        seq: point.at.checked_sub(1),
+                        ..fail(format!(
+                            "the fork point does not match record {} of its parent {}",
+                            point.at.saturating_sub(1),
+                            point.parent
+                        ))
+                    });
+                }
+                Start {
+                    seq: point.at,
+                    address: point.base,
+                    turns: point.turns,
+                }
+            }
+        };
         let mut check = Checker {
             store: self,
             id: *id,
             name: meta.name.clone(),
             blobs,
         };
-        check.run(&meta)
+        let mut report = check.run(&meta, start)?;
+        report.records += shared;
+        done.insert(*id, report.records);
+        Ok(report)
+    }
+}
+
+/// Where a conversation's own records start: seq 0 from the root, or a
+/// fork's first own record after its parent's.
+#[derive(Clone, Copy)]
+struct Start {
+    seq: u64,
+    address: Address,
+    turns: TurnTracker,
+}
+
+impl Default for Start {
+    fn default() -> Self {
+        Start {
+            seq: 0,
+            address: Address::ROOT,
+            turns: TurnTracker::new(),
+        }
     }
 }
 
@@ -135,11 +204,14 @@ impl Checker<'_> {
         }
     }
 
-    fn run(&mut self, meta: &ConversationMeta) -> Verified {
+    fn run(&mut self, meta: &ConversationMeta, start: Start) -> Verified {
         let id = self.id;
-        let mut seq = 0u64;
-        let mut address = Address::ROOT;
-        let mut turns = TurnTracker::new();
+        let Start {
+            mut seq,
+            mut address,
+            mut turns,
+        } = start;
+        let first = seq;
         let mut kinds = [KindStats::default(); 10];
         let mut index = Vec::new();
         let mut overlays: Vec<(u64, u64, Vec<u8>)> = Vec::new();
@@ -237,7 +309,7 @@ impl Checker<'_> {
         self.check_call_directories(&directories)?;
         Ok(VerifyReport {
             conversations: 1,
-            records: seq,
+            records: seq - first,
             blobs: 0,
         })
     }

@@ -7,8 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use convstore_projection::tokens_for_chars;
-use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
+use convstore_projection::{profile, tokens_for_chars};
 use convstore_store::{json, AppendOptions, Event, EventKind, Store, Timestamp};
 
 use crate::cmd::project::text_line;
@@ -59,17 +58,9 @@ pub(crate) fn run(store: &Store, notes: &Notes) -> Result<ExitCode> {
     let before = tally(store, &id, Scope { end: info.len }, None)?;
 
     // The default profile over every turn.
-    let compaction = Compaction {
-        from_turn: 0,
-        to_turn: info.turns.saturating_sub(1),
-        summary: None,
-        reasoning: Some(ReasoningPolicy::Strip),
-        tool_calls: Some(ToolCallPolicy::Strip),
-        revert: None,
-        info: Some(json::Json::from_value(
-            &serde_json::json!({"profile": "default"}),
-        )),
-    };
+    let compaction = profile::builtin("default")
+        .map_err(anyhow::Error::msg)?
+        .compaction(0, info.turns.saturating_sub(1));
     let appended = store.append(
         &id,
         &[Event::new(

@@ -1,11 +1,11 @@
 //! `convstore export`: a conversation (or its view) as JP `events.json`,
 //! OpenAI messages or NDJSON.
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use convstore_projection::ViewEvent;
 use convstore_store::interop::jp::to_jp;
 use convstore_store::json::write_event;
@@ -80,30 +80,7 @@ pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<Exi
             write(&mut out)?;
             out.flush()?;
         }
-        Some(path) => write_atomically(Path::new(path), &mut write)?,
+        Some(path) => output::write_atomically(Path::new(path), &mut write)?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Writes to a temporary file beside `path`, then renames it over `path`:
-/// readers see the old file or the whole new one.
-fn write_atomically(
-    path: &Path,
-    write: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
-) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let temp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
-    {
-        let mut out = BufWriter::new(temp.as_file());
-        write(&mut out)?;
-        out.flush()?;
-    }
-    temp.as_file().sync_all()?;
-    temp.persist(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
 }

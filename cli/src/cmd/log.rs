@@ -1,4 +1,4 @@
-//! `convstore log`: the raw records, for audits.
+//! `convstore log`: the raw records, for audits, and a fork's lineage.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -6,15 +6,44 @@ use std::process::ExitCode;
 use anyhow::Result;
 use convstore_store::json::{write_event_fields, ObjectWriter};
 use convstore_store::Store;
+use serde_json::json;
 
 use crate::args::LogArgs;
-use crate::output;
+use crate::output::{self, Notes};
+use crate::view::Scope;
 
-pub(crate) fn run(store: &Store, args: &LogArgs) -> Result<ExitCode> {
+pub(crate) fn run(store: &Store, args: &LogArgs, notes: &Notes) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
     let mut out = output::stdout();
+    if args.lineage {
+        for (conversation, point) in store.lineage(&id)? {
+            let info = store.info(&conversation)?;
+            let value = json!({
+                "id": conversation.hex(),
+                "name": info.name,
+                "events": info.len,
+                "head": info.head.hex(),
+                "parent": point.map(|p| p.parent.hex()),
+                "shared": point.map(|p| p.at),
+                "fork_head": point.map(|p| p.base.hex()),
+            });
+            writeln!(out, "{value}")?;
+        }
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(point) = store.fork_point(&id)? {
+        let parent = store.info(&point.parent)?;
+        notes.say(&format!(
+            "a fork of {} ({}): records 0..{} are shared with it",
+            parent.label(),
+            point.parent,
+            point.at
+        ));
+    }
+    let scope = Scope::as_of(store, &id, args.as_of)?;
     let mut line = Vec::with_capacity(1024);
-    for record in store.scan(&id, 0..u64::MAX)? {
+    for record in store.scan(&id, 0..scope.end)? {
         let record = record?;
         line.clear();
         let mut object = ObjectWriter::begin(&mut line);

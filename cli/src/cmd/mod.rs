@@ -3,13 +3,16 @@
 mod append;
 mod compact;
 mod demo;
+mod explain;
 mod export;
+mod fork;
 mod gen;
 mod import;
 mod log;
 mod project;
 mod stats;
 mod verify;
+mod view;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,7 +40,10 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Export(args) => export::run(&open_existing(cli)?, args, &notes),
         Command::Gen(args) => gen::run(&open_or_create(cli)?, args, &notes),
         Command::Project(args) => project::run(&open_existing(cli)?, args, &notes),
-        Command::Log(args) => log::run(&open_existing(cli)?, args),
+        Command::Log(args) => log::run(&open_existing(cli)?, args, &notes),
+        Command::Fork(args) => fork::run(&open_existing(cli)?, args, &notes),
+        Command::View(args) => view::run(&open_existing(cli)?, args, &notes),
+        Command::Explain(args) => explain::run(&open_existing(cli)?, args),
         Command::Verify(args) => verify::run(&open_existing(cli)?, args),
         Command::List(args) => stats::list(&open_existing(cli)?, args),
         Command::Stats(args) => stats::run(&open_existing(cli)?, args),

@@ -57,7 +57,13 @@ fn summary_json(c: &ConversationInfo) -> Value {
 
 pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
-    let info = store.info(&id)?;
+    let mut info = store.info(&id)?;
+    // A fork's counts include the records it shares with its parent.
+    info.kinds = store.kind_stats(&id)?;
+    let parent = match info.fork {
+        Some(point) => Some((store.info(&point.parent)?.label(), point)),
+        None => None,
+    };
     // Tokens as a model would read them: of the raw history, and of the view.
     let mut raw = Tally::default();
     for record in store.scan(&id, 0..info.len)? {
@@ -89,6 +95,9 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
         value["view_events"] = json!(view_events);
         value["view_tokens"] = json!(tokens_for_chars(view.total_chars()));
         value["kinds"] = Value::Object(kinds);
+        if let Some((_, point)) = &parent {
+            value["fork"] = json!({"parent": point.parent.hex(), "shared": point.at, "fork_head": point.base.hex()});
+        }
         writeln!(out, "{value}")?;
     } else {
         writeln!(out, "conversation  {} ({})", info.label(), info.id)?;
@@ -96,6 +105,13 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
         writeln!(out, "turns         {}", info.turns)?;
         writeln!(out, "head          {}", info.head)?;
         writeln!(out, "created       {}", info.created)?;
+        if let Some((label, point)) = &parent {
+            writeln!(
+                out,
+                "forked from   {label} ({}): shares records 0..{}",
+                point.parent, point.at
+            )?;
+        }
         writeln!(out)?;
         let mut rows = vec![vec![
             "KIND".to_owned(),

@@ -4,16 +4,47 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
-use convstore_store::Store;
+use convstore_store::{Store, VerifyFailure};
 use serde_json::json;
 
 use crate::args::VerifyArgs;
+use crate::materialize;
 use crate::output;
 
 pub(crate) fn run(store: &Store, args: &VerifyArgs) -> Result<ExitCode> {
-    let verified = match &args.conversation {
-        Some(query) => store.verify(&store.resolve(query)?)?,
-        None => store.verify_all()?,
+    let (verified, ids) = match &args.conversation {
+        Some(query) => {
+            let id = store.resolve(query)?;
+            (store.verify(&id)?, vec![id])
+        }
+        None => (
+            store.verify_all()?,
+            store.conversations()?.iter().map(|c| c.id).collect(),
+        ),
+    };
+    // Then each stored view against a fresh projection of its head.
+    let mut views = 0;
+    let verified = match verified {
+        Ok(report) => {
+            let mut outcome = Ok(report);
+            'all: for id in &ids {
+                for state in store.views(id)? {
+                    if let Some(problem) = materialize::check(store, id, &state)? {
+                        let info = store.info(id)?;
+                        outcome = Err(VerifyFailure {
+                            conversation: *id,
+                            name: info.name,
+                            seq: None,
+                            problem: format!("view \"{}\": {problem}", state.name),
+                        });
+                        break 'all;
+                    }
+                    views += 1;
+                }
+            }
+            outcome
+        }
+        failed => failed,
     };
     let mut out = output::stdout();
     match verified {
@@ -24,12 +55,13 @@ pub(crate) fn run(store: &Store, args: &VerifyArgs) -> Result<ExitCode> {
                     "conversations": report.conversations,
                     "records": report.records,
                     "blobs": report.blobs,
+                    "views": views,
                 });
                 writeln!(out, "{value}")?;
             } else {
                 writeln!(
                     out,
-                    "ok: {} conversation(s), {} record(s), {} blob(s) verified",
+                    "ok: {} conversation(s), {} record(s), {} blob(s), {views} view(s) verified",
                     report.conversations, report.records, report.blobs
                 )?;
             }

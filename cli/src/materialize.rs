@@ -1,0 +1,507 @@
+//! Materialized views: a projection stored in the database and kept
+//! current ([`refresh`]), read without re-projecting ([`read`]), and
+//! checked against a fresh projection ([`check`]).
+//!
+//! A view is stored as blocks of view events, each covering a range of raw
+//! turns (`convstore_store::ViewBlock`). Since a view event depends only on
+//! its raw event, its turn's winning policies, whether it opens a summary
+//! run and the name of the latest call with its tool id, an update
+//! recomputes only the turns that can have changed:
+//!
+//! - the last turn the view had and every new turn (new events);
+//! - for each new compaction, the turns it covers and the turn after them
+//!   (a summary run that continues past it starts a new run there);
+//! - the first turn of each summary run that meets or touches those ranges
+//!   (its injected events carry the run's turn range, which can change);
+//! - the turns of results shown without a call when a call with their id
+//!   arrives.
+//!
+//! Each dirty range widens to whole blocks. A call that gives an id seen
+//! before another name renames results anywhere: the view is rebuilt.
+//! The plan (overlays, call names, summary runs) is read from the store's
+//! side data as for `project`; the records read are those of the dirty
+//! turns only.
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::{bail, Context, Result};
+use convstore_projection::{profile, Overlay, Projector, ViewEvent};
+use convstore_store::{
+    Address, ConversationId, EventKind, Store, StoreError, StoredViewEvent, Timestamp, ViewBlock,
+    ViewState, ViewUpdate,
+};
+
+use crate::view::{self, Scope};
+
+/// Where blocks of a stored view close: at the first turn boundary after
+/// `events` view events or `turns` turns. An update rewrites whole blocks,
+/// so they bound the work a small append costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockLimits {
+    /// Events after which a block closes.
+    pub events: usize,
+    /// Turns after which a block closes.
+    pub turns: u64,
+}
+
+impl Default for BlockLimits {
+    fn default() -> Self {
+        BlockLimits {
+            events: 512,
+            turns: 64,
+        }
+    }
+}
+
+/// What [`refresh`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refresh {
+    /// The view already reflected the head.
+    Current,
+    /// The view was projected whole (new, or a tool call id renamed).
+    Built,
+    /// The view was brought up to date by recomputing these turn ranges.
+    Updated(Vec<(u64, u64)>),
+}
+
+/// The base overlay of a view's profile: every turn, ranked below every
+/// compaction of the log.
+fn base_overlay(profile: Option<&str>) -> Result<Option<Overlay>> {
+    let Some(name) = profile else {
+        return Ok(None);
+    };
+    let profile = profile::builtin(name).map_err(anyhow::Error::msg)?;
+    Ok(Some(Overlay::from_compaction(
+        0,
+        Timestamp::EARLIEST,
+        &profile.compaction(0, u64::MAX),
+    )))
+}
+
+/// The projector of records `0..end` for a view with `profile`.
+fn projector(
+    store: &Store,
+    id: &ConversationId,
+    end: u64,
+    profile: Option<&str>,
+) -> Result<Projector> {
+    view::plan_under(store, id, Scope { end }, None, base_overlay(profile)?)
+}
+
+/// Brings view `name` of `id` up to the conversation's head, creating it
+/// (with `profile`, if given) when it does not exist. Returns its state and
+/// what was done. Fails if `profile` differs from the existing view's.
+pub fn refresh(
+    store: &Store,
+    id: &ConversationId,
+    name: &str,
+    profile: Option<&str>,
+) -> Result<(ViewState, Refresh)> {
+    refresh_with(store, id, name, profile, BlockLimits::default())
+}
+
+/// [`refresh`] with blocks cut at `limits`.
+pub fn refresh_with(
+    store: &Store,
+    id: &ConversationId,
+    name: &str,
+    profile: Option<&str>,
+    limits: BlockLimits,
+) -> Result<(ViewState, Refresh)> {
+    // A concurrent refresh of the same view in this process makes the
+    // write fail its check; the work is then redone from the new state.
+    for _ in 0..8 {
+        match try_refresh(store, id, name, profile, limits) {
+            Err(e) if is_conflict(&e) => {}
+            other => return other,
+        }
+    }
+    bail!("view \"{name}\" keeps changing under this update; try again")
+}
+
+fn is_conflict(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<StoreError>(),
+        Some(StoreError::HeadMismatch { .. })
+    )
+}
+
+fn try_refresh(
+    store: &Store,
+    id: &ConversationId,
+    name: &str,
+    profile: Option<&str>,
+    limits: BlockLimits,
+) -> Result<(ViewState, Refresh)> {
+    let info = store.info(id)?;
+    let old = store.view_state(id, name)?;
+    if let (Some(old), Some(asked)) = (&old, profile) {
+        if old.profile.as_deref() != Some(asked) {
+            bail!(
+                "view \"{name}\" exists with {}; drop it (view --drop) to change its profile",
+                old.profile
+                    .as_deref()
+                    .map_or("no profile".to_owned(), |p| format!("profile {p}"))
+            );
+        }
+    }
+    if let Some(old) = &old {
+        if old.len == info.len && old.head == info.head {
+            return Ok((old.clone(), Refresh::Current));
+        }
+    }
+    let profile = old.as_ref().map_or(profile, |o| o.profile.as_deref());
+    // Checked before anything is written.
+    base_overlay(profile)?;
+    let n = info.len;
+    let projector = projector(store, id, n, profile)?;
+    let last_turn = match n {
+        0 => None,
+        _ => Some(store.turn_of(id, n - 1)?),
+    };
+    let mut state = ViewState {
+        name: name.to_owned(),
+        profile: profile.map(str::to_owned),
+        len: n,
+        head: info.head,
+        events: 0,
+        orphans: Vec::new(),
+        created: old.as_ref().map_or_else(Timestamp::now, |o| o.created),
+    };
+    let dirty = match &old {
+        Some(old) if old.len <= n && old.len > 0 => {
+            dirty_turns(store, id, old, &projector, last_turn.unwrap_or(0))?
+        }
+        _ => None,
+    };
+    let Some(last_turn) = last_turn else {
+        // An empty log: an empty view.
+        let removed = vec![(0, u64::MAX)];
+        write(store, id, old.as_ref(), state.clone(), removed, Vec::new())?;
+        return Ok((stored_state(store, id, name)?, Refresh::Built));
+    };
+    let (ranges, outcome) = match dirty {
+        Some(ranges) => {
+            let ranges = widen_to_blocks(store, id, name, ranges)?;
+            (ranges.clone(), Refresh::Updated(ranges))
+        }
+        None => (vec![(0, last_turn)], Refresh::Built),
+    };
+    let mut blocks = Vec::new();
+    let mut orphans = Vec::new();
+    for &(first, last) in &ranges {
+        let events = project_turns(store, id, n, &projector, first, last)?;
+        for e in &events {
+            if let EventKind::ToolResult { id: call, .. } = &e.event.kind {
+                if projector.tool_name(call).is_none() {
+                    orphans.push((call.clone(), e.turn));
+                }
+            }
+        }
+        blocks.extend(split_into_blocks(first, last, events, limits));
+    }
+    if let (Some(old), Refresh::Updated(_)) = (&old, &outcome) {
+        let recomputed = |t: u64| ranges.iter().any(|&(a, b)| (a..=b).contains(&t));
+        state.orphans = old
+            .orphans
+            .iter()
+            .filter(|(_, t)| !recomputed(*t))
+            .cloned()
+            .collect();
+    }
+    state.orphans.extend(orphans);
+    let removed = match outcome {
+        Refresh::Updated(_) => ranges.clone(),
+        _ => vec![(0, u64::MAX)],
+    };
+    write(store, id, old.as_ref(), state, removed, blocks)?;
+    Ok((stored_state(store, id, name)?, outcome))
+}
+
+fn stored_state(store: &Store, id: &ConversationId, name: &str) -> Result<ViewState> {
+    store
+        .view_state(id, name)?
+        .with_context(|| format!("view \"{name}\" vanished while being written"))
+}
+
+fn write(
+    store: &Store,
+    id: &ConversationId,
+    old: Option<&ViewState>,
+    state: ViewState,
+    removed: Vec<(u64, u64)>,
+    blocks: Vec<ViewBlock>,
+) -> Result<()> {
+    store.write_view(
+        id,
+        &ViewUpdate {
+            expected_len: old.map(|o| o.len),
+            state,
+            removed,
+            blocks,
+        },
+    )?;
+    Ok(())
+}
+
+/// The turn ranges an update from `old` to the log's records `0..n` must
+/// recompute, merged and sorted; `None` when the view must be rebuilt.
+fn dirty_turns(
+    store: &Store,
+    id: &ConversationId,
+    old: &ViewState,
+    projector: &Projector,
+    last_turn: u64,
+) -> Result<Option<Vec<(u64, u64)>>> {
+    let h = old.len;
+    let n = store.info(id)?.len;
+    // The view's head must still be in the log where it was.
+    if store.record(id, h - 1)?.address != old.head {
+        return Ok(None);
+    }
+    let old_last = store.turn_of(id, h - 1)?;
+    let mut ranges = vec![(old_last, last_turn)];
+    // A profile's base overlay comes first; it is not the log's.
+    let base = usize::from(old.profile.is_some());
+    let resolution = projector.resolution();
+    let mut touched = vec![(old_last, last_turn)];
+    for overlay in resolution.overlays.iter().skip(base) {
+        if overlay.seq >= h {
+            if let Some((first, last)) = overlay.covered(last_turn) {
+                ranges.push((first, (last + 1).min(last_turn)));
+                touched.push((first.saturating_sub(1), last + 1));
+            }
+        }
+    }
+    // A summary run's injected events, in its first turn, say which turns
+    // it stands for: a run that gained or lost turns (it meets a new
+    // overlay's range or the turns after the old last one, or is next to
+    // them) has its first turn recomputed.
+    for run in &resolution.runs {
+        if touched
+            .iter()
+            .any(|&(a, b)| run.first <= b && a <= run.last)
+        {
+            ranges.push((run.first, run.first));
+        }
+    }
+    // Names: a call that renames an id seen before changes results
+    // anywhere; a call for an id whose results came first renames those.
+    let calls = store.tool_calls(id, 0, n)?;
+    let mut before: HashMap<&str, &str> = HashMap::new();
+    let mut new_ids: HashSet<&str> = HashSet::new();
+    for (seq, call, name) in &calls {
+        if *seq < h {
+            before.insert(call, name);
+        } else {
+            new_ids.insert(call);
+        }
+    }
+    for call in &new_ids {
+        if let Some(name) = before.get(call) {
+            if projector.tool_name(call) != Some(name) {
+                return Ok(None);
+            }
+        }
+    }
+    for (call, turn) in &old.orphans {
+        if new_ids.contains(call.as_str()) {
+            ranges.push((*turn, *turn));
+        }
+    }
+    Ok(Some(merge(ranges)))
+}
+
+/// Sorts and merges overlapping or adjacent ranges.
+fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Widens each range to the blocks that hold its ends, so that whole
+/// blocks are replaced.
+fn widen_to_blocks(
+    store: &Store,
+    id: &ConversationId,
+    name: &str,
+    ranges: Vec<(u64, u64)>,
+) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        let first = store.view_block_at(id, name, a)?.map_or(a, |(f, _)| f);
+        let last = store
+            .view_block_at(id, name, b)?
+            .map_or(b, |(_, l)| l.max(b));
+        out.push((first, last));
+    }
+    Ok(merge(out))
+}
+
+/// The view events of raw turns `first..=last` of the records `0..n`.
+fn project_turns(
+    store: &Store,
+    id: &ConversationId,
+    n: u64,
+    projector: &Projector,
+    first: u64,
+    last: u64,
+) -> Result<Vec<ViewEvent>> {
+    let Some(start) = store.first_seq_of_turn(id, first)?.filter(|&s| s < n) else {
+        return Ok(Vec::new());
+    };
+    let end = match last.checked_add(1) {
+        Some(next) => store.first_seq_of_turn(id, next)?.map_or(n, |s| s.min(n)),
+        None => n,
+    };
+    let mut out = Vec::new();
+    view::stream_range(
+        store,
+        id,
+        start..end,
+        projector,
+        |v| v,
+        |v| {
+            out.extend(v);
+            Ok(())
+        },
+    )?;
+    Ok(out)
+}
+
+/// Cuts the view events of turns `first..=last` into blocks at turn
+/// boundaries; the blocks tile `first..=last`.
+fn split_into_blocks(
+    first: u64,
+    last: u64,
+    events: Vec<ViewEvent>,
+    limits: BlockLimits,
+) -> Vec<ViewBlock> {
+    let mut blocks = Vec::new();
+    let mut current = ViewBlock {
+        first_turn: first,
+        last_turn: first,
+        events: Vec::new(),
+    };
+    for e in events {
+        if e.turn > current.last_turn {
+            if current.events.len() >= limits.events || e.turn - current.first_turn >= limits.turns
+            {
+                current.last_turn = e.turn - 1;
+                blocks.push(std::mem::replace(
+                    &mut current,
+                    ViewBlock {
+                        first_turn: e.turn,
+                        last_turn: e.turn,
+                        events: Vec::new(),
+                    },
+                ));
+            } else {
+                current.last_turn = e.turn;
+            }
+        }
+        current.events.push(StoredViewEvent {
+            seq: e.seq,
+            turn: e.turn,
+            summary_of: e.summary_of,
+            event: e.event,
+        });
+    }
+    current.last_turn = last.max(current.last_turn);
+    blocks.push(current);
+    blocks
+}
+
+/// Calls `sink` with each event of the stored view `name`, in order. The
+/// view is read as stored: call [`refresh`] first for the current one.
+pub fn read(
+    store: &Store,
+    id: &ConversationId,
+    name: &str,
+    mut sink: impl FnMut(ViewEvent) -> Result<()>,
+) -> Result<()> {
+    for block in store.view_blocks(id, name, 0)? {
+        for e in block?.events {
+            sink(ViewEvent {
+                seq: e.seq,
+                turn: e.turn,
+                summary_of: e.summary_of,
+                event: e.event,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a stored view against a fresh projection of the head it
+/// records: `Ok(None)` when equal, else what differs.
+pub fn check(store: &Store, id: &ConversationId, state: &ViewState) -> Result<Option<String>> {
+    let len = store.info(id)?.len;
+    if state.len > len {
+        return Ok(Some(format!(
+            "it reflects {} records but the log has {len}",
+            state.len
+        )));
+    }
+    let head = match state.len.checked_sub(1) {
+        Some(last) => store.record(id, last)?.address,
+        None => Address::ROOT,
+    };
+    if head != state.head {
+        return Ok(Some(format!(
+            "its head {} is not record {}'s address {head}",
+            state.head,
+            state.len.saturating_sub(1)
+        )));
+    }
+    let projector = projector(store, id, state.len, state.profile.as_deref())?;
+    let mut fresh = Vec::new();
+    view::stream(store, id, Scope { end: state.len }, &projector, |v| {
+        fresh.push(v.clone());
+        Ok(())
+    })?;
+    let mut stored = Vec::new();
+    let mut next_turn = 0;
+    for block in store.view_blocks(id, &state.name, 0)? {
+        let block = block?;
+        if block.first_turn != next_turn {
+            return Ok(Some(format!(
+                "its blocks do not tile the turns: a block starts at turn {} where turn {next_turn} was expected",
+                block.first_turn
+            )));
+        }
+        next_turn = block.last_turn + 1;
+        stored.extend(block.events.into_iter().map(|e| ViewEvent {
+            seq: e.seq,
+            turn: e.turn,
+            summary_of: e.summary_of,
+            event: e.event,
+        }));
+    }
+    if stored.len() as u64 != state.events {
+        return Ok(Some(format!(
+            "its state counts {} events but its blocks hold {}",
+            state.events,
+            stored.len()
+        )));
+    }
+    if let Some(i) = (0..fresh.len().max(stored.len())).find(|&i| fresh.get(i) != stored.get(i)) {
+        return Ok(Some(format!(
+            "event {i} differs from a fresh projection of record {} (stored {}, fresh {})",
+            state.len.saturating_sub(1),
+            stored
+                .get(i)
+                .map_or("nothing".to_owned(), |v| format!("seq {}", v.seq)),
+            fresh
+                .get(i)
+                .map_or("nothing".to_owned(), |v| format!("seq {}", v.seq)),
+        )));
+    }
+    Ok(None)
+}

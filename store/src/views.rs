@@ -1,0 +1,332 @@
+//! Materialized views as stored: [`ViewState`] and blocks of view events.
+//!
+//! A view is kept as blocks, each holding the view events that came from a
+//! range of raw turns, keyed by the block's first turn; the blocks of a
+//! view tile its turns in order. What to recompute and how is the
+//! caller's business (the projection lives in another crate); the store
+//! writes a change to a view — blocks removed, blocks added, the new
+//! state — in one atomic batch, so a view is always some complete past
+//! state, and its state says which prefix of the log (`len`, `head`) it
+//! reflects.
+//!
+//! View events are stored in the records' own encoding, so texts longer
+//! than 1 KiB are blob references shared with the log, not copies.
+
+use serde::{Deserialize, Serialize};
+
+use crate::append::encode_all;
+use crate::codec::{decode, decode_record, encode, record_to_event};
+use crate::error::{StoreError, StoreResult};
+use crate::event::{Event, Timestamp};
+use crate::hash::Address;
+use crate::ids::ConversationId;
+use crate::keys;
+use crate::store::Store;
+
+/// What the store keeps about a materialized view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewState {
+    /// Its name, unique per conversation.
+    pub name: String,
+    /// The compaction profile it applies under the log's overlays, if any.
+    pub profile: Option<String>,
+    /// It reflects records `0..len` of the log.
+    pub len: u64,
+    /// The address of record `len - 1`: the head it reflects.
+    pub head: Address,
+    /// How many view events it holds.
+    pub events: u64,
+    /// Tool result ids it shows stripped under the name `unknown` (no call
+    /// with the id came before), with their turns: a later call with such an
+    /// id renames them.
+    pub orphans: Vec<(String, u64)>,
+    /// When it was created.
+    pub created: Timestamp,
+}
+
+/// One event of a stored view, with where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredViewEvent {
+    /// The raw seq it was produced from.
+    pub seq: u64,
+    /// The raw turn it was produced from.
+    pub turn: u64,
+    /// For injected summary events: the raw turns the run replaces.
+    pub summary_of: Option<(u64, u64)>,
+    /// The event.
+    pub event: Event,
+}
+
+/// The view events of raw turns `first_turn..=last_turn`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewBlock {
+    /// Its first raw turn.
+    pub first_turn: u64,
+    /// Its last raw turn.
+    pub last_turn: u64,
+    /// Its events, in view order.
+    pub events: Vec<StoredViewEvent>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct BlockRepr<'a> {
+    last_turn: u64,
+    #[serde(borrow)]
+    events: Vec<EventRepr<'a>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EventRepr<'a> {
+    seq: u64,
+    turn: u64,
+    summary_of: Option<(u64, u64)>,
+    #[serde(with = "serde_bytes")]
+    record: &'a [u8],
+}
+
+/// A change to a view, written atomically by [`Store::write_view`].
+#[derive(Debug, Clone)]
+pub struct ViewUpdate {
+    /// The `len` of the stored state this change was computed from (`None`:
+    /// the view must not exist yet).
+    pub expected_len: Option<u64>,
+    /// The view's new state (its `events` is recounted by the store).
+    pub state: ViewState,
+    /// Turn ranges (inclusive) whose blocks are removed: every block whose
+    /// first turn lies in one.
+    pub removed: Vec<(u64, u64)>,
+    /// The blocks added.
+    pub blocks: Vec<ViewBlock>,
+}
+
+/// The 8-byte key of a view: blake3 of its name.
+fn view_key(name: &str) -> [u8; 8] {
+    let hash = blake3::hash(name.as_bytes());
+    let mut key = [0u8; 8];
+    key.copy_from_slice(&hash.as_bytes()[..8]);
+    key
+}
+
+impl Store {
+    /// The state of the view `name` of `id`, if it exists.
+    pub fn view_state(&self, id: &ConversationId, name: &str) -> StoreResult<Option<ViewState>> {
+        match self.db.get(keys::view(id, view_key(name)))? {
+            None => Ok(None),
+            Some(bytes) => {
+                let state: ViewState = decode(&bytes, &format!("state of view \"{name}\""))?;
+                if state.name != name {
+                    return Err(StoreError::Corrupt {
+                        what: format!(
+                            "conversation {id}: the view stored for \"{name}\" is named \"{}\"",
+                            state.name
+                        ),
+                    });
+                }
+                Ok(Some(state))
+            }
+        }
+    }
+
+    /// Every view of `id`.
+    pub fn views(&self, id: &ConversationId) -> StoreResult<Vec<ViewState>> {
+        let mut out = Vec::new();
+        for item in self.db.scan_prefix(keys::views(id)) {
+            let (_, bytes) = item?;
+            out.push(decode(&bytes, "view state")?);
+        }
+        out.sort_by(|a: &ViewState, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The blocks of view `name` whose turns reach `from_turn` or later,
+    /// in order, decoded (blobs loaded).
+    pub fn view_blocks(
+        &self,
+        id: &ConversationId,
+        name: &str,
+        from_turn: u64,
+    ) -> StoreResult<impl Iterator<Item = StoreResult<ViewBlock>> + '_> {
+        let key = view_key(name);
+        let start = self
+            .view_block_at(id, name, from_turn)?
+            .map_or(from_turn, |(first, _)| first);
+        let id = *id;
+        Ok(self
+            .db
+            .range(keys::view_block(&id, key, start)..=keys::view_block(&id, key, u64::MAX))
+            .map(move |item| {
+                let (k, bytes) = item?;
+                self.decode_block(&id, &k, &bytes)
+            }))
+    }
+
+    /// The `(first_turn, last_turn)` of the block of view `name` that holds
+    /// `turn`, if one does.
+    pub fn view_block_at(
+        &self,
+        id: &ConversationId,
+        name: &str,
+        turn: u64,
+    ) -> StoreResult<Option<(u64, u64)>> {
+        let key = view_key(name);
+        let found = self
+            .db
+            .range(keys::view_block(id, key, 0)..=keys::view_block(id, key, turn))
+            .next_back()
+            .transpose()?;
+        let Some((k, bytes)) = found else {
+            return Ok(None);
+        };
+        let first = keys::view_block_turn(&k).ok_or_else(|| truncated(id))?;
+        let repr: BlockRepr<'_> = decode(&bytes, "view block")?;
+        Ok((repr.last_turn >= turn).then_some((first, repr.last_turn)))
+    }
+
+    fn decode_block(
+        &self,
+        id: &ConversationId,
+        key: &[u8],
+        bytes: &[u8],
+    ) -> StoreResult<ViewBlock> {
+        let first_turn = keys::view_block_turn(key).ok_or_else(|| truncated(id))?;
+        let repr: BlockRepr<'_> = decode(bytes, "view block")?;
+        let mut events = Vec::with_capacity(repr.events.len());
+        for e in repr.events {
+            let record = decode_record(e.record)?;
+            let event = record_to_event(&record, &mut |blob| self.load_blob(blob))?;
+            events.push(StoredViewEvent {
+                seq: e.seq,
+                turn: e.turn,
+                summary_of: e.summary_of,
+                event,
+            });
+        }
+        Ok(ViewBlock {
+            first_turn,
+            last_turn: repr.last_turn,
+            events,
+        })
+    }
+
+    /// Applies `update` to view `update.state.name` of `id` in one atomic
+    /// batch (creating the view if it does not exist), then flushes.
+    ///
+    /// Fails with [`StoreError::HeadMismatch`] if the stored view is not the
+    /// one the update was computed from (another update came first), or if
+    /// the log does not hold `update.state.head` at `update.state.len - 1`;
+    /// nothing is written then.
+    pub fn write_view(&self, id: &ConversationId, update: &ViewUpdate) -> StoreResult<()> {
+        let name = &update.state.name;
+        let key = view_key(name);
+        let mut events = Vec::new();
+        for block in &update.blocks {
+            events.extend(block.events.iter().map(|e| e.event.clone()));
+        }
+        let encoded = encode_all(&events, u64::MAX)?;
+        let guard = self.lock_writes();
+        let current: Option<ViewState> = match self.db.get(keys::view(id, key))? {
+            Some(bytes) => Some(decode(&bytes, "view state")?),
+            None => None,
+        };
+        if let Some(other) = &current {
+            if other.name != *name {
+                return Err(StoreError::InvalidName {
+                    name: name.clone(),
+                    reason: "its key collides with another view's; choose another name",
+                });
+            }
+        }
+        if current.as_ref().map(|c| c.len) != update.expected_len {
+            return Err(StoreError::HeadMismatch {
+                expected: update.state.head,
+                actual: current.map_or(Address::ROOT, |c| c.head),
+            });
+        }
+        let mut events_now = current.map_or(0, |c| c.events);
+        let len = self.meta(id)?.len;
+        let at = match update.state.len.checked_sub(1) {
+            Some(last) if last < len => self.record(id, last)?.address,
+            Some(_) => {
+                return Err(StoreError::NoSuchRecord {
+                    seq: update.state.len - 1,
+                    len,
+                })
+            }
+            None => Address::ROOT,
+        };
+        if at != update.state.head {
+            return Err(StoreError::HeadMismatch {
+                expected: update.state.head,
+                actual: at,
+            });
+        }
+        let mut batch = sled::Batch::default();
+        for &(first, last) in &update.removed {
+            for item in self
+                .db
+                .range(keys::view_block(id, key, first)..=keys::view_block(id, key, last))
+            {
+                let (k, bytes) = item?;
+                let repr: BlockRepr<'_> = decode(&bytes, "view block")?;
+                events_now -= (repr.events.len() as u64).min(events_now);
+                batch.remove(k);
+            }
+        }
+        events_now += events.len() as u64;
+        let mut records = encoded.iter();
+        for block in &update.blocks {
+            let mut repr = BlockRepr {
+                last_turn: block.last_turn,
+                events: Vec::with_capacity(block.events.len()),
+            };
+            for e in &block.events {
+                let record = records.next().ok_or_else(|| StoreError::Corrupt {
+                    what: "view events and their encodings differ in number".to_owned(),
+                })?;
+                repr.events.push(EventRepr {
+                    seq: e.seq,
+                    turn: e.turn,
+                    summary_of: e.summary_of,
+                    record: &record.bytes,
+                });
+            }
+            batch.insert(keys::view_block(id, key, block.first_turn), encode(&repr));
+        }
+        let state = ViewState {
+            events: events_now,
+            ..update.state.clone()
+        };
+        batch.insert(keys::view(id, key), encode(&state));
+        self.write_blobs(&encoded)?;
+        self.db.apply_batch(batch)?;
+        drop(guard);
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Deletes view `name` of `id`; `false` if there was none. The log is
+    /// untouched.
+    pub fn drop_view(&self, id: &ConversationId, name: &str) -> StoreResult<bool> {
+        let key = view_key(name);
+        let guard = self.lock_writes();
+        if self.view_state(id, name)?.is_none() {
+            return Ok(false);
+        }
+        let mut batch = sled::Batch::default();
+        for item in self.db.scan_prefix(keys::view_blocks(id, key)) {
+            let (k, _) = item?;
+            batch.remove(k);
+        }
+        batch.remove(keys::view(id, key));
+        self.db.apply_batch(batch)?;
+        drop(guard);
+        self.db.flush()?;
+        Ok(true)
+    }
+}
+
+fn truncated(id: &ConversationId) -> StoreError {
+    StoreError::Corrupt {
+        what: format!("conversation {id}: a view block key is truncated"),
+    }
+}

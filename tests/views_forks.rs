@@ -1,0 +1,161 @@
+//! Materialized views and forks against a plain model: each conversation
+//! is the list of events it holds (a fork: its parent's prefix, then its
+//! own), and its view is `project` over that list.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod support;
+
+use convstore_cli::materialize::{self, BlockLimits};
+use convstore_projection::{project, LogEvent, ViewEvent};
+use convstore_store::{AppendOptions, ConversationId, Event, Store, TurnTracker};
+use proptest::prelude::*;
+use support::gen;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Append events to conversation `conv % count`.
+    Append { conv: usize, events: Vec<Event> },
+    /// Fork conversation `conv % count`, sharing `at` of its records (as a
+    /// fraction of its length).
+    Fork { conv: usize, at: f64 },
+    /// Close and reopen the database.
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..8usize, prop::collection::vec(gen::projection_event(), 1..8))
+            .prop_map(|(conv, events)| Op::Append { conv, events }),
+        2 => (0..8usize, 0.0..=1.0f64).prop_map(|(conv, at)| Op::Fork { conv, at }),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// The model's view: `project` over the events with their seqs and turns.
+fn model_view(events: &[Event]) -> Vec<ViewEvent> {
+    let mut turns = TurnTracker::new();
+    let log: Vec<LogEvent> = events
+        .iter()
+        .enumerate()
+        .map(|(seq, event)| LogEvent {
+            seq: seq as u64,
+            turn: turns.next(event.kind.event_type()),
+            event: event.clone(),
+        })
+        .collect();
+    project(&log)
+}
+
+fn stored_view(store: &Store, id: &ConversationId, name: &str) -> Vec<ViewEvent> {
+    let mut out = Vec::new();
+    materialize::read(store, id, name, |v| {
+        out.push(v);
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+/// Small blocks, so that updates replace some blocks and keep others.
+const SMALL: BlockLimits = BlockLimits {
+    events: 3,
+    turns: 2,
+};
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// After every step, every conversation reads back as its model, its
+    /// view (kept current step by step, through restarts) equals a fresh
+    /// projection of the model, a profile view equals a fresh projection
+    /// through the store, and everything verifies. A fork's model is its
+    /// parent's prefix plus its own events.
+    #[test]
+    fn views_stay_equal_to_fresh_projections(ops in prop::collection::vec(op(), 1..14)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut store = Store::open(&path).unwrap();
+        let first = store.create_conversation(Some("c0")).unwrap();
+        let mut models: Vec<(ConversationId, Vec<Event>)> = vec![(first, Vec::new())];
+        for op in ops {
+            match op {
+                Op::Append { conv, events } => {
+                    let count = models.len();
+                    let (id, model) = &mut models[conv % count];
+                    store.append(id, &events, &AppendOptions::default()).unwrap();
+                    model.extend(events);
+                }
+                Op::Fork { conv, at } => {
+                    let (parent, model) = &models[conv % models.len()];
+                    let at = ((model.len() as f64) * at).round() as usize;
+                    let (id, _) = store.fork(parent, at as u64, None, &[]).unwrap();
+                    let prefix = model[..at].to_vec();
+                    models.push((id, prefix));
+                }
+                Op::Reopen => {
+                    drop(store);
+                    store = Store::open(&path).unwrap();
+                }
+            }
+            for (id, model) in &models {
+                let records: Vec<Event> = store
+                    .scan(id, 0..u64::MAX)
+                    .unwrap()
+                    .map(|r| r.unwrap().event)
+                    .collect();
+                prop_assert_eq!(&records, model);
+
+                materialize::refresh_with(&store, id, "plain", None, SMALL).unwrap();
+                prop_assert_eq!(stored_view(&store, id, "plain"), model_view(model));
+
+                let (state, _) =
+                    materialize::refresh_with(&store, id, "light", Some("light"), SMALL).unwrap();
+                prop_assert_eq!(materialize::check(&store, id, &state).unwrap(), None);
+
+                let verified = store.verify(id).unwrap();
+                prop_assert!(verified.is_ok(), "{:?}", verified);
+            }
+        }
+        let all = store.verify_all().unwrap();
+        prop_assert!(all.is_ok(), "{:?}", all);
+    }
+}
+
+/// A view brought up to date after an append recomputes only the turns
+/// around the new events, not the whole log.
+#[test]
+fn an_append_recomputes_only_the_last_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    let now = convstore_store::Timestamp::now();
+    let turn = |i: usize| {
+        vec![
+            Event::new(now, convstore_store::EventKind::TurnStart),
+            Event::new(
+                now,
+                convstore_store::EventKind::User {
+                    text: format!("question {i}"),
+                },
+            ),
+        ]
+    };
+    let events: Vec<Event> = (0..100).flat_map(turn).collect();
+    let (id, _) = store
+        .create_and_append(Some("c"), &events, &AppendOptions::default())
+        .unwrap();
+    let limits = BlockLimits {
+        events: 8,
+        turns: 4,
+    };
+    let (_, built) = materialize::refresh_with(&store, &id, "v", None, limits).unwrap();
+    assert_eq!(built, materialize::Refresh::Built);
+    store
+        .append(&id, &turn(100), &AppendOptions::default())
+        .unwrap();
+    let (state, updated) = materialize::refresh_with(&store, &id, "v", None, limits).unwrap();
+    // Turn 99 sits in the block of turns 96..=99; turn 100 is new.
+    assert_eq!(updated, materialize::Refresh::Updated(vec![(96, 100)]));
+    assert_eq!(materialize::check(&store, &id, &state).unwrap(), None);
+    let (_, again) = materialize::refresh_with(&store, &id, "v", None, limits).unwrap();
+    assert_eq!(again, materialize::Refresh::Current);
+}
