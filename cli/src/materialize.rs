@@ -22,13 +22,14 @@
 //! side data as for `project`; the records read are those of the dirty
 //! turns only.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{btree_map, BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use convstore_projection::{profile, Overlay, Projector, ViewEvent};
+use convstore_projection::{profile, resolve, Overlay, Plan, Projector, Run, ViewEvent};
 use convstore_store::{
-    Address, ConversationId, EventKind, Store, StoreError, StoredViewEvent, Timestamp, ViewBlock,
-    ViewState, ViewUpdate,
+    call_bucket, Address, CallEntry, ConversationId, EventKind, EventType, Store, StoreError,
+    StoredViewEvent, Timestamp, ViewBlock, ViewState, ViewUpdate,
 };
 
 use crate::view::{self, Scope};
@@ -151,70 +152,35 @@ fn try_refresh(
         }
     }
     let profile = old.as_ref().map_or(profile, |o| o.profile.as_deref());
-    // Checked before anything is written.
-    base_overlay(profile)?;
-    let n = info.len;
-    let projector = projector(store, id, n, profile)?;
-    let last_turn = match n {
-        0 => None,
-        _ => Some(store.turn_of(id, n - 1)?),
-    };
-    let mut state = ViewState {
+    let base = base_overlay(profile)?;
+    let state = ViewState {
         name: name.to_owned(),
         profile: profile.map(str::to_owned),
-        len: n,
+        len: info.len,
         head: info.head,
         events: 0,
-        orphans: Vec::new(),
         created: old.as_ref().map_or_else(Timestamp::now, |o| o.created),
     };
-    let dirty = match &old {
-        Some(old) if old.len <= n && old.len > 0 => {
-            dirty_turns(store, id, old, &projector, last_turn.unwrap_or(0))?
+    let update = match &old {
+        Some(old) if old.len > 0 && old.len <= info.len => {
+            Update::incremental(store, id, old, state.clone(), base.clone(), limits)?
         }
         _ => None,
     };
-    let Some(last_turn) = last_turn else {
-        // An empty log: an empty view.
-        let removed = vec![(0, u64::MAX)];
-        write(store, id, old.as_ref(), state.clone(), removed, Vec::new())?;
-        return Ok((stored_state(store, id, name)?, Refresh::Built));
+    let (update, outcome) = match update {
+        Some((update, ranges)) => (update, Refresh::Updated(ranges)),
+        None => (
+            Update::full(store, id, state, base, limits)?,
+            Refresh::Built,
+        ),
     };
-    let (ranges, outcome) = match dirty {
-        Some(ranges) => {
-            let ranges = widen_to_blocks(store, id, name, ranges)?;
-            (ranges.clone(), Refresh::Updated(ranges))
-        }
-        None => (vec![(0, last_turn)], Refresh::Built),
-    };
-    let mut blocks = Vec::new();
-    let mut orphans = Vec::new();
-    for &(first, last) in &ranges {
-        let events = project_turns(store, id, n, &projector, first, last)?;
-        for e in &events {
-            if let EventKind::ToolResult { id: call, .. } = &e.event.kind {
-                if projector.tool_name(call).is_none() {
-                    orphans.push((call.clone(), e.turn));
-                }
-            }
-        }
-        blocks.extend(split_into_blocks(first, last, events, limits));
-    }
-    if let (Some(old), Refresh::Updated(_)) = (&old, &outcome) {
-        let recomputed = |t: u64| ranges.iter().any(|&(a, b)| (a..=b).contains(&t));
-        state.orphans = old
-            .orphans
-            .iter()
-            .filter(|(_, t)| !recomputed(*t))
-            .cloned()
-            .collect();
-    }
-    state.orphans.extend(orphans);
-    let removed = match outcome {
-        Refresh::Updated(_) => ranges.clone(),
-        _ => vec![(0, u64::MAX)],
-    };
-    write(store, id, old.as_ref(), state, removed, blocks)?;
+    store.write_view(
+        id,
+        &ViewUpdate {
+            expected_len: old.map(|o| o.len),
+            ..update
+        },
+    )?;
     Ok((stored_state(store, id, name)?, outcome))
 }
 
@@ -224,92 +190,233 @@ fn stored_state(store: &Store, id: &ConversationId, name: &str) -> Result<ViewSt
         .with_context(|| format!("view \"{name}\" vanished while being written"))
 }
 
-fn write(
-    store: &Store,
-    id: &ConversationId,
-    old: Option<&ViewState>,
-    state: ViewState,
-    removed: Vec<(u64, u64)>,
-    blocks: Vec<ViewBlock>,
-) -> Result<()> {
-    store.write_view(
-        id,
-        &ViewUpdate {
-            expected_len: old.map(|o| o.len),
-            state,
-            removed,
-            blocks,
-        },
-    )?;
-    Ok(())
-}
+/// Inclusive turn ranges.
+type Ranges = Vec<(u64, u64)>;
 
-/// The turn ranges an update from `old` to the log's records `0..n` must
-/// recompute, merged and sorted; `None` when the view must be rebuilt.
-fn dirty_turns(
-    store: &Store,
-    id: &ConversationId,
-    old: &ViewState,
-    projector: &Projector,
-    last_turn: u64,
-) -> Result<Option<Vec<(u64, u64)>>> {
-    let h = old.len;
-    let n = store.info(id)?.len;
-    // The view's head must still be in the log where it was.
-    if store.record(id, h - 1)?.address != old.head {
-        return Ok(None);
-    }
-    let old_last = store.turn_of(id, h - 1)?;
-    let mut ranges = vec![(old_last, last_turn)];
-    // A profile's base overlay comes first; it is not the log's.
-    let base = usize::from(old.profile.is_some());
-    let resolution = projector.resolution();
-    let mut touched = vec![(old_last, last_turn)];
-    for overlay in resolution.overlays.iter().skip(base) {
-        if overlay.seq >= h {
-            if let Some((first, last)) = overlay.covered(last_turn) {
-                ranges.push((first, (last + 1).min(last_turn)));
-                touched.push((first.saturating_sub(1), last + 1));
-            }
+/// Builds the [`ViewUpdate`]s of [`refresh`].
+struct Update;
+
+impl Update {
+    /// The whole view of records `0..state.len`, and its call index.
+    fn full(
+        store: &Store,
+        id: &ConversationId,
+        state: ViewState,
+        base: Option<Overlay>,
+        limits: BlockLimits,
+    ) -> Result<ViewUpdate> {
+        let n = state.len;
+        let mut update = ViewUpdate {
+            expected_len: None,
+            state,
+            removed: vec![(0, u64::MAX)],
+            blocks: Vec::new(),
+            reset_calls: true,
+            calls: Vec::new(),
+        };
+        if n == 0 {
+            return Ok(update);
         }
-    }
-    // A summary run's injected events, in its first turn, say which turns
-    // it stands for: a run that gained or lost turns (it meets a new
-    // overlay's range or the turns after the old last one, or is next to
-    // them) has its first turn recomputed.
-    for run in &resolution.runs {
-        if touched
-            .iter()
-            .any(|&(a, b)| run.first <= b && a <= run.last)
-        {
-            ranges.push((run.first, run.first));
+        let projector = view::plan_under(store, id, Scope { end: n }, None, base)?;
+        let last_turn = store.turn_of(id, n - 1)?;
+        let events = project_turns(store, id, n, &projector, 0, last_turn)?;
+        let mut index = CallIndex::default();
+        for (call, name) in store.tool_names(id, n)? {
+            index.entry(call).name = Some(name);
         }
+        index.add_orphans(&events, |call| projector.tool_name(call).is_some());
+        update.blocks = split_into_blocks(0, last_turn, events, limits);
+        update.calls = index.into_buckets();
+        Ok(update)
     }
-    // Names: a call that renames an id seen before changes results
-    // anywhere; a call for an id whose results came first renames those.
-    let calls = store.tool_calls(id, 0, n)?;
-    let mut before: HashMap<&str, &str> = HashMap::new();
-    let mut new_ids: HashSet<&str> = HashSet::new();
-    for (seq, call, name) in &calls {
-        if *seq < h {
-            before.insert(call, name);
-        } else {
-            new_ids.insert(call);
+
+    /// The change from the stored view `old` to records `0..state.len`,
+    /// with the turn ranges it recomputes; `None` when the view must be
+    /// rebuilt instead.
+    fn incremental(
+        store: &Store,
+        id: &ConversationId,
+        old: &ViewState,
+        state: ViewState,
+        base: Option<Overlay>,
+        limits: BlockLimits,
+    ) -> Result<Option<(ViewUpdate, Ranges)>> {
+        let (h, n) = (old.len, state.len);
+        // The view's head must still be in the log where it was.
+        if store.record(id, h - 1)?.address != old.head {
+            return Ok(None);
         }
-    }
-    for call in &new_ids {
-        if let Some(name) = before.get(call) {
-            if projector.tool_name(call) != Some(name) {
+        let old_last = store.turn_of(id, h - 1)?;
+        let last_turn = store.turn_of(id, n - 1)?;
+        let mut ranges = vec![(old_last, last_turn)];
+
+        // New calls: a known id under another name renames results anywhere
+        // (rebuild); an id whose results came first renames those.
+        let mut index = CallIndex::default();
+        let new_calls = store.tool_calls(id, h, n)?;
+        let mut latest: HashMap<&str, &str> = HashMap::new();
+        for (_, call, name) in &new_calls {
+            latest.insert(call, name);
+        }
+        for (&call, &name) in &latest {
+            index.load(store, id, &old.name, call)?;
+            let entry = index.entry(call.to_owned());
+            if entry.name.as_deref().is_some_and(|known| known != name) {
                 return Ok(None);
             }
+            ranges.extend(entry.orphans.iter().map(|&t| (t, t)));
+            entry.orphans.clear();
+            entry.name = Some(name.to_owned());
+        }
+
+        // New compactions: the turns they cover and the turn after them.
+        let has_base = base.is_some();
+        let overlays = view::overlays_under(store, id, n, base)?;
+        let resolution = resolve(overlays, Some(last_turn));
+        let mut touched = vec![(old_last, last_turn)];
+        for overlay in resolution.overlays.iter().skip(usize::from(has_base)) {
+            if overlay.seq >= h {
+                if let Some((first, last)) = overlay.covered(last_turn) {
+                    ranges.push((first, (last + 1).min(last_turn)));
+                    touched.push((first.saturating_sub(1), last + 1));
+                }
+            }
+        }
+        // A summary run's injected events, in its first turn, say which
+        // turns it stands for: a run that gained or lost turns (it meets a
+        // new overlay's range or the turns after the old last one, or is
+        // next to them) has its first turn recomputed.
+        for run in &resolution.runs {
+            if touched
+                .iter()
+                .any(|&(a, b)| run.first <= b && a <= run.last)
+            {
+                ranges.push((run.first, run.first));
+            }
+        }
+        let ranges = widen_to_blocks(store, id, &old.name, merge(ranges))?;
+
+        // The names the dirty turns' results need, and the summaries of the
+        // runs that meet them.
+        let mut names = HashMap::new();
+        for &(first, last) in &ranges {
+            for call in result_ids(store, id, n, first, last)? {
+                index.load(store, id, &old.name, &call)?;
+                if let Some(name) = &index.entry(call.clone()).name {
+                    names.insert(call, Arc::from(name.as_str()));
+                }
+            }
+        }
+        let meets = |run: &Run| ranges.iter().any(|&(a, b)| run.first <= b && a <= run.last);
+        let projector = Plan::from_resolution(resolution, names, meets, |turn| {
+            store.first_conversation_seq(id, turn, n)
+        })?;
+
+        let mut blocks = Vec::new();
+        for &(first, last) in &ranges {
+            let events = project_turns(store, id, n, &projector, first, last)?;
+            index.add_orphans(&events, |call| projector.tool_name(call).is_some());
+            blocks.extend(split_into_blocks(first, last, events, limits));
+        }
+        let update = ViewUpdate {
+            expected_len: None,
+            state,
+            removed: ranges.clone(),
+            blocks,
+            reset_calls: false,
+            calls: index.into_buckets(),
+        };
+        Ok(Some((update, ranges)))
+    }
+}
+
+/// The part of a view's call index an update reads and changes, by bucket.
+#[derive(Default)]
+struct CallIndex {
+    buckets: BTreeMap<u16, Vec<CallEntry>>,
+}
+
+impl CallIndex {
+    /// Reads the bucket of `call` from the stored index, once.
+    fn load(&mut self, store: &Store, id: &ConversationId, view: &str, call: &str) -> Result<()> {
+        let bucket = call_bucket(call);
+        if let btree_map::Entry::Vacant(slot) = self.buckets.entry(bucket) {
+            slot.insert(store.view_calls(id, view, bucket)?);
+        }
+        Ok(())
+    }
+
+    /// The entry of `call` (created empty if absent).
+    fn entry(&mut self, call: String) -> &mut CallEntry {
+        let bucket = self.buckets.entry(call_bucket(&call)).or_default();
+        let i = bucket.iter().position(|e| e.id == call).unwrap_or_else(|| {
+            bucket.push(CallEntry {
+                id: call,
+                name: None,
+                orphans: Vec::new(),
+            });
+            bucket.len() - 1
+        });
+        &mut bucket[i]
+    }
+
+    /// Records the turns of results in `events` whose id has no call.
+    fn add_orphans(&mut self, events: &[ViewEvent], has_call: impl Fn(&str) -> bool) {
+        for e in events {
+            if let EventKind::ToolResult { id: call, .. } = &e.event.kind {
+                if !has_call(call) {
+                    let entry = self.entry(call.clone());
+                    if !entry.orphans.contains(&e.turn) {
+                        entry.orphans.push(e.turn);
+                    }
+                }
+            }
         }
     }
-    for (call, turn) in &old.orphans {
-        if new_ids.contains(call.as_str()) {
-            ranges.push((*turn, *turn));
+
+    fn into_buckets(self) -> Vec<(u16, Vec<CallEntry>)> {
+        self.buckets.into_iter().collect()
+    }
+}
+
+/// The ids of the tool results among the records of turns `first..=last`
+/// of records `0..n`.
+fn result_ids(
+    store: &Store,
+    id: &ConversationId,
+    n: u64,
+    first: u64,
+    last: u64,
+) -> Result<HashSet<String>> {
+    let mut ids = HashSet::new();
+    let seqs = turn_records(store, id, n, first, last)?;
+    for chunk in store.chunks(id, seqs.start, seqs.end)? {
+        let only_results = |_, _, kind| kind != EventType::ToolResult;
+        for (_, _, event) in chunk?.events(store, seqs.start, seqs.end, only_results)? {
+            if let EventKind::ToolResult { id: call, .. } = event.kind {
+                ids.insert(call);
+            }
         }
     }
-    Ok(Some(merge(ranges)))
+    Ok(ids)
+}
+
+/// The seqs of the records of turns `first..=last` among records `0..n`.
+fn turn_records(
+    store: &Store,
+    id: &ConversationId,
+    n: u64,
+    first: u64,
+    last: u64,
+) -> Result<std::ops::Range<u64>> {
+    let Some(start) = store.first_seq_of_turn(id, first)?.filter(|&s| s < n) else {
+        return Ok(n..n);
+    };
+    let end = match last.checked_add(1) {
+        Some(next) => store.first_seq_of_turn(id, next)?.map_or(n, |s| s.min(n)),
+        None => n,
+    };
+    Ok(start..end)
 }
 
 /// Sorts and merges overlapping or adjacent ranges.
@@ -353,18 +460,12 @@ fn project_turns(
     first: u64,
     last: u64,
 ) -> Result<Vec<ViewEvent>> {
-    let Some(start) = store.first_seq_of_turn(id, first)?.filter(|&s| s < n) else {
-        return Ok(Vec::new());
-    };
-    let end = match last.checked_add(1) {
-        Some(next) => store.first_seq_of_turn(id, next)?.map_or(n, |s| s.min(n)),
-        None => n,
-    };
+    let seqs = turn_records(store, id, n, first, last)?;
     let mut out = Vec::new();
     view::stream_range(
         store,
         id,
-        start..end,
+        seqs,
         projector,
         |v| v,
         |v| {

@@ -108,6 +108,30 @@ pub fn plan_under(
     })?)
 }
 
+/// The overlays of records `0..end`, in log order, after `base` if given:
+/// among equal `(timestamp, seq)` the resolution ranks an overlay by its
+/// position, so the base loses to every overlay of the log.
+pub fn overlays_under(
+    store: &Store,
+    id: &ConversationId,
+    end: u64,
+    base: Option<Overlay>,
+) -> Result<Vec<Overlay>> {
+    let mut overlays: Vec<Overlay> = base.into_iter().collect();
+    overlays.extend(
+        store
+            .overlays(id, end)?
+            .into_iter()
+            .filter_map(|o| match &o.event.kind {
+                EventKind::Compaction(c) => {
+                    Some(Overlay::from_compaction(o.seq, o.event.timestamp, c))
+                }
+                _ => None,
+            }),
+    );
+    Ok(overlays)
+}
+
 /// Projects the records in `scope` with `projector`, calling `sink` with
 /// each view event in order. Reads chunks in windows of about 16 Ki records,
 /// decodes and transforms a window's chunks in parallel, and hands the view

@@ -101,13 +101,32 @@ impl Plan {
         overlays: Vec<Overlay>,
         names: HashMap<String, Arc<str>>,
         last_turn: Option<u64>,
+        first_conversation: impl FnMut(u64) -> Result<Option<u64>, E>,
+    ) -> Result<Projector, E> {
+        Self::from_resolution(
+            resolve(overlays, last_turn),
+            names,
+            |_| true,
+            first_conversation,
+        )
+    }
+
+    /// Like [`Plan::assemble`], from overlays already resolved, placing the
+    /// summaries of the `wanted` runs only: a projector for some turns
+    /// needs only the runs that meet them.
+    pub fn from_resolution<E>(
+        resolution: Resolution,
+        names: HashMap<String, Arc<str>>,
+        wanted: impl Fn(&Run) -> bool,
         mut first_conversation: impl FnMut(u64) -> Result<Option<u64>, E>,
     ) -> Result<Projector, E> {
-        let resolution = resolve(overlays, last_turn);
         // A run's summary goes right before the first event it drops: the
         // first conversation event of its turns.
         let mut run_heads = HashMap::new();
         for (index, run) in resolution.runs.iter().enumerate() {
+            if !wanted(run) {
+                continue;
+            }
             for turn in run.first..=run.last {
                 if let Some(seq) = first_conversation(turn)? {
                     run_heads.insert(seq, index);

@@ -15,6 +15,7 @@
 //! | `k` id(16) first_seq(8 BE) | the tool calls of a chunk: (seq, id, name) |
 //! | `v` id(16) view(8) | a materialized view's state (view = blake3 of its name) |
 //! | `w` id(16) view(8) first_turn(8 BE) | a block of a view's events |
+//! | `x` id(16) view(8) bucket(2 BE) | a view's call index: ids, names, orphan results |
 //! | `L` id(16) | a fork's lineage: parent id, records shared, base address and turn state |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
@@ -35,6 +36,7 @@ pub(crate) const CALLS: u8 = b'k';
 pub(crate) const LINEAGE: u8 = b'L';
 pub(crate) const VIEW: u8 = b'v';
 pub(crate) const VIEW_BLOCK: u8 = b'w';
+pub(crate) const VIEW_CALLS: u8 = b'x';
 /// The name of the tree that holds blobs.
 pub(crate) const BLOBS: &str = "blobs";
 
@@ -115,6 +117,19 @@ pub(crate) fn view_blocks(id: &ConversationId, view: [u8; 8]) -> Vec<u8> {
 pub(crate) fn view_block(id: &ConversationId, view: [u8; 8], first_turn: u64) -> Vec<u8> {
     let mut key = view_blocks(id, view);
     key.extend_from_slice(&first_turn.to_be_bytes());
+    key
+}
+
+/// The prefix of every call index key of a view.
+pub(crate) fn view_calls_all(id: &ConversationId, view: [u8; 8]) -> Vec<u8> {
+    let mut key = numbered(VIEW_CALLS, id, &[]);
+    key.extend_from_slice(&view);
+    key
+}
+
+pub(crate) fn view_calls(id: &ConversationId, view: [u8; 8], bucket: u16) -> Vec<u8> {
+    let mut key = view_calls_all(id, view);
+    key.extend_from_slice(&bucket.to_be_bytes());
     key
 }
 

@@ -62,4 +62,6 @@ pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use store::{ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, MIN_ID_PREFIX};
 pub use verify::{Verified, VerifyFailure, VerifyReport};
-pub use views::{StoredViewEvent, ViewBlock, ViewState, ViewUpdate};
+pub use views::{
+    call_bucket, CallEntry, StoredViewEvent, ViewBlock, ViewState, ViewUpdate, CALL_BUCKETS,
+};

@@ -36,10 +36,6 @@ pub struct ViewState {
     pub head: Address,
     /// How many view events it holds.
     pub events: u64,
-    /// Tool result ids it shows stripped under the name `unknown` (no call
-    /// with the id came before), with their turns: a later call with such an
-    /// id renames them.
-    pub orphans: Vec<(String, u64)>,
     /// When it was created.
     pub created: Timestamp,
 }
@@ -84,6 +80,28 @@ struct EventRepr<'a> {
     record: &'a [u8],
 }
 
+/// What a view knows about one tool call id: the name of the latest call
+/// with it in the records the view reflects (`None`: no call yet), and the
+/// turns holding results with it that came before any such call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallEntry {
+    /// The tool call id.
+    pub id: String,
+    /// The latest call's tool name.
+    pub name: Option<String>,
+    /// Turns with results for this id and no call before them.
+    pub orphans: Vec<u64>,
+}
+
+/// How many buckets a view's call index has.
+pub const CALL_BUCKETS: u16 = 4096;
+
+/// The bucket of a view's call index that holds `id`.
+pub fn call_bucket(id: &str) -> u16 {
+    let hash = blake3::hash(id.as_bytes());
+    u16::from_be_bytes([hash.as_bytes()[0], hash.as_bytes()[1]]) % CALL_BUCKETS
+}
+
 /// A change to a view, written atomically by [`Store::write_view`].
 #[derive(Debug, Clone)]
 pub struct ViewUpdate {
@@ -97,6 +115,10 @@ pub struct ViewUpdate {
     pub removed: Vec<(u64, u64)>,
     /// The blocks added.
     pub blocks: Vec<ViewBlock>,
+    /// Empty the call index first.
+    pub reset_calls: bool,
+    /// Call index buckets to replace (an empty bucket is removed).
+    pub calls: Vec<(u16, Vec<CallEntry>)>,
 }
 
 /// The 8-byte key of a view: blake3 of its name.
@@ -113,7 +135,13 @@ impl Store {
         match self.db.get(keys::view(id, view_key(name)))? {
             None => Ok(None),
             Some(bytes) => {
-                let state: ViewState = decode(&bytes, &format!("state of view \"{name}\""))?;
+                let state: ViewState = decode(
+                    &bytes,
+                    &format!(
+                        "state of view \"{name}\" (a view can be dropped with `view --drop` \
+                         and rebuilt from the log)"
+                    ),
+                )?;
                 if state.name != name {
                     return Err(StoreError::Corrupt {
                         what: format!(
@@ -158,6 +186,19 @@ impl Store {
                 let (k, bytes) = item?;
                 self.decode_block(&id, &k, &bytes)
             }))
+    }
+
+    /// Bucket `bucket` of the call index of view `name`.
+    pub fn view_calls(
+        &self,
+        id: &ConversationId,
+        name: &str,
+        bucket: u16,
+    ) -> StoreResult<Vec<CallEntry>> {
+        match self.db.get(keys::view_calls(id, view_key(name), bucket))? {
+            Some(bytes) => decode(&bytes, "view call index bucket"),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The `(first_turn, last_turn)` of the block of view `name` that holds
@@ -273,6 +314,19 @@ impl Store {
             }
         }
         events_now += events.len() as u64;
+        if update.reset_calls {
+            for item in self.db.scan_prefix(keys::view_calls_all(id, key)) {
+                batch.remove(item?.0);
+            }
+        }
+        for (bucket, entries) in &update.calls {
+            let k = keys::view_calls(id, key, *bucket);
+            if entries.is_empty() {
+                batch.remove(k);
+            } else {
+                batch.insert(k, encode(entries));
+            }
+        }
         let mut records = encoded.iter();
         for block in &update.blocks {
             let mut repr = BlockRepr {
@@ -309,13 +363,17 @@ impl Store {
     pub fn drop_view(&self, id: &ConversationId, name: &str) -> StoreResult<bool> {
         let key = view_key(name);
         let guard = self.lock_writes();
-        if self.view_state(id, name)?.is_none() {
+        // Not decoded: a view that does not decode can still be dropped.
+        if !self.db.contains_key(keys::view(id, key))? {
             return Ok(false);
         }
         let mut batch = sled::Batch::default();
         for item in self.db.scan_prefix(keys::view_blocks(id, key)) {
             let (k, _) = item?;
             batch.remove(k);
+        }
+        for item in self.db.scan_prefix(keys::view_calls_all(id, key)) {
+            batch.remove(item?.0);
         }
         batch.remove(keys::view(id, key));
         self.db.apply_batch(batch)?;
