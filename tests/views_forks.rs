@@ -159,3 +159,70 @@ fn an_append_recomputes_only_the_last_blocks() {
     let (_, again) = materialize::refresh_with(&store, &id, "v", None, limits).unwrap();
     assert_eq!(again, materialize::Refresh::Current);
 }
+
+/// A stored view that differs from a fresh projection is reported by
+/// `check` (which `verify` runs for every view).
+#[test]
+fn check_finds_a_view_that_differs_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    let now = convstore_store::Timestamp::now();
+    let events = vec![
+        Event::new(now, convstore_store::EventKind::TurnStart),
+        Event::new(
+            now,
+            convstore_store::EventKind::User {
+                text: "hello".to_owned(),
+            },
+        ),
+    ];
+    let (id, _) = store
+        .create_and_append(Some("c"), &events, &AppendOptions::default())
+        .unwrap();
+    let (state, _) = materialize::refresh(&store, &id, "v", None).unwrap();
+    assert_eq!(materialize::check(&store, &id, &state).unwrap(), None);
+
+    // Rewrite its one block with a changed text.
+    let mut block = store
+        .view_blocks(&id, "v", 0)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    block.events[1].event.kind = convstore_store::EventKind::User {
+        text: "tampered".to_owned(),
+    };
+    store
+        .write_view(
+            &id,
+            &convstore_store::ViewUpdate {
+                expected_len: Some(state.len),
+                state: state.clone(),
+                removed: vec![(0, u64::MAX)],
+                blocks: vec![block],
+                reset_calls: false,
+                calls: Vec::new(),
+            },
+        )
+        .unwrap();
+    let state = store.view_state(&id, "v").unwrap().unwrap();
+    let problem = materialize::check(&store, &id, &state).unwrap().unwrap();
+    assert!(problem.contains("event 1 differs"), "{problem}");
+
+    // A write computed from a state that is no longer stored is refused.
+    let stale = store.write_view(
+        &id,
+        &convstore_store::ViewUpdate {
+            expected_len: Some(state.len + 1),
+            state,
+            removed: Vec::new(),
+            blocks: Vec::new(),
+            reset_calls: false,
+            calls: Vec::new(),
+        },
+    );
+    assert!(matches!(
+        stale,
+        Err(convstore_store::StoreError::HeadMismatch { .. })
+    ));
+}

@@ -133,7 +133,8 @@ impl Store {
             Some(point) => {
                 // A fork is checked through its parent: the shared records,
                 // then that the fork point is what they give.
-                shared = self.verify_one(&point.parent, blobs, done)?.records;
+                self.verify_one(&point.parent, blobs, done)?;
+                shared = point.at;
                 let found = self
                     .fork_base(&point.parent, point.at)
                     .map_err(|e| fail(e.to_string()))?;

@@ -5,5 +5,6 @@ mod support;
 
 mod test_append;
 mod test_errors;
+mod test_lineage;
 mod test_project;
 mod test_read;

@@ -7,7 +7,7 @@ use crate::support::TestEnv;
 
 /// A conversation of six turns with reasoning and tool calls, timestamps a
 /// minute apart from 2025-01-05T04:00Z.
-fn seeded() -> TestEnv {
+pub(crate) fn seeded() -> TestEnv {
     let env = TestEnv::new();
     let mut lines = Vec::new();
     let mut minute = 0;
