@@ -108,7 +108,7 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
         if let Some((label, point)) = &parent {
             writeln!(
                 out,
-                "forked from   {label} ({}): shares records 0..{}",
+                "forked from   {label} ({}): shares its first {} records",
                 point.parent, point.at
             )?;
         }
