@@ -1,23 +1,31 @@
 //! Crash consistency with real processes.
 //!
-//! A child process appends deterministic batches to a conversation and
-//! prints `ack K` each time an append of batch K returns. The parent kills it
+//! A child process appends deterministic batches (compactions among them)
+//! to a conversation, forks it after every third batch (`fork-K`, with one
+//! event of its own) and brings a materialized view of it up to date, and
+//! prints `ack K` once all of that returned for batch K. The parent kills it
 //! with SIGKILL at a random moment, reopens the database and checks that the
 //! log is exactly a prefix of the batches (no partial batch), that it holds
 //! every acknowledged batch, that every record is the event that was sent,
-//! and that `verify` passes. Then it starts the next child on the same
+//! that every acknowledged fork exists and every fork is a prefix of the
+//! log plus its own event, that the view (whatever state it reached)
+//! equals a fresh projection of the head it records, and that `verify`
+//! passes. Then it starts the next child on the same
 //! database, many times.
 //!
 //! `CONVSTORE_CRASH_ITERATIONS` sets the number of kills (default 40; the
 //! documented full run is 500). `CONVSTORE_CRASH_SEED` fixes the schedule.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use convstore_store::{AppendOptions, Event, EventKind, Json, Store, Timestamp};
+use convstore_cli::materialize;
+use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
+use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp};
 
 const CHILD_ENV: &str = "CONVSTORE_CRASH_CHILD";
 const CONVERSATION: &str = "crash";
@@ -32,7 +40,7 @@ fn batch_event(k: u64, j: usize) -> Event {
     let r = splitmix(k * 1000 + j as u64);
     let timestamp = Timestamp::from_micros(1_700_000_000_000_000 + (k * 1000 + j as u64) as i64)
         .expect("timestamp in range");
-    let kind = match r % 6 {
+    let kind = match r % 7 {
         0 => EventKind::TurnStart,
         1 => EventKind::User {
             text: format!("batch {k} event {j}"),
@@ -55,6 +63,18 @@ fn batch_event(k: u64, j: usize) -> Event {
         4 => EventKind::Assistant {
             text: "x".repeat((r % 300) as usize),
         },
+        5 => {
+            let from_turn = k.saturating_sub(r % 8);
+            EventKind::Compaction(Compaction {
+                from_turn,
+                to_turn: from_turn + r % 5,
+                summary: (r % 3 == 0).then(|| format!("summary {k}")),
+                reasoning: Some(ReasoningPolicy::Strip),
+                tool_calls: (r % 2 == 0).then_some(ToolCallPolicy::Strip),
+                revert: None,
+                info: None,
+            })
+        }
         _ => EventKind::Reasoning {
             text: format!("thinking about {k}"),
         },
@@ -95,15 +115,86 @@ fn child(db: &Path) {
     let len = store.info(&id).expect("child: info").len;
     let mut k = whole_batches(len).expect("child: the log ends inside a batch");
     loop {
-        store
+        let appended = store
             .append(&id, &batch(k), &AppendOptions::default())
             .expect("child: append");
+        if k % 3 == 0 {
+            let name = fork_name(k);
+            if store.find(&name).expect("child: find fork").is_none() {
+                let at = appended.first_seq + appended.count;
+                store
+                    .fork(&id, at, Some(&name), &[fork_event(k)])
+                    .expect("child: fork");
+            }
+        }
+        materialize::refresh(&store, &id, VIEW, None).expect("child: view");
         println!("ack {k}");
         k += 1;
     }
 }
 
-fn check(db: &Path, acked: Option<u64>, iteration: u64) -> u64 {
+const VIEW: &str = "v";
+
+fn fork_name(k: u64) -> String {
+    format!("fork-{k}")
+}
+
+/// The one event a fork adds.
+fn fork_event(k: u64) -> Event {
+    Event::new(
+        Timestamp::now(),
+        EventKind::User {
+            text: format!("fork after batch {k}"),
+        },
+    )
+}
+
+/// Every fork is the log's prefix plus its own event; every acknowledged
+/// one exists. The view equals a fresh projection of its head.
+fn check_forks_and_view(
+    store: &Store,
+    id: &ConversationId,
+    stored: &[Event],
+    acked: &HashSet<u64>,
+    iteration: u64,
+) {
+    for k in (0..=stored.len() as u64).filter(|k| k % 3 == 0) {
+        let Some(fork) = store.find(&fork_name(k)).expect("find fork") else {
+            // A batch stored but not acknowledged before a kill gets no
+            // fork: the next child goes on with the next batch.
+            assert!(
+                !acked.contains(&k),
+                "iteration {iteration}: fork {k} was acknowledged but is missing"
+            );
+            continue;
+        };
+        let at = store
+            .fork_point(&fork)
+            .expect("fork point")
+            .expect("a fork")
+            .at as usize;
+        let events: Vec<Event> = store
+            .scan(&fork, 0..u64::MAX)
+            .expect("scan fork")
+            .map(|r| r.expect("fork record").event)
+            .collect();
+        assert_eq!(events.len(), at + 1, "iteration {iteration}: fork {k}");
+        assert!(
+            events[..at] == stored[..at],
+            "iteration {iteration}: fork {k} does not share the log's records"
+        );
+        assert!(
+            matches!(&events[at].kind, EventKind::User { text } if *text == format!("fork after batch {k}")),
+            "iteration {iteration}: fork {k} lost its own event"
+        );
+    }
+    if let Some(state) = store.view_state(id, VIEW).expect("view state") {
+        let problem = materialize::check(store, id, &state).expect("check view");
+        assert_eq!(problem, None, "iteration {iteration}: the view");
+    }
+}
+
+fn check(db: &Path, acked: Option<u64>, every_ack: &HashSet<u64>, iteration: u64) -> u64 {
     let store = Store::open(db).unwrap_or_else(|e| panic!("iteration {iteration}: reopen: {e}"));
     let Some(id) = store.find(CONVERSATION).expect("find") else {
         assert!(
@@ -132,6 +223,7 @@ fn check(db: &Path, acked: Option<u64>, iteration: u64) -> u64 {
         stored == expected,
         "iteration {iteration}: stored events differ from those sent"
     );
+    check_forks_and_view(&store, &id, &stored, every_ack, iteration);
     let verified = store.verify_all().expect("verify");
     assert!(
         verified.is_ok(),
@@ -164,6 +256,7 @@ fn main() {
     let db = dir.path().join("db");
     let exe = std::env::current_exe().expect("current exe");
     let mut acked: Option<u64> = None;
+    let mut every_ack = HashSet::new();
     let started = Instant::now();
     for iteration in 0..iterations {
         seed = splitmix(seed);
@@ -208,8 +301,9 @@ fn main() {
                 .and_then(|k| k.parse().ok())
                 .unwrap_or_else(|| panic!("iteration {iteration}: odd child output {line:?}"));
             acked = Some(acked.map_or(k, |a| a.max(k)));
+            every_ack.insert(k);
         }
-        let batches = check(&db, acked, iteration);
+        let batches = check(&db, acked, &every_ack, iteration);
         if iteration % 10 == 0 {
             println!(
                 "  iteration {iteration}: {batches} batches stored, last acknowledged {acked:?}"

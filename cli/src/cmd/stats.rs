@@ -52,6 +52,7 @@ fn summary_json(c: &ConversationInfo) -> Value {
         "turns": c.turns,
         "head": c.head.hex(),
         "created": c.created.to_string(),
+        "parent": c.fork.map(|p| p.parent.hex()),
     })
 }
 
