@@ -101,9 +101,31 @@ pub enum StoreError {
         /// How many records there are.
         len: u64,
     },
+    /// Reading or writing the database files failed (a full disk, a file
+    /// size limit, a failing device); what was acknowledged before is kept.
+    #[error("I/O error on the database: {}", describe_io(.0))]
+    Io(std::io::Error),
     /// The database failed.
     #[error("database error: {0}")]
-    Sled(#[from] sled::Error),
+    Sled(sled::Error),
+}
+
+/// An I/O error in words: sled hands some of them on with their debug form
+/// as the message, so the kind is named instead.
+fn describe_io(error: &std::io::Error) -> String {
+    match (error.raw_os_error(), error.kind()) {
+        (Some(_), _) | (None, std::io::ErrorKind::Other) => error.to_string(),
+        (None, kind) => kind.to_string(),
+    }
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(error: sled::Error) -> Self {
+        match error {
+            sled::Error::Io(e) => StoreError::Io(e),
+            other => StoreError::Sled(other),
+        }
+    }
 }
 
 /// Results of store operations.

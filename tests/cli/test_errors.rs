@@ -219,3 +219,55 @@ fn deeply_nested_json_is_refused_without_overflowing_the_stack() {
         run.stderr
     );
 }
+
+/// A write that runs into a file size limit (what a full disk looks like
+/// to convstore) fails with a clear error; the database still opens, the
+/// log holds what was acknowledged before and verifies, and appends work
+/// again once there is room.
+#[test]
+fn a_full_disk_is_a_clear_error_and_the_log_survives() {
+    let env = TestEnv::new();
+    let head = env
+        .run(&["append", "chat", "--turn", "--user", "before", "-q"])
+        .ok()
+        .stdout;
+    let input: String = (0..8_000)
+        .map(|i| {
+            format!(
+                "{{\"type\":\"user\",\"text\":\"{}{i}\"}}\n",
+                "x".repeat(4_000)
+            )
+        })
+        .collect();
+    let input_path = env.path().join("big.ndjson");
+    std::fs::write(&input_path, input).unwrap();
+    // 8 MiB at most per file (`ulimit -f` counts 512-byte blocks in sh);
+    // SIGXFSZ ignored, so a write past it fails with EFBIG.
+    let script = format!(
+        "ulimit -f 16384; trap '' XFSZ; exec '{}' append chat < '{}'",
+        env!("CARGO_BIN_EXE_convstore"),
+        input_path.display()
+    );
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(env.path())
+        .env("CONVSTORE_DB", env.db())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: I/O error on the database: "),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    let log = env.run(&["log", "chat"]).ok().lines();
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[1]["address"].as_str().unwrap(), head.trim());
+    env.run(&["verify"]).ok();
+    env.run(&["append", "chat", "--user", "after"]).ok();
+    assert_eq!(env.run(&["log", "chat"]).ok().lines().len(), 3);
+    env.run(&["verify"]).ok();
+}
