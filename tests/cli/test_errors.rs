@@ -231,14 +231,12 @@ fn a_full_disk_is_a_clear_error_and_the_log_survives() {
         .run(&["append", "chat", "--turn", "--user", "before", "-q"])
         .ok()
         .stdout;
-    let input: String = (0..8_000)
-        .map(|i| {
-            format!(
-                "{{\"type\":\"user\",\"text\":\"{}{i}\"}}\n",
-                "x".repeat(4_000)
-            )
-        })
-        .collect();
+    let mut input = String::new();
+    for i in 0..8_000 {
+        input.push_str(r#"{"type":"user","text":""#);
+        input.push_str(&"x".repeat(4_000));
+        input.push_str(&format!("{i}\"}}\n"));
+    }
     let input_path = env.path().join("big.ndjson");
     std::fs::write(&input_path, input).unwrap();
     // 8 MiB at most per file (`ulimit -f` counts 512-byte blocks in sh);
