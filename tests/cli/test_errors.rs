@@ -235,7 +235,8 @@ fn a_full_disk_is_a_clear_error_and_the_log_survives() {
     for i in 0..8_000 {
         input.push_str(r#"{"type":"user","text":""#);
         input.push_str(&"x".repeat(4_000));
-        input.push_str(&format!("{i}\"}}\n"));
+        input.push_str(&i.to_string());
+        input.push_str("\"}\n");
     }
     let input_path = env.path().join("big.ndjson");
     std::fs::write(&input_path, input).unwrap();
