@@ -32,6 +32,9 @@ pub struct Cli {
     /// record and texts).
     #[arg(long, global = true, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
     pub max_event_bytes: u64,
+    /// Configuration file (default: convstore.toml beside the database).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Print nothing on stderr but errors.
     #[arg(long, short, global = true)]
     pub quiet: bool,
@@ -198,6 +201,7 @@ pub enum Format {
 
 /// `compact`
 #[derive(Debug, Args)]
+#[allow(clippy::struct_excessive_bools)] // one per flag
 pub struct CompactArgs {
     /// Conversation name, id or id prefix.
     pub conversation: String,
@@ -212,8 +216,22 @@ pub struct CompactArgs {
     #[arg(long, value_name = "TEXT")]
     pub summary: Option<String>,
     /// Restore the raw view over the range (keep all three content types).
-    #[arg(long, conflicts_with_all = ["reasoning", "tool_calls", "summary"])]
+    #[arg(long, conflicts_with_all = ["reasoning", "tool_calls", "summary", "summarize", "profile"])]
     pub revert: bool,
+    /// Use this profile's policies (flags given override them). Without
+    /// any policy flag, the configured default profile is used.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Have a summarizer write the summary: the profile's, else the
+    /// built-in extractive one.
+    #[arg(long, conflicts_with = "summary")]
+    pub summarize: bool,
+    /// Instructions added to the summarizer's.
+    #[arg(long, value_name = "TEXT")]
+    pub instructions: Option<String>,
+    /// Store the compaction even if it does not shrink the view.
+    #[arg(long)]
+    pub force: bool,
     /// First turn of the range (default 0).
     #[arg(long, value_name = "BOUND", allow_hyphen_values = true)]
     pub from: Option<String>,

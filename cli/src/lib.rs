@@ -9,6 +9,8 @@ mod cmd;
 pub mod generate;
 pub mod materialize;
 mod output;
+pub mod settings;
+pub mod summarizers;
 pub mod view;
 
 use std::process::ExitCode;

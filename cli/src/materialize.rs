@@ -26,7 +26,8 @@ use std::collections::{btree_map, BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use convstore_projection::{profile, resolve, Overlay, Plan, Projector, Run, ViewEvent};
+use convstore_projection::config::Config;
+use convstore_projection::{resolve, Overlay, Plan, Projector, Run, ViewEvent};
 use convstore_store::{
     call_bucket, Address, CallEntry, ConversationId, EventKind, EventType, Store, StoreError,
     StoredViewEvent, Timestamp, ViewBlock, ViewState, ViewUpdate,
@@ -71,11 +72,17 @@ fn base_overlay(profile: Option<&str>) -> Result<Option<Overlay>> {
     let Some(name) = profile else {
         return Ok(None);
     };
-    let profile = profile::builtin(name).map_err(anyhow::Error::msg)?;
+    let config = Config::default();
+    let profile = config.profile(name).map_err(anyhow::Error::msg)?;
+    if !profile.is_mechanical() {
+        bail!(
+            "profile \"{name}\" writes a summary; a view applies profiles that strip or omit only"
+        );
+    }
     Ok(Some(Overlay::from_compaction(
         0,
         Timestamp::EARLIEST,
-        &profile.compaction(0, u64::MAX),
+        &profile.compaction(0, u64::MAX, None, &config),
     )))
 }
 

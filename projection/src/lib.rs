@@ -38,13 +38,14 @@
 #![warn(missing_docs)]
 
 pub mod bounds;
+pub mod config;
 pub mod openai;
 mod overlay;
-pub mod profile;
 mod project;
 #[cfg(any(test, feature = "reference"))]
 pub mod reference;
 mod resolve;
+pub mod summarize;
 mod tokens;
 mod view;
 

@@ -159,11 +159,16 @@ pub fn event_from_value(value: Value, default_timestamp: Timestamp) -> Parse<Eve
 }
 
 /// The bookkeeping fields of a compaction, with whether each is an integer.
-const INFO_FIELDS: [(&str, bool); 4] = [
+const INFO_FIELDS: [(&str, bool); 9] = [
     ("profile", false),
     ("model", false),
     ("tokens_before", true),
     ("tokens_after", true),
+    ("summarizer", false),
+    ("prompt_hash", false),
+    ("first_address", false),
+    ("last_address", false),
+    ("created_by", false),
 ];
 
 fn compaction(fields: &mut Fields) -> Parse<Compaction> {

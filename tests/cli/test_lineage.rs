@@ -256,11 +256,17 @@ fn fork_points_and_compaction() {
     assert_eq!(compaction["profile"], "light");
     let view = env.run(&["project", "light"]).ok().lines();
     assert!(view.iter().all(|e| e["type"] != "reasoning"));
+    // heavy: a summary by the built-in extractive summarizer.
+    env.run(&["fork", "chat", "--name", "heavy", "--compact=heavy"])
+        .ok();
+    let heavy = log_of(&env, "heavy");
+    let summary = heavy.last().unwrap()["summary"].as_str().unwrap();
+    assert!(summary.starts_with("<state_snapshot>"), "{summary}");
+    assert!(summary.contains("question 5"), "{summary}");
 
     let before = env.run(&["list", "--json"]).ok().stdout;
     env.run(&["fork", "chat", "--at-seq", "999"]).fails();
     env.run(&["fork", "chat", "--at-turn", "6"]).fails();
-    env.run(&["fork", "chat", "--compact=heavy"]).fails();
     env.run(&["fork", "chat", "--compact=nope"]).fails();
     env.run(&["fork", "chat", "--name", "light"]).fails();
     assert_eq!(env.run(&["list", "--json"]).ok().stdout, before);
@@ -337,7 +343,9 @@ fn named_views_with_profiles() {
         .stdout;
     assert_eq!(light, env.run(&["project", "light"]).ok().stdout);
     assert_ne!(light, env.run(&["project", "chat"]).ok().stdout);
-    // The log's own overlays rank above the profile: keep wins.
+    // The log's own overlays rank above the profile: keep wins. (Over a
+    // strip, so that the keep changes the log's view and is stored.)
+    env.run(&["compact", "chat", "--reasoning", "strip"]).ok();
     env.run(&[
         "compact",
         "chat",

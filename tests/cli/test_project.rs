@@ -59,6 +59,8 @@ fn compactions(env: &TestEnv) -> Vec<Value> {
 #[test]
 fn project_hides_compactions_and_marks_summaries() {
     let env = seeded();
+    // Forced: on turns this short, the summary's header and the stripped
+    // results' markers are longer than what they replace.
     env.run(&[
         "compact",
         "chat",
@@ -68,6 +70,7 @@ fn project_hides_compactions_and_marks_summaries() {
         "0",
         "--to",
         "1",
+        "--force",
     ])
     .ok();
     env.run(&[
@@ -77,6 +80,7 @@ fn project_hides_compactions_and_marks_summaries() {
         "strip",
         "--tool-calls",
         "strip-responses",
+        "--force",
     ])
     .ok();
     let view = env.run(&["project", "chat"]).ok().lines();
@@ -231,7 +235,13 @@ fn compact_resolves_every_bound_form() {
             expected,
             "{flags:?}"
         );
-        assert_eq!(out[0]["status"], "dry_run");
+        // The last range is stripped already by then: nothing changes.
+        let status = if flags == ["--from", "1000d", "--to", "-5"] {
+            "noop"
+        } else {
+            "dry_run"
+        };
+        assert_eq!(out[0]["status"], status, "{flags:?}");
         if flags == ["--keep-last", "2"] {
             // Store it so that `last` below has something to follow.
             let mut stored = args.clone();

@@ -5,18 +5,25 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use convstore_projection::bounds::{widen_summary_range, Bound, Conversation};
+use convstore_projection::config::{Config, SummaryConfig};
 use convstore_projection::tokens_for_chars;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{
-    AppendOptions, ConversationId, Event, EventKind, EventType, Store, Timestamp,
+    Address, AppendOptions, ConversationId, Event, EventKind, EventType, Store, Timestamp,
 };
 use serde_json::{json, Map, Value};
 
 use crate::args::{CompactArgs, ReasoningArg, ToolCallsArg};
 use crate::output::{self, Notes};
+use crate::summarizers;
 use crate::view::{tally, Scope};
 
-pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(
+    store: &Store,
+    args: &CompactArgs,
+    config: &Config,
+    notes: &Notes,
+) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
     let info = store.info(&id)?;
     if info.len == 0 {
@@ -25,19 +32,48 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<Ex
             info.label()
         );
     }
-    let reasoning = args.reasoning.map(|r| match r {
+    let flag_reasoning = args.reasoning.map(|r| match r {
         ReasoningArg::Strip => ReasoningPolicy::Strip,
         ReasoningArg::Keep => ReasoningPolicy::Keep,
     });
-    let tool_calls = args.tool_calls.map(|t| match t {
+    let flag_tools = args.tool_calls.map(|t| match t {
         ToolCallsArg::Strip => ToolCallPolicy::Strip,
         ToolCallsArg::StripRequests => ToolCallPolicy::StripRequests,
         ToolCallsArg::StripResponses => ToolCallPolicy::StripResponses,
         ToolCallsArg::Omit => ToolCallPolicy::Omit,
         ToolCallsArg::Keep => ToolCallPolicy::Keep,
     });
-    if !args.revert && reasoning.is_none() && tool_calls.is_none() && args.summary.is_none() {
-        bail!("no policy: give --reasoning, --tool-calls, --summary or --revert");
+    let explicit = args.revert
+        || flag_reasoning.is_some()
+        || flag_tools.is_some()
+        || args.summary.is_some()
+        || args.summarize;
+    // A profile: the one named, or the configured default when no policy
+    // is given. Flags override its policies.
+    let profile = match &args.profile {
+        Some(name) => Some(config.profile(name).map_err(anyhow::Error::msg)?),
+        None if !explicit => Some(
+            config
+                .profile(&config.compaction.default_profile)
+                .map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
+    let reasoning = flag_reasoning.or(profile.as_ref().and_then(|p| p.reasoning));
+    let tool_calls = flag_tools
+        .or_else(|| profile.as_ref().and_then(|p| p.tool_calls.clone()))
+        .map(|p| config.tool_policy(p));
+    let summary_spec: Option<SummaryConfig> = if args.summary.is_some() || args.revert {
+        None
+    } else {
+        match profile.as_ref().and_then(|p| p.summary.clone()) {
+            Some(spec) => Some(spec),
+            None if args.summarize => config.profile("heavy").map_err(anyhow::Error::msg)?.summary,
+            None => None,
+        }
+    };
+    if args.instructions.is_some() && summary_spec.is_none() {
+        bail!("--instructions: no summarizer runs (give --summarize or a profile with a summary)");
     }
 
     let history = history(store, &id, info.len)?;
@@ -51,10 +87,14 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<Ex
     let to = match (&args.to, args.keep_last) {
         (Some(text), _) => Some(Bound::parse(text).context("--to")?),
         (None, Some(n)) => Some(Bound::BeforeLast(n)),
+        (None, None) if config.compaction.keep_last > 0 => {
+            Some(Bound::BeforeLast(config.compaction.keep_last))
+        }
         (None, None) => None,
     };
     let asked = history.range(from, to, now)?;
-    let (from_turn, to_turn) = if args.summary.is_some() {
+    let summarizes = args.summary.is_some() || summary_spec.is_some();
+    let (from_turn, to_turn) = if summarizes {
         let summaries: Vec<(u64, u64)> = history
             .compactions
             .iter()
@@ -65,18 +105,53 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<Ex
     } else {
         asked
     };
+    let last_turn = info.turns.saturating_sub(1);
+
+    // The summary, written from the raw events of the widened range.
+    let mut provenance = Map::new();
+    if let Some(p) = &profile {
+        provenance.insert("profile".into(), json!(p.name));
+    }
+    let summary = match (&args.summary, &summary_spec) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(spec)) => {
+            let summarizer = summarizers::make(spec, args.instructions.as_deref())?;
+            let raw = summarizers::raw_events(store, &id, from_turn, to_turn, info.len)?;
+            let text = summarizers::run(&*summarizer, &raw)?;
+            provenance.insert("summarizer".into(), json!(summarizer.name()));
+            if let Some(model) = summarizer.model() {
+                provenance.insert("model".into(), json!(model));
+            }
+            let hash = blake3::hash(summarizer.prompt().as_bytes());
+            provenance.insert("prompt_hash".into(), json!(hash.to_hex()[..16].to_owned()));
+            Some(text)
+        }
+        (None, None) => None,
+    };
+    if !args.revert && reasoning.is_none() && tool_calls.is_none() && summary.is_none() {
+        bail!("no policy: the profile sets none; give --reasoning, --tool-calls, --summary or --revert");
+    }
+    let (first_address, last_address) =
+        covered_addresses(store, &id, from_turn, to_turn.min(last_turn), info.len)?;
+    if let Some(a) = first_address {
+        provenance.insert("first_address".into(), json!(a.hex()));
+    }
+    if let Some(a) = last_address {
+        provenance.insert("last_address".into(), json!(a.hex()));
+    }
+    provenance.insert("created_by".into(), json!("manual"));
 
     let compaction = Compaction {
         from_turn,
         to_turn,
-        summary: args.summary.clone(),
+        summary,
         reasoning,
         tool_calls,
         revert: args.revert.then_some(true),
         info: None,
     };
+    let restores = args.revert || only_keeps(&compaction);
     let event = Event::new(now, EventKind::Compaction(compaction));
-    let last_turn = info.turns.saturating_sub(1);
     let scope = Scope { end: info.len };
     let before = tally(store, &id, scope, None)?;
     let after = tally(store, &id, scope, Some((info.len, last_turn, &event)))?;
@@ -84,22 +159,35 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<Ex
         tokens_for_chars(before.total_chars()),
         tokens_for_chars(after.total_chars()),
     );
-
-    let head = if args.dry_run {
-        None
+    // A compaction that changes nothing is not stored; one that does not
+    // shrink the view is refused unless forced (a revert or keep restores
+    // on purpose).
+    let status = if before == after {
+        Status::Noop
+    } else if !restores && tokens_after >= tokens_before && !args.force {
+        Status::Inflated
+    } else if args.dry_run {
+        Status::DryRun
     } else {
+        Status::Stored
+    };
+
+    let head = if status == Status::Stored {
         let mut stored = event.clone();
         if let EventKind::Compaction(c) = &mut stored.kind {
-            let mut info = Map::new();
-            info.insert("tokens_before".into(), json!(tokens_before));
-            info.insert("tokens_after".into(), json!(tokens_after));
-            c.info = Some(convstore_store::Json::from_value(&Value::Object(info)));
+            provenance.insert("tokens_before".into(), json!(tokens_before));
+            provenance.insert("tokens_after".into(), json!(tokens_after));
+            c.info = Some(convstore_store::Json::from_value(&Value::Object(
+                provenance.clone(),
+            )));
         }
         let options = AppendOptions {
             expect_head: Some(info.head),
             no_sync: false,
         };
         Some(store.append(&id, &[stored], &options)?.head)
+    } else {
+        None
     };
 
     let mut out = output::stdout();
@@ -118,7 +206,9 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<Ex
             }
         }
         let value = json!({
-            "status": if args.dry_run { "dry_run" } else { "stored" },
+            "status": status.as_str(),
+            "profile": profile.as_ref().map(|p| p.name.clone()),
+            "provenance": Value::Object(provenance.clone()),
             "from_turn": from_turn,
             "to_turn": to_turn,
             "requested": [asked.0, asked.1],
@@ -137,6 +227,7 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<Ex
                 asked.0, asked.1
             )
         };
+        writeln!(out, "status: {}", status.as_str())?;
         writeln!(out, "range: turns {from_turn}..={to_turn}{widened}")?;
         let mut rows = vec![vec![
             "KIND".to_owned(),
@@ -166,11 +257,74 @@ pub(crate) fn run(store: &Store, args: &CompactArgs, notes: &Notes) -> Result<Ex
         )?;
         match head {
             Some(head) => writeln!(out, "stored; head {head}")?,
-            None => notes.say("dry run: nothing was stored"),
+            None => match status {
+                Status::Noop => notes.say("noop: the view would not change; nothing was stored"),
+                Status::DryRun => notes.say("dry run: nothing was stored"),
+                Status::Stored | Status::Inflated => {}
+            },
         }
     }
     out.flush()?;
+    if status == Status::Inflated && !args.dry_run {
+        bail!(
+            "inflated: the compaction would not shrink the view ({tokens_before} -> {tokens_after} tokens); nothing was stored (--force stores it anyway)"
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `compact` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Stored,
+    DryRun,
+    Noop,
+    Inflated,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Stored => "stored",
+            Status::DryRun => "dry_run",
+            Status::Noop => "noop",
+            Status::Inflated => "inflated",
+        }
+    }
+}
+
+/// Whether a compaction sets only keep policies: it restores, on purpose.
+fn only_keeps(c: &Compaction) -> bool {
+    c.summary.is_none()
+        && c.reasoning.is_none_or(|r| r == ReasoningPolicy::Keep)
+        && c.tool_calls
+            .as_ref()
+            .is_none_or(|t| *t == ToolCallPolicy::Keep)
+}
+
+/// The addresses of the first and last raw records of turns `from..=to`.
+fn covered_addresses(
+    store: &Store,
+    id: &ConversationId,
+    from: u64,
+    to: u64,
+    len: u64,
+) -> Result<(Option<Address>, Option<Address>)> {
+    let Some(first) = store.first_seq_of_turn(id, from)? else {
+        return Ok((None, None));
+    };
+    let last = match to.checked_add(1) {
+        Some(next) => store
+            .first_seq_of_turn(id, next)?
+            .map_or(len, |s| s.min(len)),
+        None => len,
+    }
+    .saturating_sub(1)
+    .max(first);
+    Ok((
+        Some(store.record(id, first)?.address),
+        Some(store.record(id, last)?.address),
+    ))
 }
 
 /// Turn start times and existing compactions, from one pass over the log.

@@ -7,7 +7,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use convstore_projection::{profile, tokens_for_chars};
+use convstore_projection::config::Config;
+use convstore_projection::tokens_for_chars;
 use convstore_store::{json, AppendOptions, Event, EventKind, Store, Timestamp};
 
 use crate::cmd::project::text_line;
@@ -58,9 +59,11 @@ pub(crate) fn run(store: &Store, notes: &Notes) -> Result<ExitCode> {
     let before = tally(store, &id, Scope { end: info.len }, None)?;
 
     // The default profile over every turn.
-    let compaction = profile::builtin("default")
+    let config = Config::default();
+    let compaction = config
+        .profile("default")
         .map_err(anyhow::Error::msg)?
-        .compaction(0, info.turns.saturating_sub(1));
+        .compaction(0, info.turns.saturating_sub(1), None, &config);
     let appended = store.append(
         &id,
         &[Event::new(

@@ -4,14 +4,20 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
-use convstore_projection::profile;
+use convstore_projection::config::Config;
 use convstore_store::{Event, EventKind, Store, StoreError, Timestamp};
 use serde_json::json;
 
 use crate::args::ForkArgs;
 use crate::output::{self, Notes};
+use crate::summarizers;
 
-pub(crate) fn run(store: &Store, args: &ForkArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(
+    store: &Store,
+    args: &ForkArgs,
+    config: &Config,
+    notes: &Notes,
+) -> Result<ExitCode> {
     let parent = store.resolve(&args.conversation)?;
     let info = store.info(&parent)?;
     let at = match (args.at_turn, args.at_seq) {
@@ -36,14 +42,24 @@ pub(crate) fn run(store: &Store, args: &ForkArgs, notes: &Notes) -> Result<ExitC
     // The compaction, if asked for, is stored with the fork in one write.
     let mut events = Vec::new();
     if let Some(name) = &args.compact {
-        let profile = profile::builtin(name).map_err(anyhow::Error::msg)?;
+        let profile = config.profile(name).map_err(anyhow::Error::msg)?;
         if at == 0 {
             bail!("--compact: the fork would be empty: there is nothing to compact");
         }
         let last_turn = store.turn_of(&parent, at - 1)?;
+        let summary = match &profile.summary {
+            // The summary is written from the parent's raw events: the
+            // fork's are the same.
+            Some(spec) => {
+                let summarizer = summarizers::make(spec, None)?;
+                let raw = summarizers::raw_events(store, &parent, 0, last_turn, at)?;
+                Some(summarizers::run(&*summarizer, &raw)?)
+            }
+            None => None,
+        };
         events.push(Event::new(
             Timestamp::now(),
-            EventKind::Compaction(profile.compaction(0, last_turn)),
+            EventKind::Compaction(profile.compaction(0, last_turn, summary, config)),
         ));
     }
     let (id, head) = store.fork(&parent, at, args.name.as_deref(), &events)?;

@@ -23,6 +23,7 @@ use convstore_store::Store;
 
 use crate::args::{Cli, Command};
 use crate::output::Notes;
+use crate::settings;
 
 /// Runs the subcommand `cli` names.
 pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
@@ -35,13 +36,19 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
             append::run(&open_or_create(cli)?, args, sub, &notes)
         }
         Command::Demo => demo::run(&open_or_create(cli)?, &notes),
-        Command::Compact(args) => compact::run(&open_existing(cli)?, args, &notes),
+        Command::Compact(args) => {
+            let config = settings::load(cli.config.as_deref(), &cli.db)?;
+            compact::run(&open_existing(cli)?, args, &config, &notes)
+        }
         Command::Import(args) => import::run(&open_or_create(cli)?, args, &notes),
         Command::Export(args) => export::run(&open_existing(cli)?, args, &notes),
         Command::Gen(args) => gen::run(&open_or_create(cli)?, args, &notes),
         Command::Project(args) => project::run(&open_existing(cli)?, args, &notes),
         Command::Log(args) => log::run(&open_existing(cli)?, args, &notes),
-        Command::Fork(args) => fork::run(&open_existing(cli)?, args, &notes),
+        Command::Fork(args) => {
+            let config = settings::load(cli.config.as_deref(), &cli.db)?;
+            fork::run(&open_existing(cli)?, args, &config, &notes)
+        }
         Command::View(args) => view::run(&open_existing(cli)?, args, &notes),
         Command::Explain(args) => explain::run(&open_existing(cli)?, args),
         Command::Verify(args) => verify::run(&open_existing(cli)?, args),

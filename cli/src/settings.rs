@@ -1,0 +1,33 @@
+//! Where the configuration comes from: `--config FILE`, else
+//! `convstore.toml` beside the database, else the built-in defaults.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use convstore_projection::config::Config;
+
+/// The file name looked for beside the database.
+pub const CONFIG_FILE: &str = "convstore.toml";
+
+/// The configuration for the database at `db`: `explicit` if given (it
+/// must exist), else `convstore.toml` in the directory that holds the
+/// database, else the defaults.
+pub fn load(explicit: Option<&Path>, db: &Path) -> Result<Config> {
+    let (path, required) = match explicit {
+        Some(path) => (path.to_path_buf(), true),
+        None => (beside(db), false),
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display())),
+        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// `convstore.toml` in the directory that holds the database.
+pub fn beside(db: &Path) -> PathBuf {
+    db.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join(CONFIG_FILE)
+}

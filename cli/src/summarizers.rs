@@ -1,0 +1,264 @@
+//! The summarizers that reach outside the process — `command` (an external
+//! program) and `openai` (a Chat Completions endpoint) — beside the
+//! built-in extractive one, behind `convstore_projection`'s `Summarizer`.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use convstore_projection::config::{SummarizerKind, SummaryConfig};
+use convstore_projection::summarize::{Extractive, Summarizer, DEFAULT_INSTRUCTIONS};
+use convstore_projection::LogEvent;
+use convstore_store::json::{write_event_fields, ObjectWriter};
+use convstore_store::{ConversationId, EventKind, Store};
+use serde_json::{json, Value};
+
+/// Seconds before a `command` or `openai` summarizer is given up.
+const DEFAULT_TIMEOUT: u64 = 120;
+
+/// The environment variable a `command` summarizer finds its instructions
+/// in.
+pub const INSTRUCTIONS_ENV: &str = "CONVSTORE_INSTRUCTIONS";
+
+/// The summarizer `spec` describes; `extra` adds to its instructions.
+pub fn make(spec: &SummaryConfig, extra: Option<&str>) -> Result<Box<dyn Summarizer>> {
+    let mut instructions = spec
+        .instructions
+        .clone()
+        .unwrap_or_else(|| DEFAULT_INSTRUCTIONS.to_owned());
+    for more in [spec.extra_instructions.as_deref(), extra]
+        .into_iter()
+        .flatten()
+    {
+        instructions.push_str("\n\n");
+        instructions.push_str(more);
+    }
+    let timeout = Duration::from_secs(spec.timeout_secs.unwrap_or(DEFAULT_TIMEOUT));
+    Ok(match spec.summarizer {
+        SummarizerKind::Extractive => Box::new(Extractive::default()),
+        SummarizerKind::Command => Box::new(CommandSummarizer {
+            argv: spec
+                .command
+                .clone()
+                .filter(|c| !c.is_empty())
+                .context("the command summarizer needs `command`")?,
+            instructions,
+            model: spec.model.clone(),
+            timeout,
+        }),
+        SummarizerKind::Openai => Box::new(OpenAiSummarizer {
+            base_url: spec
+                .base_url
+                .clone()
+                .unwrap_or_else(|| "https://api.openai.com/v1".to_owned()),
+            api_key_env: spec
+                .api_key_env
+                .clone()
+                .unwrap_or_else(|| "OPENAI_API_KEY".to_owned()),
+            model: spec
+                .model
+                .clone()
+                .unwrap_or_else(|| "gpt-4o-mini".to_owned()),
+            instructions,
+            timeout,
+        }),
+    })
+}
+
+/// Runs `summarizer` over `events`; an empty summary is an error.
+pub fn run(summarizer: &dyn Summarizer, events: &[LogEvent]) -> Result<String> {
+    let text = summarizer
+        .summarize(events)
+        .map_err(|e| anyhow!("the {} summarizer failed: {e}", summarizer.name()))?;
+    let text = text.trim().to_owned();
+    if text.is_empty() {
+        bail!(
+            "the {} summarizer wrote an empty summary",
+            summarizer.name()
+        );
+    }
+    Ok(text)
+}
+
+/// The raw events of turns `from..=to` among records `0..end`, compactions
+/// left out: what a summary of those turns is written from.
+pub fn raw_events(
+    store: &Store,
+    id: &ConversationId,
+    from: u64,
+    to: u64,
+    end: u64,
+) -> Result<Vec<LogEvent>> {
+    let Some(start) = store.first_seq_of_turn(id, from)?.filter(|&s| s < end) else {
+        return Ok(Vec::new());
+    };
+    let stop = match to.checked_add(1) {
+        Some(next) => store
+            .first_seq_of_turn(id, next)?
+            .map_or(end, |s| s.min(end)),
+        None => end,
+    };
+    let mut out = Vec::new();
+    for record in store.scan(id, start..stop)? {
+        let record = record?;
+        if !matches!(record.event.kind, EventKind::Compaction(_)) {
+            out.push(LogEvent {
+                seq: record.seq,
+                turn: record.turn,
+                event: record.event,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Events as NDJSON lines with `seq` and `turn`, as `log` prints them.
+fn ndjson(events: &[LogEvent]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in events {
+        let mut object = ObjectWriter::begin(&mut out);
+        object.u64("seq", e.seq);
+        object.u64("turn", e.turn);
+        write_event_fields(&e.event, &mut object);
+        object.end();
+        out.push(b'\n');
+    }
+    out
+}
+
+/// An external program: the events as NDJSON on its stdin, the
+/// instructions in `CONVSTORE_INSTRUCTIONS`, the summary on its stdout.
+struct CommandSummarizer {
+    argv: Vec<String>,
+    instructions: String,
+    model: Option<String>,
+    timeout: Duration,
+}
+
+impl Summarizer for CommandSummarizer {
+    fn name(&self) -> &'static str {
+        "command"
+    }
+
+    fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    fn prompt(&self) -> String {
+        format!("{}\n{}", self.argv.join(" "), self.instructions)
+    }
+
+    fn summarize(&self, events: &[LogEvent]) -> Result<String, String> {
+        let mut child = Command::new(&self.argv[0])
+            .args(&self.argv[1..])
+            .env(INSTRUCTIONS_ENV, &self.instructions)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.argv[0]))?;
+        // Feed stdin and drain the pipes on threads, so a program that
+        // writes before it has read everything cannot block us.
+        let input = ndjson(events);
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        let feeder = std::thread::spawn(move || {
+            // A program that exits without reading all of it is fine.
+            let _ = stdin.write_all(&input);
+        });
+        let mut stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut stderr = child.stderr.take().ok_or("no stderr")?;
+        let out_reader = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = stdout.read_to_end(&mut buf);
+            buf
+        });
+        let err_reader = std::thread::spawn(move || {
+            let mut buf = String::new();
+            let _ = stderr.read_to_string(&mut buf);
+            buf
+        });
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                break status;
+            }
+            if started.elapsed() > self.timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{} did not finish within {} s",
+                    self.argv[0],
+                    self.timeout.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let _ = feeder.join();
+        let out = out_reader.join().unwrap_or_default();
+        let err = err_reader.join().unwrap_or_default();
+        if !status.success() {
+            let said = err.lines().last().unwrap_or("").trim();
+            return Err(format!("{} exited with {status}: {said}", self.argv[0]));
+        }
+        String::from_utf8(out)
+            .map_err(|_| format!("{} wrote output that is not UTF-8", self.argv[0]))
+    }
+}
+
+/// An OpenAI-compatible Chat Completions endpoint.
+struct OpenAiSummarizer {
+    base_url: String,
+    api_key_env: String,
+    model: String,
+    instructions: String,
+    timeout: Duration,
+}
+
+impl Summarizer for OpenAiSummarizer {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    fn model(&self) -> Option<&str> {
+        Some(&self.model)
+    }
+
+    fn prompt(&self) -> String {
+        self.instructions.clone()
+    }
+
+    fn summarize(&self, events: &[LogEvent]) -> Result<String, String> {
+        let transcript = String::from_utf8_lossy(&ndjson(events)).into_owned();
+        let body = json!({
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": self.instructions},
+                {"role": "user", "content": format!(
+                    "The conversation to summarize, one event per line (NDJSON):\n\n{transcript}"
+                )},
+            ],
+        });
+        let url = format!("{}/chat/completions", self.base_url.trim_end_matches('/'));
+        let agent = ureq::AgentBuilder::new().timeout(self.timeout).build();
+        let mut request = agent.post(&url);
+        if let Ok(key) = std::env::var(&self.api_key_env) {
+            request = request.set("Authorization", &format!("Bearer {key}"));
+        }
+        let response = match request.send_json(body) {
+            Ok(response) => response,
+            Err(ureq::Error::Status(code, response)) => {
+                let text = response.into_string().unwrap_or_default();
+                return Err(format!("{url} answered {code}: {}", text.trim()));
+            }
+            Err(e) => return Err(format!("{url}: {e}")),
+        };
+        let value: Value = response
+            .into_json()
+            .map_err(|e| format!("{url}: the answer is not JSON: {e}"))?;
+        value["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{url}: the answer has no choices[0].message.content"))
+    }
+}

@@ -1,0 +1,472 @@
+//! Configuration: compaction profiles, per-tool hints and automatic
+//! compaction, read from TOML ([`Config::parse`]).
+//!
+//! ```toml
+//! [compaction]
+//! default_profile = "default"
+//! keep_last = 2
+//!
+//! [compaction.profiles.tidy]
+//! reasoning = "strip"
+//! tool_calls = "strip-responses"
+//!
+//! [compaction.profiles.brief.summary]
+//! summarizer = "command"            # extractive | command | openai
+//! command = ["./summarize.sh"]
+//! timeout_secs = 30
+//!
+//! [tools.fs_read_file.compaction]
+//! request = "keep"
+//! response = "strip"
+//!
+//! [compaction.auto]
+//! enabled = true
+//! context_window = 128000
+//! ```
+//!
+//! Unknown keys and wrong values are errors that name the key. The built-in
+//! profiles (`default`, `light`, `heavy`) exist unless the file defines a
+//! profile of the same name.
+
+use std::collections::BTreeMap;
+
+use convstore_store::event::{
+    Compaction, HintAction, ReasoningPolicy, ToolCallKind, ToolCallObject, ToolCallPolicy, ToolHint,
+};
+use convstore_store::Json;
+use serde::Deserialize;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[compaction]`.
+    #[serde(default)]
+    pub compaction: CompactionConfig,
+    /// `[tools.NAME.compaction]`: per-tool hints.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolConfig>,
+}
+
+/// `[compaction]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// The profile `compact` uses when none is given.
+    #[serde(default = "default_profile")]
+    pub default_profile: String,
+    /// Turns `compact` leaves out by default (`--keep-last`).
+    #[serde(default)]
+    pub keep_last: u64,
+    /// `[compaction.profiles.NAME]`.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, ProfileConfig>,
+    /// `[compaction.auto]`.
+    #[serde(default)]
+    pub auto: AutoConfig,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            default_profile: default_profile(),
+            keep_last: 0,
+            profiles: BTreeMap::new(),
+            auto: AutoConfig::default(),
+        }
+    }
+}
+
+fn default_profile() -> String {
+    "default".to_owned()
+}
+
+/// `[compaction.profiles.NAME]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileConfig {
+    /// `"strip"` or `"keep"`.
+    pub reasoning: Option<ReasoningSetting>,
+    /// `"strip"`, `"strip-requests"`, `"strip-responses"`, `"omit"` or
+    /// `"keep"`.
+    pub tool_calls: Option<ToolCallsSetting>,
+    /// A summary, and who writes it.
+    pub summary: Option<SummaryConfig>,
+}
+
+/// A reasoning policy as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasoningSetting {
+    /// Remove reasoning.
+    Strip,
+    /// Leave it.
+    Keep,
+}
+
+/// A tool call policy as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ToolCallsSetting {
+    /// Strip arguments and results.
+    Strip,
+    /// Strip arguments.
+    StripRequests,
+    /// Strip results.
+    StripResponses,
+    /// Remove calls and results.
+    Omit,
+    /// Leave them.
+    Keep,
+}
+
+/// `[compaction.profiles.NAME.summary]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryConfig {
+    /// Who writes the summary.
+    #[serde(default)]
+    pub summarizer: SummarizerKind,
+    /// The model (for `openai`; recorded for all).
+    pub model: Option<String>,
+    /// Replaces the summarizer's default instructions.
+    pub instructions: Option<String>,
+    /// Added to the instructions.
+    pub extra_instructions: Option<String>,
+    /// `command`: the program and its arguments.
+    pub command: Option<Vec<String>>,
+    /// `openai`: the endpoint's base URL (default `https://api.openai.com/v1`).
+    pub base_url: Option<String>,
+    /// `openai`: the environment variable holding the API key (default
+    /// `OPENAI_API_KEY`).
+    pub api_key_env: Option<String>,
+    /// Seconds before `command` or `openai` is given up (default 120).
+    pub timeout_secs: Option<u64>,
+}
+
+/// The summarizers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SummarizerKind {
+    /// Built in, offline, deterministic.
+    #[default]
+    Extractive,
+    /// An external program.
+    Command,
+    /// An OpenAI-compatible Chat Completions endpoint.
+    Openai,
+}
+
+impl SummarizerKind {
+    /// Its name as configured.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SummarizerKind::Extractive => "extractive",
+            SummarizerKind::Command => "command",
+            SummarizerKind::Openai => "openai",
+        }
+    }
+}
+
+/// `[tools.NAME]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    /// `[tools.NAME.compaction]`.
+    #[serde(default)]
+    pub compaction: ToolHintConfig,
+}
+
+/// `[tools.NAME.compaction]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolHintConfig {
+    /// `"keep"` or `"strip"` the arguments.
+    pub request: Option<HintSetting>,
+    /// `"keep"` or `"strip"` the result.
+    pub response: Option<HintSetting>,
+}
+
+/// One side of a per-tool hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HintSetting {
+    /// Leave it.
+    Keep,
+    /// Strip it.
+    Strip,
+}
+
+/// `[compaction.auto]`: automatic compaction.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoConfig {
+    /// Off unless set.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The model's context window, in tokens.
+    pub context_window: Option<u64>,
+    /// Context windows per model name (the model of the latest `config`
+    /// event's `model`, when it is listed).
+    #[serde(default)]
+    pub context_windows: BTreeMap<String, u64>,
+    /// Compact when the view passes this share of the window.
+    #[serde(default = "trigger_ratio")]
+    pub trigger_ratio: f64,
+    /// Never compact a view smaller than this many tokens.
+    #[serde(default = "token_floor")]
+    pub token_floor: u64,
+    /// Never compact a conversation of fewer turns.
+    #[serde(default)]
+    pub min_turns: u64,
+    /// Newest turns left out of each automatic compaction.
+    #[serde(default)]
+    pub keep_last: u64,
+    /// The kept turns may not exceed this share of the window (keep_last
+    /// degrades toward 0 until they fit).
+    #[serde(default = "buffer_max_ratio")]
+    pub buffer_max_ratio: f64,
+    /// Tokens kept free for the model's answer.
+    #[serde(default)]
+    pub reserve_tokens: u64,
+    /// The profile automatic compactions use.
+    #[serde(default = "default_profile")]
+    pub profile: String,
+    /// When the summaries' own tokens pass this share of the window, one
+    /// summary is written over the whole summarized range.
+    #[serde(default = "fold_ratio")]
+    pub fold_ratio: f64,
+}
+
+impl Default for AutoConfig {
+    fn default() -> Self {
+        AutoConfig {
+            enabled: false,
+            context_window: None,
+            context_windows: BTreeMap::new(),
+            trigger_ratio: trigger_ratio(),
+            token_floor: token_floor(),
+            min_turns: 0,
+            keep_last: 0,
+            buffer_max_ratio: buffer_max_ratio(),
+            reserve_tokens: 0,
+            profile: default_profile(),
+            fold_ratio: fold_ratio(),
+        }
+    }
+}
+
+fn trigger_ratio() -> f64 {
+    0.75
+}
+fn token_floor() -> u64 {
+    4096
+}
+fn buffer_max_ratio() -> f64 {
+    0.3
+}
+fn fold_ratio() -> f64 {
+    0.25
+}
+
+/// A profile, resolved: its policies and, for a summary, its summarizer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// Its name, stored in the compactions it makes.
+    pub name: String,
+    /// Reasoning policy.
+    pub reasoning: Option<ReasoningPolicy>,
+    /// Tool call policy (per-tool hints are added when a compaction is
+    /// made: [`Config::tool_policy`]).
+    pub tool_calls: Option<ToolCallPolicy>,
+    /// The summary, if the profile writes one.
+    pub summary: Option<SummaryConfig>,
+}
+
+impl Profile {
+    /// A compaction of turns `from_turn..=to_turn` with this profile's
+    /// policies, `config`'s per-tool hints, the summary `summary` (written by
+    /// the profile's summarizer, when it has one) and the profile's name in
+    /// its bookkeeping.
+    pub fn compaction(
+        &self,
+        from_turn: u64,
+        to_turn: u64,
+        summary: Option<String>,
+        config: &Config,
+    ) -> Compaction {
+        Compaction {
+            from_turn,
+            to_turn,
+            summary,
+            reasoning: self.reasoning,
+            tool_calls: self.tool_calls.clone().map(|p| config.tool_policy(p)),
+            revert: None,
+            info: Some(Json::from_value(
+                &serde_json::json!({ "profile": self.name }),
+            )),
+        }
+    }
+
+    /// Whether it sets no policy but a summary's.
+    pub fn is_mechanical(&self) -> bool {
+        self.summary.is_none()
+    }
+}
+
+impl Config {
+    /// Parses a configuration file's text. Errors name the key and the line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let auto = &self.compaction.auto;
+        for (key, value) in [
+            ("trigger_ratio", auto.trigger_ratio),
+            ("buffer_max_ratio", auto.buffer_max_ratio),
+            ("fold_ratio", auto.fold_ratio),
+        ] {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(format!(
+                    "compaction.auto.{key}: {value} is not a ratio in (0, 1]"
+                ));
+            }
+        }
+        if auto.context_window == Some(0) {
+            return Err("compaction.auto.context_window: must be positive".to_owned());
+        }
+        for (name, profile) in &self.compaction.profiles {
+            if let Some(summary) = &profile.summary {
+                let key = format!("compaction.profiles.{name}.summary");
+                if summary.summarizer == SummarizerKind::Command
+                    && summary.command.as_ref().is_none_or(Vec::is_empty)
+                {
+                    return Err(format!(
+                        "{key}.command: the command summarizer needs a program to run"
+                    ));
+                }
+                if summary.timeout_secs == Some(0) {
+                    return Err(format!("{key}.timeout_secs: must be positive"));
+                }
+            }
+        }
+        for name in [&self.compaction.default_profile, &auto.profile] {
+            self.profile(name).map_err(|e| format!("compaction: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The profile `name`: from the file, else built in.
+    pub fn profile(&self, name: &str) -> Result<Profile, String> {
+        if let Some(p) = self.compaction.profiles.get(name) {
+            return Ok(Profile {
+                name: name.to_owned(),
+                reasoning: p.reasoning.map(|r| match r {
+                    ReasoningSetting::Strip => ReasoningPolicy::Strip,
+                    ReasoningSetting::Keep => ReasoningPolicy::Keep,
+                }),
+                tool_calls: p.tool_calls.map(|t| match t {
+                    ToolCallsSetting::Strip => ToolCallPolicy::Strip,
+                    ToolCallsSetting::StripRequests => ToolCallPolicy::StripRequests,
+                    ToolCallsSetting::StripResponses => ToolCallPolicy::StripResponses,
+                    ToolCallsSetting::Omit => ToolCallPolicy::Omit,
+                    ToolCallsSetting::Keep => ToolCallPolicy::Keep,
+                }),
+                summary: p.summary.clone(),
+            });
+        }
+        let (reasoning, tool_calls, summary) = match name {
+            "default" => (
+                Some(ReasoningPolicy::Strip),
+                Some(ToolCallPolicy::Strip),
+                None,
+            ),
+            "light" => (Some(ReasoningPolicy::Strip), None, None),
+            "heavy" => (
+                None,
+                None,
+                Some(SummaryConfig {
+                    summarizer: SummarizerKind::Extractive,
+                    model: None,
+                    instructions: None,
+                    extra_instructions: None,
+                    command: None,
+                    base_url: None,
+                    api_key_env: None,
+                    timeout_secs: None,
+                }),
+            ),
+            other => {
+                let mut known: Vec<&str> = vec!["default", "light", "heavy"];
+                known.extend(self.compaction.profiles.keys().map(String::as_str));
+                known.sort_unstable();
+                known.dedup();
+                return Err(format!(
+                    "no profile named \"{other}\" (known: {})",
+                    known.join(", ")
+                ));
+            }
+        };
+        Ok(Profile {
+            name: name.to_owned(),
+            reasoning,
+            tool_calls,
+            summary,
+        })
+    }
+
+    /// `policy` with the configured per-tool hints added, as SPEC §4 says
+    /// they are stored: in the compaction, resolved when it is created. A
+    /// policy that does not strip (keep, omit) has no use for hints.
+    pub fn tool_policy(&self, policy: ToolCallPolicy) -> ToolCallPolicy {
+        let hints: Vec<(String, ToolHint)> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.compaction.request.is_some() || t.compaction.response.is_some())
+            .map(|(name, t)| {
+                let side = |s: Option<HintSetting>| {
+                    s.map(|s| match s {
+                        HintSetting::Keep => HintAction::Keep,
+                        HintSetting::Strip => HintAction::Strip,
+                    })
+                };
+                (
+                    name.clone(),
+                    ToolHint {
+                        request: side(t.compaction.request),
+                        response: side(t.compaction.response),
+                    },
+                )
+            })
+            .collect();
+        let (request, response) = match policy {
+            ToolCallPolicy::Strip => (true, true),
+            ToolCallPolicy::StripRequests => (true, false),
+            ToolCallPolicy::StripResponses => (false, true),
+            other => return other,
+        };
+        if hints.is_empty() {
+            return policy;
+        }
+        ToolCallPolicy::Object(ToolCallObject {
+            policy: ToolCallKind::Strip,
+            request: Some(request),
+            response: Some(response),
+            tools: Some(hints),
+        })
+    }
+}
+
+/// toml's errors span several lines (a source excerpt); keep the message
+/// and the position on one.
+fn one_line(message: &str) -> String {
+    let mut lines = message.lines().map(str::trim).filter(|l| !l.is_empty());
+    let head = lines.next().unwrap_or("invalid TOML").to_owned();
+    match lines.next_back() {
+        Some(last) if last != head => format!("{head}: {last}"),
+        _ => head,
+    }
+}
