@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use convstore_projection::tokens_for_chars;
-use convstore_store::{ConversationInfo, EventType, Store};
+use convstore_store::{ConversationId, ConversationInfo, EventKind, EventType, Store};
 use serde_json::{json, Map, Value};
 
 use crate::args::{ListArgs, StatsArgs};
@@ -44,6 +44,31 @@ pub(crate) fn list(store: &Store, args: &ListArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Each compaction with its provenance (the bookkeeping it was stored
+/// with), oldest first.
+fn compaction_rows(store: &Store, id: &ConversationId, len: u64) -> Result<Vec<Value>> {
+    let mut rows = Vec::new();
+    for overlay in store.overlays(id, len)? {
+        let EventKind::Compaction(c) = &overlay.event.kind else {
+            continue;
+        };
+        let mut row = json!({
+            "seq": overlay.seq,
+            "from_turn": c.from_turn,
+            "to_turn": c.to_turn,
+        });
+        if let Some(info) = &c.info {
+            if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(info.as_str()) {
+                for (k, v) in fields {
+                    row[k] = v;
+                }
+            }
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
 fn summary_json(c: &ConversationInfo) -> Value {
     json!({
         "id": c.id.hex(),
@@ -71,6 +96,7 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
         raw.add(&record?.event);
     }
     let view = tally(store, &id, Scope { end: info.len }, None)?;
+    let compactions = compaction_rows(store, &id, info.len)?;
     let mut out = output::stdout();
     let total_bytes: u64 = info.kinds.iter().map(|k| k.bytes).sum();
     let view_events: u64 = view.events.iter().sum();
@@ -96,6 +122,7 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
         value["view_events"] = json!(view_events);
         value["view_tokens"] = json!(tokens_for_chars(view.total_chars()));
         value["kinds"] = Value::Object(kinds);
+        value["compactions"] = Value::Array(compactions.clone());
         if let Some((_, point)) = &parent {
             value["fork"] = json!({"parent": point.parent.hex(), "shared": point.at, "fork_head": point.base.hex()});
         }
@@ -150,6 +177,36 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
             out,
             "bytes: stored size (record + texts kept as blobs); ~tokens: characters a model reads / 4"
         )?;
+        if !compactions.is_empty() {
+            writeln!(out)?;
+            let mut rows = vec![[
+                "SEQ",
+                "TURNS",
+                "PROFILE",
+                "SUMMARIZER",
+                "MODEL",
+                "BY",
+                "TOKENS",
+            ]
+            .map(str::to_owned)
+            .to_vec()];
+            let text = |v: &Value| v.as_str().map_or("-".to_owned(), str::to_owned);
+            for c in &compactions {
+                rows.push(vec![
+                    c["seq"].to_string(),
+                    format!("{}..={}", c["from_turn"], c["to_turn"]),
+                    text(&c["profile"]),
+                    text(&c["summarizer"]),
+                    text(&c["model"]),
+                    text(&c["created_by"]),
+                    match (c["tokens_before"].as_u64(), c["tokens_after"].as_u64()) {
+                        (Some(b), Some(a)) => format!("{b} -> {a}"),
+                        _ => "-".to_owned(),
+                    },
+                ]);
+            }
+            output::table(&mut out, &rows)?;
+        }
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)

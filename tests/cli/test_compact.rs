@@ -1,0 +1,517 @@
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+//! Compaction strategies through the binary: configuration, profiles,
+//! per-tool hints, summarizers (extractive, command, openai against a mock
+//! server), provenance, noop and inflated, revert.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+
+use serde_json::Value;
+
+use crate::support::TestEnv;
+use crate::test_project::seeded;
+
+fn write_config(env: &TestEnv, text: &str) {
+    std::fs::write(env.path().join("convstore.toml"), text).unwrap();
+}
+
+fn compactions(env: &TestEnv) -> Vec<Value> {
+    env.run(&["log", "chat"])
+        .ok()
+        .lines()
+        .into_iter()
+        .filter(|r| r["type"] == "compaction")
+        .collect()
+}
+
+fn json_of(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap()
+}
+
+/// A conversation long enough that stripping and summaries shrink it.
+fn verbose() -> TestEnv {
+    let env = TestEnv::new();
+    let mut lines = Vec::new();
+    for turn in 0..8 {
+        let long = "details ".repeat(40);
+        lines.push(r#"{"type":"turn_start"}"#.to_owned());
+        lines.push(format!(
+            r#"{{"type":"user","text":"please fix file {turn}?"}}"#
+        ));
+        lines.push(format!(r#"{{"type":"reasoning","text":"{long}"}}"#));
+        lines.push(format!(
+            r#"{{"type":"tool_call","id":"r{turn}","name":"fs_read_file","arguments":{{"path":"src/f{turn}.rs"}}}}"#
+        ));
+        lines.push(format!(
+            r#"{{"type":"tool_result","id":"r{turn}","content":"{long}","is_error":{}}}"#,
+            turn == 3
+        ));
+        lines.push(format!(
+            r#"{{"type":"tool_call","id":"g{turn}","name":"grep","arguments":{{"q":"{long}"}}}}"#
+        ));
+        lines.push(format!(
+            r#"{{"type":"tool_result","id":"g{turn}","content":"{long}","is_error":false}}"#
+        ));
+        lines.push(format!(
+            r#"{{"type":"assistant","text":"fixed {turn}. {long}"}}"#
+        ));
+    }
+    env.run_with_stdin(&["append", "chat"], &lines.join("\n"))
+        .ok();
+    env
+}
+
+#[test]
+fn invalid_configuration_names_the_key() {
+    let env = verbose();
+    for (text, key) in [
+        (
+            "[compaction]\ndefault_profle = \"light\"\n",
+            "default_profle",
+        ),
+        ("[compaction.profiles.x]\nreasoning = \"shred\"\n", "shred"),
+        ("[tools.grep.compaction]\nresponse = \"drop\"\n", "drop"),
+        ("[compaction.auto]\ntrigger_ratio = 1.5\n", "trigger_ratio"),
+        ("[compaction]\ndefault_profile = \"nope\"\n", "nope"),
+        (
+            "[compaction.profiles.x.summary]\nsummarizer = \"command\"\n",
+            "command",
+        ),
+        ("[compaction\n", "convstore.toml"),
+    ] {
+        write_config(&env, text);
+        let err = env.run(&["compact", "chat", "--dry-run"]).fails();
+        assert!(err.stderr.contains("convstore.toml"), "{}", err.stderr);
+        assert!(err.stderr.contains(key), "{text}: {}", err.stderr);
+    }
+    std::fs::remove_file(env.path().join("convstore.toml")).unwrap();
+    let missing = env.path().join("missing.toml");
+    env.run(&["--config", missing.to_str().unwrap(), "compact", "chat"])
+        .fails();
+    assert!(compactions(&env).is_empty());
+}
+
+#[test]
+fn profiles_from_the_configuration_and_the_defaults() {
+    let env = verbose();
+    write_config(
+        &env,
+        "[compaction]\ndefault_profile = \"tidy\"\nkeep_last = 2\n\n\
+         [compaction.profiles.tidy]\ntool_calls = \"omit\"\n",
+    );
+    // No policy flag: the default profile, and the default keep_last.
+    let out = json_of(&env.run(&["compact", "chat", "--json"]).ok().stdout);
+    assert_eq!(out["status"], "stored");
+    assert_eq!(out["profile"], "tidy");
+    assert_eq!(
+        (out["from_turn"].as_u64(), out["to_turn"].as_u64()),
+        (Some(0), Some(5))
+    );
+    let stored = &compactions(&env)[0];
+    assert_eq!(stored["tool_calls"], "omit");
+    assert_eq!(stored["profile"], "tidy");
+    assert!(stored.get("reasoning").is_none());
+    // A built-in profile by name; a flag overrides the profile's policy.
+    // (keep_last applies when no --to is given.)
+    env.run(&[
+        "compact",
+        "chat",
+        "--profile",
+        "light",
+        "--from",
+        "6",
+        "--to",
+        "7",
+    ])
+    .ok();
+    env.run(&[
+        "compact",
+        "chat",
+        "--profile",
+        "default",
+        "--tool-calls",
+        "strip-requests",
+        "--from",
+        "7",
+        "--to",
+        "7",
+    ])
+    .ok();
+    let all = compactions(&env);
+    assert_eq!(all[1]["reasoning"], "strip");
+    assert!(all[1].get("tool_calls").is_none());
+    assert_eq!(all[2]["tool_calls"], "strip-requests");
+    assert_eq!(all[2]["profile"], "default");
+    env.run(&["compact", "chat", "--profile", "nope"]).fails();
+}
+
+#[test]
+fn per_tool_hints_are_resolved_into_the_compaction() {
+    let env = verbose();
+    write_config(
+        &env,
+        "[tools.fs_read_file.compaction]\nrequest = \"keep\"\nresponse = \"keep\"\n",
+    );
+    env.run(&["compact", "chat", "--tool-calls", "strip"]).ok();
+    let stored = &compactions(&env)[0];
+    assert_eq!(stored["tool_calls"]["policy"], "strip");
+    assert_eq!(
+        stored["tool_calls"]["tools"]["fs_read_file"]["response"],
+        "keep"
+    );
+    // The view keeps fs_read_file's results and strips grep's; it no longer
+    // depends on the configuration.
+    std::fs::remove_file(env.path().join("convstore.toml")).unwrap();
+    let view = env.run(&["project", "chat"]).ok().lines();
+    for e in view.iter().filter(|e| e["type"] == "tool_result") {
+        let id = e["id"].as_str().unwrap();
+        let stripped = e["content"].as_str().unwrap().starts_with("[compacted]");
+        assert_eq!(stripped, id.starts_with('g'), "{e}");
+    }
+}
+
+#[test]
+fn noop_inflated_and_force() {
+    let env = seeded();
+    // Nothing to strip in turns without reasoning... every turn has some:
+    // strip, then strip again is a noop.
+    env.run(&["compact", "chat", "--reasoning", "strip"]).ok();
+    let out = json_of(
+        &env.run(&["compact", "chat", "--reasoning", "strip", "--json"])
+            .ok()
+            .stdout,
+    );
+    assert_eq!(out["status"], "noop");
+    assert_eq!(compactions(&env).len(), 1);
+    // Stripped results are longer than these short ones: inflated.
+    let err = env
+        .run(&["compact", "chat", "--tool-calls", "strip-responses"])
+        .fails();
+    assert!(err.stderr.contains("inflated"), "{}", err.stderr);
+    assert_eq!(compactions(&env).len(), 1);
+    let dry = json_of(
+        &env.run(&[
+            "compact",
+            "chat",
+            "--tool-calls",
+            "strip-responses",
+            "--dry-run",
+            "--json",
+        ])
+        .ok()
+        .stdout,
+    );
+    assert_eq!(dry["status"], "inflated");
+    let forced = json_of(
+        &env.run(&[
+            "compact",
+            "chat",
+            "--tool-calls",
+            "strip-responses",
+            "--force",
+            "--json",
+        ])
+        .ok()
+        .stdout,
+    );
+    assert_eq!(forced["status"], "stored");
+    assert!(forced["tokens_after"].as_u64() > forced["tokens_before"].as_u64());
+    assert_eq!(compactions(&env).len(), 2);
+}
+
+#[test]
+fn revert_restores_exactly_the_raw_view_of_its_range() {
+    let env = verbose();
+    env.run(&["compact", "chat", "--tool-calls", "omit", "--to", "4"])
+        .ok();
+    env.run(&[
+        "compact",
+        "chat",
+        "--summary",
+        "early",
+        "--from",
+        "1",
+        "--to",
+        "2",
+    ])
+    .ok();
+    env.run(&["compact", "chat", "--reasoning", "strip"]).ok();
+    env.run(&["compact", "chat", "--revert", "--from", "1", "--to", "5"])
+        .ok();
+    // The raw view: the same events without compactions, in another
+    // conversation.
+    let raw: Vec<String> = env
+        .run(&["export", "chat", "--format", "ndjson"])
+        .ok()
+        .stdout
+        .lines()
+        .filter(|l| !l.contains("\"compaction\""))
+        .map(str::to_owned)
+        .collect();
+    env.run_with_stdin(&["append", "raw"], &raw.join("\n")).ok();
+    let turns = |conv: &str| {
+        env.run(&["project", conv, "--turns", "1..5"])
+            .ok()
+            .lines()
+            .into_iter()
+            .map(|mut v| {
+                // seqs differ (no compactions in `raw`); the rest must not.
+                v.as_object_mut().unwrap().remove("seq");
+                v
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(turns("chat"), turns("raw"));
+    // Outside the range the older compactions still apply.
+    let view = env.run(&["project", "chat", "--turns", "0"]).ok().lines();
+    assert!(view
+        .iter()
+        .all(|e| e["type"] != "tool_call" && e["type"] != "reasoning"));
+}
+
+#[test]
+fn extractive_summaries_and_provenance() {
+    let env = verbose();
+    let out = json_of(
+        &env.run(&[
+            "compact",
+            "chat",
+            "--summarize",
+            "--from",
+            "0",
+            "--to",
+            "5",
+            "--json",
+        ])
+        .ok()
+        .stdout,
+    );
+    assert_eq!(out["status"], "stored");
+    let log = env.run(&["log", "chat"]).ok().lines();
+    let stored = log.last().unwrap();
+    let summary = stored["summary"].as_str().unwrap();
+    for turn in 0..=5 {
+        assert!(
+            summary.contains(&format!("please fix file {turn}?")),
+            "{summary}"
+        );
+        assert!(summary.contains(&format!("src/f{turn}.rs")), "{summary}");
+    }
+    assert!(!summary.contains("please fix file 6"), "{summary}");
+    assert!(
+        summary.contains("<errors>\n- fs_read_file: details"),
+        "{summary}"
+    );
+    assert!(summary.contains("fs_read_file x6"), "{summary}");
+    assert_eq!(stored["summarizer"], "extractive");
+    assert_eq!(stored["created_by"], "manual");
+    assert_eq!(stored["prompt_hash"].as_str().unwrap().len(), 16);
+    assert_eq!(stored["first_address"], log[0]["address"]);
+    let last_of_5 = log.iter().rfind(|r| r["turn"] == 5).unwrap();
+    assert_eq!(stored["last_address"], last_of_5["address"]);
+    assert!(stored["tokens_after"].as_u64() < stored["tokens_before"].as_u64());
+    let stats = json_of(&env.run(&["stats", "chat", "--json"]).ok().stdout);
+    assert_eq!(stats["compactions"][0]["summarizer"], "extractive");
+    let text = env.run(&["stats", "chat"]).ok().stdout;
+    assert!(text.contains("extractive"), "{text}");
+}
+
+/// A shell script as a summarizer.
+fn script(env: &TestEnv, name: &str, body: &str) -> String {
+    let path = env.path().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&path, perms).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn command_summarizer_reads_raw_events_and_instructions() {
+    let env = verbose();
+    let ok = script(
+        &env,
+        "sum.sh",
+        r#"n=$(grep -c '"seq"' ); printf 'events=%s; %s' "$n" "$CONVSTORE_INSTRUCTIONS""#,
+    );
+    write_config(
+        &env,
+        &format!(
+            "[compaction.profiles.cmd.summary]\nsummarizer = \"command\"\ncommand = [\"{ok}\"]\n\
+             instructions = \"be short\"\nmodel = \"local\"\n"
+        ),
+    );
+    env.run(&[
+        "compact",
+        "chat",
+        "--profile",
+        "cmd",
+        "--from",
+        "2",
+        "--to",
+        "3",
+        "--instructions",
+        "name the files",
+    ])
+    .ok();
+    let stored = compactions(&env).pop().unwrap();
+    // Turns 2 and 3: eight raw events each.
+    assert_eq!(stored["summary"], "events=16; be short\n\nname the files");
+    assert_eq!(stored["summarizer"], "command");
+    assert_eq!(stored["model"], "local");
+    assert_eq!(stored["profile"], "cmd");
+
+    // A later summary widens over it and is written from raw events again.
+    env.run(&[
+        "compact",
+        "chat",
+        "--profile",
+        "cmd",
+        "--from",
+        "3",
+        "--to",
+        "4",
+    ])
+    .ok();
+    let stored = compactions(&env).pop().unwrap();
+    assert_eq!(
+        (stored["from_turn"].as_u64(), stored["to_turn"].as_u64()),
+        (Some(2), Some(4))
+    );
+    assert!(
+        stored["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("events=24;"),
+        "{stored}"
+    );
+
+    let failing = script(&env, "fail.sh", "echo 'model unavailable' >&2; exit 3");
+    let slow = script(&env, "slow.sh", "sleep 5; echo late");
+    for (program, expected) in [
+        (failing.as_str(), "model unavailable"),
+        (slow.as_str(), "did not finish within 1 s"),
+    ] {
+        write_config(
+            &env,
+            &format!(
+                "[compaction.profiles.cmd.summary]\nsummarizer = \"command\"\ncommand = [\"{program}\"]\ntimeout_secs = 1\n"
+            ),
+        );
+        let before = compactions(&env).len();
+        let err = env.run(&["compact", "chat", "--profile", "cmd"]).fails();
+        assert!(err.stderr.contains(expected), "{}", err.stderr);
+        assert_eq!(compactions(&env).len(), before);
+    }
+}
+
+/// Serves `answers` in order, one connection each, and hands back each
+/// request's headers and body.
+fn mock_server(
+    answers: Vec<(u16, String)>,
+) -> (String, std::thread::JoinHandle<Vec<(String, Value)>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let handle = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for (status, body) in answers {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut headers = String::new();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+                headers.push_str(&line);
+            }
+            let mut request = vec![0; length];
+            reader.read_exact(&mut request).unwrap();
+            seen.push((headers, serde_json::from_slice(&request).unwrap()));
+            let mut stream = stream;
+            write!(
+                stream,
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+        }
+        seen
+    });
+    (url, handle)
+}
+
+#[test]
+fn openai_summarizer_against_a_mock_server() {
+    let env = verbose();
+    let answer = serde_json::json!({
+        "choices": [{"message": {"role": "assistant", "content": "The user fixed files 0-3."}}]
+    })
+    .to_string();
+    let (url, server) = mock_server(vec![
+        (200, answer),
+        (500, r#"{"error":"overloaded"}"#.to_owned()),
+    ]);
+    write_config(
+        &env,
+        &format!(
+            "[compaction.profiles.llm.summary]\nsummarizer = \"openai\"\nbase_url = \"{url}\"\n\
+             model = \"mock-1\"\napi_key_env = \"MOCK_KEY\"\ntimeout_secs = 10\n"
+        ),
+    );
+    let run = env
+        .command(&[
+            "compact",
+            "chat",
+            "--profile",
+            "llm",
+            "--to",
+            "3",
+            "--instructions",
+            "Mention every error.",
+        ])
+        .env("MOCK_KEY", "secret")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stored = compactions(&env).pop().unwrap();
+    assert_eq!(stored["summary"], "The user fixed files 0-3.");
+    assert_eq!(stored["summarizer"], "openai");
+    assert_eq!(stored["model"], "mock-1");
+
+    let err = env
+        .run(&["compact", "chat", "--profile", "llm", "--from", "4"])
+        .fails();
+    assert!(err.stderr.contains("500"), "{}", err.stderr);
+    assert_eq!(compactions(&env).len(), 1);
+
+    let seen = server.join().unwrap();
+    let (headers, request) = &seen[0];
+    assert!(headers.contains("/v1/chat/completions"), "{headers}");
+    assert!(
+        headers
+            .to_ascii_lowercase()
+            .contains("authorization: bearer secret"),
+        "{headers}"
+    );
+    assert_eq!(request["model"], "mock-1");
+    let system = request["messages"][0]["content"].as_str().unwrap();
+    // The default prompt, with the instructions added, not replaced.
+    assert!(system.contains("every file path touched"), "{system}");
+    assert!(system.ends_with("Mention every error."), "{system}");
+    let user = request["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        user.contains("please fix file 3?") && !user.contains("please fix file 4?"),
+        "{user}"
+    );
+}
