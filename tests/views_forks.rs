@@ -202,6 +202,7 @@ fn check_finds_a_view_that_differs_from_the_log() {
                 blocks: vec![block],
                 reset_calls: false,
                 calls: Vec::new(),
+                no_sync: false,
             },
         )
         .unwrap();
@@ -219,6 +220,7 @@ fn check_finds_a_view_that_differs_from_the_log() {
             blocks: Vec::new(),
             reset_calls: false,
             calls: Vec::new(),
+            no_sync: false,
         },
     );
     assert!(matches!(

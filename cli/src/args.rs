@@ -122,6 +122,12 @@ Examples:
   convstore view chat --name small --out view.json --format json
   convstore view chat --list")]
     View(ViewArgs),
+    /// Pin turns: automatic compaction never covers them.
+    #[command(after_help = "\
+Examples:
+  convstore pin chat --turns 0..2
+  convstore pin chat --list")]
+    Pin(PinArgs),
     /// Which overlay won each content type for a turn, and which others
     /// cover it.
     #[command(after_help = "\
@@ -167,6 +173,10 @@ pub struct AppendArgs {
     /// Return without waiting for the write to be durable.
     #[arg(long)]
     pub no_sync: bool,
+    /// Then compact automatically if the view needs it
+    /// ([compaction.auto] in the configuration).
+    #[arg(long)]
+    pub auto: bool,
 }
 
 /// `project`
@@ -430,6 +440,19 @@ pub struct ViewArgs {
     /// Delete the stored view (the log is untouched).
     #[arg(long, conflicts_with_all = ["profile", "out"])]
     pub drop: bool,
+}
+
+/// `pin`
+#[derive(Debug, Args)]
+pub struct PinArgs {
+    /// Conversation name, id or id prefix.
+    pub conversation: String,
+    /// The turns to pin: `A..B` (inclusive) or `N`.
+    #[arg(long, value_name = "A..B", required_unless_present = "list")]
+    pub turns: Option<String>,
+    /// List the pinned turns instead.
+    #[arg(long)]
+    pub list: bool,
 }
 
 /// `explain`

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 mod args;
+pub mod auto;
 mod cmd;
 pub mod generate;
 pub mod materialize;

@@ -116,10 +116,23 @@ pub fn refresh_with(
     profile: Option<&str>,
     limits: BlockLimits,
 ) -> Result<(ViewState, Refresh)> {
+    refresh_opts(store, id, name, profile, limits, false)
+}
+
+/// [`refresh_with`], returning before the update is durable if `no_sync`
+/// (for callers that refresh after every small append).
+pub fn refresh_opts(
+    store: &Store,
+    id: &ConversationId,
+    name: &str,
+    profile: Option<&str>,
+    limits: BlockLimits,
+    no_sync: bool,
+) -> Result<(ViewState, Refresh)> {
     // A concurrent refresh of the same view in this process makes the
     // write fail its check; the work is then redone from the new state.
     for _ in 0..8 {
-        match try_refresh(store, id, name, profile, limits) {
+        match try_refresh(store, id, name, profile, limits, no_sync) {
             Err(e) if is_conflict(&e) => {}
             other => return other,
         }
@@ -140,6 +153,7 @@ fn try_refresh(
     name: &str,
     profile: Option<&str>,
     limits: BlockLimits,
+    no_sync: bool,
 ) -> Result<(ViewState, Refresh)> {
     let info = store.info(id)?;
     let old = store.view_state(id, name)?;
@@ -185,6 +199,7 @@ fn try_refresh(
         id,
         &ViewUpdate {
             expected_len: old.map(|o| o.len),
+            no_sync,
             ..update
         },
     )?;
@@ -220,6 +235,7 @@ impl Update {
             blocks: Vec::new(),
             reset_calls: true,
             calls: Vec::new(),
+            no_sync: false,
         };
         if n == 0 {
             return Ok(update);
@@ -332,6 +348,7 @@ impl Update {
             blocks,
             reset_calls: false,
             calls: index.into_buckets(),
+            no_sync: false,
         };
         Ok(Some((update, ranges)))
     }

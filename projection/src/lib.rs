@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auto;
 pub mod bounds;
 pub mod config;
 pub mod openai;

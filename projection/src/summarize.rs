@@ -42,8 +42,8 @@ open question. Be factual and brief; write no preamble.";
 /// - `files`: every path in tool call arguments (keys `path`, `paths`,
 ///   `file`, `files`, `dir`, `directory`, `prefixes`, or ending in `_path`,
 ///   `_file`, `_dir`), each once;
-/// - `errors`: each result with `is_error`, with its tool's name and the
-///   first 200 characters of its content;
+/// - `errors`: for each tool that had results with `is_error`, how many,
+///   and the first 200 characters of the latest;
 /// - `tools`: each tool used, with its count;
 /// - `open_question`: the last user message, if no assistant message
 ///   answered it.
@@ -83,7 +83,8 @@ impl Extractive {
         let mut users: Vec<(u64, &str)> = Vec::new();
         let mut answers: BTreeMap<u64, &str> = BTreeMap::new();
         let mut files: Vec<String> = Vec::new();
-        let mut errors: Vec<(String, String)> = Vec::new();
+        // Per tool: the count and the latest content, in order of first error.
+        let mut errors: Vec<(String, u64, String)> = Vec::new();
         let mut tools: BTreeMap<&str, u64> = BTreeMap::new();
         let mut names: BTreeMap<&str, &str> = BTreeMap::new();
         let mut answered = true;
@@ -116,7 +117,13 @@ impl Extractive {
                     is_error: true,
                 } => {
                     let tool = names.get(id.as_str()).copied().unwrap_or("unknown");
-                    errors.push((tool.to_owned(), excerpt(content, 200)));
+                    match errors.iter_mut().find(|(t, _, _)| t == tool) {
+                        Some((_, count, latest)) => {
+                            *count += 1;
+                            *latest = excerpt(content, 200);
+                        }
+                        None => errors.push((tool.to_owned(), 1, excerpt(content, 200))),
+                    }
                 }
                 _ => {}
             }
@@ -166,8 +173,12 @@ impl Extractive {
         }
         let _ = writeln!(out, "</files>");
         let _ = writeln!(out, "<errors>");
-        for (tool, text) in &errors {
-            let _ = writeln!(out, "- {tool}: {}", one_line(text));
+        for (tool, count, text) in &errors {
+            let _ = writeln!(
+                out,
+                "- {tool}: {count} error(s), latest: {}",
+                one_line(text)
+            );
         }
         let _ = writeln!(out, "</errors>");
         let _ = writeln!(out, "<tools>");

@@ -16,6 +16,8 @@
 //! | `v` id(16) view(8) | a materialized view's state (view = blake3 of its name) |
 //! | `w` id(16) view(8) first_turn(8 BE) | a block of a view's events |
 //! | `x` id(16) view(8) bucket(2 BE) | a view's call index: ids, names, orphan results |
+//! | `P` id(16) | a conversation's pinned turn ranges (automatic compaction never covers them) |
+//! | `A` id(16) | automatic compaction's state: whether a summarizer failed since the last manual compaction |
 //! | `L` id(16) | a fork's lineage: parent id, records shared, base address and turn state |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
@@ -34,6 +36,8 @@ pub(crate) const TURN: u8 = b't';
 pub(crate) const OVERLAY: u8 = b'o';
 pub(crate) const CALLS: u8 = b'k';
 pub(crate) const LINEAGE: u8 = b'L';
+pub(crate) const PINS: u8 = b'P';
+pub(crate) const AUTO: u8 = b'A';
 pub(crate) const VIEW: u8 = b'v';
 pub(crate) const VIEW_BLOCK: u8 = b'w';
 pub(crate) const VIEW_CALLS: u8 = b'x';
@@ -45,6 +49,14 @@ pub const FORMAT_VERSION: u32 = 1;
 
 pub(crate) fn conversation(id: &ConversationId) -> Vec<u8> {
     prefixed(CONVERSATION, id.as_bytes())
+}
+
+pub(crate) fn pins(id: &ConversationId) -> Vec<u8> {
+    prefixed(PINS, id.as_bytes())
+}
+
+pub(crate) fn auto(id: &ConversationId) -> Vec<u8> {
+    prefixed(AUTO, id.as_bytes())
 }
 
 pub(crate) fn lineage(id: &ConversationId) -> Vec<u8> {

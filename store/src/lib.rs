@@ -43,6 +43,7 @@ pub mod interop;
 pub mod json;
 mod keys;
 mod log;
+mod settings;
 mod store;
 #[doc(hidden)]
 pub mod testing;
@@ -60,6 +61,7 @@ pub use index::OverlayIndex;
 pub use json::{EventError, Json};
 pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
+pub use settings::AutoState;
 pub use store::{ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, MIN_ID_PREFIX};
 pub use verify::{Verified, VerifyFailure, VerifyReport};
 pub use views::{

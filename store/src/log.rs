@@ -240,18 +240,43 @@ impl Store {
                 let seq = keys::key_seq(&key).ok_or_else(|| StoreError::Corrupt {
                     what: format!("conversation {owner}: an overlay key is truncated"),
                 })?;
+                if let Some(hit) = self.cached_overlay(owner, seq) {
+                    out.push(hit);
+                    continue;
+                }
                 let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")?;
                 let record = decode_record(entry.record).map_err(|e| in_record(owner, seq, &e))?;
                 let event = record_to_event(&record, &mut |blob| self.load_blob(blob))
                     .map_err(|e| in_record(owner, seq, &e))?;
-                out.push(StoredOverlay {
+                let overlay = StoredOverlay {
                     seq,
                     turn: entry.turn,
                     event,
-                });
+                };
+                self.cache_overlay(owner, &overlay);
+                out.push(overlay);
             }
         }
         Ok(out)
+    }
+
+    fn cached_overlay(&self, owner: &ConversationId, seq: u64) -> Option<StoredOverlay> {
+        let cache = self
+            .overlay_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        cache.get(&(*owner, seq)).cloned()
+    }
+
+    fn cache_overlay(&self, owner: &ConversationId, overlay: &StoredOverlay) {
+        let mut cache = self
+            .overlay_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() >= crate::store::OVERLAY_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert((*owner, overlay.seq), overlay.clone());
     }
 
     /// The tool calls among records `start..end` as `(seq, call id, name)`,

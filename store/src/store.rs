@@ -1,5 +1,6 @@
 //! The database: [`Store::open`], conversations, names and id prefixes.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -35,7 +36,14 @@ pub struct Store {
     path: PathBuf,
     write_lock: Mutex<()>,
     max_event_bytes: AtomicU64,
+    /// Decoded compaction overlays by (owner, seq): records never change,
+    /// so a process that reads the overlays again and again (a server, the
+    /// automatic compaction loop) decodes each once.
+    pub(crate) overlay_cache: Mutex<HashMap<(ConversationId, u64), crate::log::StoredOverlay>>,
 }
+
+/// Overlays kept decoded at most; past it the cache starts over.
+pub(crate) const OVERLAY_CACHE_MAX: usize = 100_000;
 
 /// The largest event an append accepts by default: 64 MiB, counting its
 /// record and the texts it stores as blobs.
@@ -161,6 +169,7 @@ impl Store {
             path,
             write_lock: Mutex::new(()),
             max_event_bytes: AtomicU64::new(DEFAULT_MAX_EVENT_BYTES),
+            overlay_cache: Mutex::new(HashMap::new()),
         })
     }
 

@@ -119,6 +119,9 @@ pub struct ViewUpdate {
     pub reset_calls: bool,
     /// Call index buckets to replace (an empty bucket is removed).
     pub calls: Vec<(u16, Vec<CallEntry>)>,
+    /// Return before the change is durable (a crash may lose it, never
+    /// part of it; a view is rebuilt from the log anyway).
+    pub no_sync: bool,
 }
 
 /// The 8-byte key of a view: blake3 of its name.
@@ -354,7 +357,9 @@ impl Store {
         self.write_blobs(&encoded)?;
         self.db.apply_batch(batch)?;
         drop(guard);
-        self.db.flush()?;
+        if !update.no_sync {
+            self.db.flush()?;
+        }
         Ok(())
     }
 

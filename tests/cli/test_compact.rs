@@ -300,7 +300,7 @@ fn extractive_summaries_and_provenance() {
     }
     assert!(!summary.contains("please fix file 6"), "{summary}");
     assert!(
-        summary.contains("<errors>\n- fs_read_file: details"),
+        summary.contains("<errors>\n- fs_read_file: 1 error(s), latest: details"),
         "{summary}"
     );
     assert!(summary.contains("fs_read_file x6"), "{summary}");

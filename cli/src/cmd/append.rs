@@ -9,13 +9,17 @@ use convstore_store::{
     json, Address, AppendOptions, Event, EventKind, Store, StoreError, Timestamp,
 };
 
+use std::path::Path;
+
 use crate::args::AppendArgs;
 use crate::output::{self, Notes};
+use crate::{auto, settings};
 
 pub(crate) fn run(
     store: &Store,
     args: &AppendArgs,
     matches: &ArgMatches,
+    (config_path, db): (Option<&Path>, &Path),
     notes: &Notes,
 ) -> Result<ExitCode> {
     let now = Timestamp::now();
@@ -39,8 +43,8 @@ pub(crate) fn run(
             },
             no_sync: args.no_sync,
         };
-    let appended = if let Some(id) = store.find(&args.conversation)? {
-        store.append(&id, &events, &options)?
+    let (id, appended) = if let Some(id) = store.find(&args.conversation)? {
+        (id, store.append(&id, &events, &options)?)
     } else {
         if options.expect_head.is_some_and(|h| h != Address::ROOT) {
             return Err(StoreError::NoSuchConversation {
@@ -54,10 +58,36 @@ pub(crate) fn run(
             "created conversation {} ({id})",
             args.conversation
         ));
-        appended
+        (id, appended)
     };
+    let mut head = appended.head;
+    if args.auto {
+        let config = settings::load(config_path, db)?;
+        if !config.compaction.auto.enabled {
+            notes.say(
+                "--auto: automatic compaction is not enabled ([compaction.auto] enabled = true)",
+            );
+        }
+        if let Some(report) = auto::run(store, &id, &config, args.no_sync)? {
+            if let Some(error) = &report.summarizer_error {
+                notes.say(&format!(
+                    "auto-compaction: the summarizer failed ({error}); mechanical policies are used until a manual compaction succeeds"
+                ));
+            }
+            notes.say(&format!(
+                "auto-compaction{}: turns {}..={}, profile {}, tokens {} -> {}",
+                if report.fold { " (fold)" } else { "" },
+                report.from,
+                report.to,
+                report.profile,
+                report.tokens_before,
+                report.tokens_after
+            ));
+            head = store.info(&id)?.head;
+        }
+    }
     let mut out = output::stdout();
-    writeln!(out, "{}", appended.head)?;
+    writeln!(out, "{head}")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

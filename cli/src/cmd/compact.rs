@@ -185,7 +185,13 @@ pub(crate) fn run(
             expect_head: Some(info.head),
             no_sync: false,
         };
-        Some(store.append(&id, &[stored], &options)?.head)
+        let head = store.append(&id, &[stored], &options)?.head;
+        // A manual compaction that succeeds lets automatic ones summarize
+        // again after a summarizer failure.
+        if store.auto_state(&id)?.summarizer_failed {
+            store.set_auto_state(&id, convstore_store::AutoState::default())?;
+        }
+        Some(head)
     } else {
         None
     };

@@ -9,6 +9,7 @@ mod fork;
 mod gen;
 mod import;
 mod log;
+mod pin;
 mod project;
 mod stats;
 mod verify;
@@ -33,7 +34,8 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
             let sub = matches
                 .subcommand_matches("append")
                 .context("append: arguments missing")?;
-            append::run(&open_or_create(cli)?, args, sub, &notes)
+            let config = (cli.config.as_deref(), cli.db.as_path());
+            append::run(&open_or_create(cli)?, args, sub, config, &notes)
         }
         Command::Demo => demo::run(&open_or_create(cli)?, &notes),
         Command::Compact(args) => {
@@ -51,6 +53,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         }
         Command::View(args) => view::run(&open_existing(cli)?, args, &notes),
         Command::Explain(args) => explain::run(&open_existing(cli)?, args),
+        Command::Pin(args) => pin::run(&open_existing(cli)?, args),
         Command::Verify(args) => verify::run(&open_existing(cli)?, args),
         Command::List(args) => stats::list(&open_existing(cli)?, args),
         Command::Stats(args) => stats::run(&open_existing(cli)?, args),

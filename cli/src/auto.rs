@@ -1,0 +1,259 @@
+//! Automatic compaction: [`run`] measures a conversation's view and, when
+//! [`convstore_projection::auto::decide`] says so, appends a compaction —
+//! what `append --auto` does after each append, and what a server would
+//! call after each turn.
+//!
+//! The view is measured through a materialized view named `auto` (kept
+//! current incrementally, so a check costs the new events and the view's
+//! size, not the log's). A summary is written by the profile's summarizer
+//! from the raw events of the (widened) range; if that fails, this and
+//! later automatic runs use mechanical policies (strip reasoning, strip
+//! tool calls) until a manual compaction succeeds.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use convstore_projection::auto::{decide, AutoInput, Decision};
+use convstore_projection::bounds::widen_summary_range;
+use convstore_projection::config::{Config, SummarizerKind};
+use convstore_projection::estimate_chars;
+use convstore_projection::summarize::{Extractive, Summarizer};
+use convstore_projection::{tokens_for_chars, SUMMARY_HEADER};
+use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
+use convstore_store::{
+    AppendOptions, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
+};
+use serde_json::{json, Map, Value};
+
+use crate::materialize::{self, BlockLimits};
+use crate::summarizers;
+
+/// The materialized view automatic compaction measures.
+pub const VIEW: &str = "auto";
+
+/// What an automatic compaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoReport {
+    /// The turns it covers.
+    pub from: u64,
+    /// The last turn it covers.
+    pub to: u64,
+    /// The profile it applied (`default` after a summarizer failure).
+    pub profile: String,
+    /// It folded the summaries into one.
+    pub fold: bool,
+    /// The view's tokens before and after.
+    pub tokens_before: u64,
+    /// The view's tokens after.
+    pub tokens_after: u64,
+    /// The summarizer failed, with this error; mechanical policies were used.
+    pub summarizer_error: Option<String>,
+}
+
+/// What the `auto` view holds, measured.
+struct Measure {
+    tokens: u64,
+    turn_tokens: Vec<u64>,
+    /// `(first turn, tokens)` of each summary run.
+    summary_runs: Vec<(u64, u64)>,
+    model: Option<String>,
+}
+
+fn measure(store: &Store, id: &ConversationId, no_sync: bool) -> Result<Measure> {
+    materialize::refresh_opts(store, id, VIEW, None, BlockLimits::default(), no_sync)?;
+    let mut chars = 0;
+    let mut turn_chars: Vec<u64> = Vec::new();
+    let mut runs: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut model = None;
+    materialize::read(store, id, VIEW, |v| {
+        let c = estimate_chars(&v.event);
+        chars += c;
+        let turn = v.turn as usize;
+        if turn_chars.len() <= turn {
+            turn_chars.resize(turn + 1, 0);
+        }
+        turn_chars[turn] += c;
+        if let Some((first, _)) = v.summary_of {
+            *runs.entry(first).or_default() += c;
+        }
+        if let EventKind::Config { delta } = &v.event.kind {
+            if let Ok(Value::Object(d)) = serde_json::from_str::<Value>(delta.as_str()) {
+                if let Some(m) = d.get("model").and_then(Value::as_str) {
+                    model = Some(m.to_owned());
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let turns = store.info(id)?.turns as usize;
+    turn_chars.resize(turns.max(turn_chars.len()), 0);
+    Ok(Measure {
+        tokens: tokens_for_chars(chars),
+        turn_tokens: turn_chars.into_iter().map(tokens_for_chars).collect(),
+        summary_runs: runs
+            .into_iter()
+            .map(|(first, chars)| (first, tokens_for_chars(chars)))
+            .collect(),
+        model,
+    })
+}
+
+/// Checks `id` and compacts it if automatic compaction is enabled and its
+/// view needs it. `no_sync` makes the writes return before they are
+/// durable (as `append --no-sync`).
+pub fn run(
+    store: &Store,
+    id: &ConversationId,
+    config: &Config,
+    no_sync: bool,
+) -> Result<Option<AutoReport>> {
+    let auto = &config.compaction.auto;
+    if !auto.enabled {
+        return Ok(None);
+    }
+    let before = measure(store, id, no_sync)?;
+    let window = before
+        .model
+        .as_ref()
+        .and_then(|m| auto.context_windows.get(m).copied())
+        .or(auto.context_window);
+    let Some(window) = window else {
+        // Without a window there is nothing to measure against.
+        return Ok(None);
+    };
+    let info = store.info(id)?;
+    let mut next_uncovered = 0;
+    let mut summaries: Vec<(u64, u64)> = Vec::new();
+    for o in store.overlays(id, info.len)? {
+        if let EventKind::Compaction(c) = &o.event.kind {
+            next_uncovered = next_uncovered.max(c.to_turn.saturating_add(1));
+            if c.summary.is_some() && !c.is_revert() {
+                summaries.push((c.from_turn, c.to_turn));
+            }
+        }
+    }
+    let pins = store.pins(id)?;
+    let input = AutoInput {
+        window,
+        view_tokens: before.tokens,
+        turn_tokens: &before.turn_tokens,
+        summary_runs: &before.summary_runs,
+        next_uncovered,
+        summaries: &summaries,
+        pins: &pins,
+    };
+    let Decision::Compact { from, to, fold, .. } = decide(auto, &input) else {
+        return Ok(None);
+    };
+
+    let mut profile = config.profile(&auto.profile).map_err(anyhow::Error::msg)?;
+    let state = store.auto_state(id)?;
+    let mut summarizer_error = None;
+    let mut provenance = Map::new();
+    let (from, to, summary) = match profile.summary.clone() {
+        Some(spec) if !state.summarizer_failed => {
+            let (from, to) = widen_summary_range((from, to), &summaries);
+            // The extractive summary is sized to the window: a fold's must
+            // stay well under the share that triggers the next fold (its
+            // user messages and answers get an eighth of it each).
+            let summarizer: Box<dyn Summarizer> = if spec.summarizer == SummarizerKind::Extractive {
+                let usable = window.saturating_sub(auto.reserve_tokens);
+                let budget = (auto.fold_ratio * usable as f64 * 4.0 / 8.0) as usize;
+                Box::new(Extractive {
+                    budget: budget.max(100),
+                })
+            } else {
+                summarizers::make(&spec, None)?
+            };
+            let raw = summarizers::raw_events(store, id, from, to, info.len)?;
+            match summarizers::run(&*summarizer, &raw) {
+                Ok(text) => {
+                    // A summary no smaller than what it replaces would inflate
+                    // the view: store nothing.
+                    let replaced: u64 = before
+                        .turn_tokens
+                        .iter()
+                        .take((to + 1) as usize)
+                        .skip(from as usize)
+                        .sum();
+                    let added = tokens_for_chars(
+                        (SUMMARY_HEADER.chars().count() + text.chars().count()) as u64,
+                    );
+                    if added >= replaced {
+                        return Ok(None);
+                    }
+                    provenance.insert("summarizer".into(), json!(summarizer.name()));
+                    if let Some(model) = summarizer.model() {
+                        provenance.insert("model".into(), json!(model));
+                    }
+                    let hash = blake3::hash(summarizer.prompt().as_bytes());
+                    provenance.insert("prompt_hash".into(), json!(hash.to_hex()[..16].to_owned()));
+                    (from, to, Some(text))
+                }
+                Err(e) => {
+                    store.set_auto_state(
+                        id,
+                        AutoState {
+                            summarizer_failed: true,
+                        },
+                    )?;
+                    summarizer_error = Some(format!("{e:#}"));
+                    (from, to, None)
+                }
+            }
+        }
+        _ => (from, to, None),
+    };
+    if profile.summary.is_some() && summary.is_none() {
+        // Mechanical fallback; a fold has nothing to fold then.
+        profile = config.profile("default").map_err(anyhow::Error::msg)?;
+        profile.reasoning = Some(ReasoningPolicy::Strip);
+        profile.tool_calls = Some(ToolCallPolicy::Strip);
+    }
+    let mut compaction: Compaction = profile.compaction(from, to, summary, config);
+    provenance.insert("profile".into(), json!(profile.name));
+    provenance.insert("created_by".into(), json!("auto"));
+    provenance.insert("tokens_before".into(), json!(before.tokens));
+    compaction.info = Some(Json::from_value(&Value::Object(provenance.clone())));
+    let options = AppendOptions {
+        expect_head: Some(info.head),
+        no_sync,
+    };
+    store.append(
+        id,
+        &[Event::new(
+            Timestamp::now(),
+            EventKind::Compaction(compaction),
+        )],
+        &options,
+    )?;
+    let after = measure(store, id, no_sync)?;
+    Ok(Some(AutoReport {
+        from,
+        to,
+        profile: profile.name,
+        fold,
+        tokens_before: before.tokens,
+        tokens_after: after.tokens,
+        summarizer_error,
+    }))
+}
+
+/// `(from, to)` ranges of the automatic compactions in `id`'s log.
+pub fn automatic_ranges(store: &Store, id: &ConversationId) -> Result<Vec<(u64, u64, bool)>> {
+    let len = store.info(id)?.len;
+    let mut out = Vec::new();
+    for o in store.overlays(id, len)? {
+        if let EventKind::Compaction(c) = &o.event.kind {
+            let info: BTreeMap<String, Value> = c
+                .info
+                .as_ref()
+                .and_then(|i| serde_json::from_str(i.as_str()).ok())
+                .unwrap_or_default();
+            if info.get("created_by").and_then(Value::as_str) == Some("auto") {
+                out.push((c.from_turn, c.to_turn, c.summary.is_some()));
+            }
+        }
+    }
+    Ok(out)
+}
