@@ -242,6 +242,10 @@ pub struct CompactArgs {
     /// Store the compaction even if it does not shrink the view.
     #[arg(long)]
     pub force: bool,
+    /// How tokens are counted: chars4 (four characters a token), cl100k or
+    /// o200k (exact, offline).
+    #[arg(long, default_value = "chars4", value_name = "NAME")]
+    pub tokenizer: String,
     /// First turn of the range (default 0).
     #[arg(long, value_name = "BOUND", allow_hyphen_values = true)]
     pub from: Option<String>,
@@ -494,6 +498,10 @@ pub struct ListArgs {
 pub struct StatsArgs {
     /// Conversation name, id or id prefix.
     pub conversation: String,
+    /// How tokens are counted: chars4 (four characters a token), cl100k or
+    /// o200k (exact, offline).
+    #[arg(long, default_value = "chars4", value_name = "NAME")]
+    pub tokenizer: String,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

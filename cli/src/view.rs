@@ -12,7 +12,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 use crate::args::AsOf;
-use convstore_projection::{estimate_chars, LogEvent, Overlay, Plan, Projector, ViewEvent};
+use convstore_projection::{
+    estimate_chars, tokens_for_chars, LogEvent, Overlay, Plan, Projector, Tokenizer, ViewEvent,
+};
 use convstore_store::{ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError};
 
 /// Records read before their chunks are decoded and transformed together.
@@ -224,22 +226,51 @@ pub fn tally(
     scope: Scope,
     extra: Option<(u64, u64, &Event)>,
 ) -> Result<Tally> {
+    tally_with(store, id, scope, extra, &Tokenizer::Chars4)
+}
+
+/// Like [`tally`], counting tokens with `tokenizer` too (on the worker
+/// threads: an exact tokenizer costs tens of microseconds an event).
+pub fn tally_with(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    extra: Option<(u64, u64, &Event)>,
+    tokenizer: &Tokenizer,
+) -> Result<Tally> {
     let projector = plan(store, id, scope, extra)?;
     let mut tally = Tally::default();
-    stream(store, id, scope, &projector, |v| {
-        tally.add(&v.event);
-        Ok(())
-    })?;
+    stream_map(
+        store,
+        id,
+        scope,
+        &projector,
+        |view| {
+            let mut part = Tally::default();
+            for v in &view {
+                part.add_counted(&v.event, tokenizer);
+            }
+            part
+        },
+        |part| {
+            tally.merge(&part);
+            Ok(())
+        },
+    )?;
     Ok(tally)
 }
 
-/// Events and characters of a view, per event type.
+/// Events, characters and (with an exact tokenizer) tokens of a view, per
+/// event type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tally {
     /// Events per type, by [`EventType::index`].
     pub events: [u64; 10],
     /// Characters a model reads per type.
     pub chars: [u64; 10],
+    /// Tokens per type, counted by an exact tokenizer (none: four
+    /// characters a token).
+    pub tokens: Option<[u64; 10]>,
 }
 
 impl Tally {
@@ -250,9 +281,49 @@ impl Tally {
         self.chars[i] += estimate_chars(event);
     }
 
+    /// Counts one view event, and its tokens with `tokenizer` if it is
+    /// exact.
+    pub fn add_counted(&mut self, event: &Event, tokenizer: &Tokenizer) {
+        self.add(event);
+        if let Tokenizer::Bpe { .. } = tokenizer {
+            let tokens = self.tokens.get_or_insert([0; 10]);
+            tokens[event.kind.event_type().index()] += tokenizer.count(event);
+        }
+    }
+
+    /// Adds another tally's counts.
+    pub fn merge(&mut self, other: &Tally) {
+        for i in 0..10 {
+            self.events[i] += other.events[i];
+            self.chars[i] += other.chars[i];
+        }
+        if let Some(theirs) = other.tokens {
+            let ours = self.tokens.get_or_insert([0; 10]);
+            for i in 0..10 {
+                ours[i] += theirs[i];
+            }
+        }
+    }
+
     /// Characters of the whole view.
     pub fn total_chars(&self) -> u64 {
         self.chars.iter().sum()
+    }
+
+    /// Tokens of the whole view: counted, or four characters a token.
+    pub fn total_tokens(&self) -> u64 {
+        match &self.tokens {
+            Some(tokens) => tokens.iter().sum(),
+            None => tokens_for_chars(self.total_chars()),
+        }
+    }
+
+    /// Tokens of one type: counted, or four characters a token.
+    pub fn tokens_of(&self, kind: EventType) -> u64 {
+        match &self.tokens {
+            Some(tokens) => tokens[kind.index()],
+            None => tokens_for_chars(self.chars[kind.index()]),
+        }
     }
 
     /// `(events, characters)` of one type.

@@ -53,5 +53,5 @@ mod view;
 pub use overlay::{Overlay, Summary, ToolPolicy};
 pub use project::project;
 pub use resolve::{resolve, ContentType, Resolution, Run, Segment};
-pub use tokens::{estimate_chars, tokens_for_chars};
+pub use tokens::{estimate_chars, tokens_for_chars, Tokenizer};
 pub use view::{LogEvent, Plan, Projector, ViewEvent, SUMMARY_HEADER};

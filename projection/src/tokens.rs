@@ -1,4 +1,6 @@
-//! Token estimation: four characters a token. See [`estimate_chars`].
+//! Token counts: a fast estimate (four characters a token, see
+//! [`estimate_chars`]) and exact BPE counts ([`Tokenizer`]: cl100k_base or
+//! o200k_base, embedded, offline).
 
 use convstore_store::{Event, EventKind};
 
@@ -25,4 +27,77 @@ pub fn estimate_chars(event: &Event) -> u64 {
 /// Estimated tokens for `chars` characters: `ceil(chars / 4)`.
 pub fn tokens_for_chars(chars: u64) -> u64 {
     chars.div_ceil(4)
+}
+
+/// How tokens are counted.
+pub enum Tokenizer {
+    /// Four characters a token ([`estimate_chars`], [`tokens_for_chars`]).
+    Chars4,
+    /// An exact BPE tokenizer.
+    Bpe {
+        /// Its name (`cl100k`, `o200k`).
+        name: &'static str,
+        /// The encoder.
+        bpe: Box<tiktoken_rs::CoreBPE>,
+    },
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Tokenizer {
+    /// The tokenizer named `chars4`, `cl100k` (cl100k_base) or `o200k`
+    /// (o200k_base).
+    pub fn named(name: &str) -> Result<Tokenizer, String> {
+        let (name, bpe) = match name {
+            "chars4" => return Ok(Tokenizer::Chars4),
+            "cl100k" | "cl100k_base" => ("cl100k", tiktoken_rs::cl100k_base()),
+            "o200k" | "o200k_base" => ("o200k", tiktoken_rs::o200k_base()),
+            other => {
+                return Err(format!(
+                    "no tokenizer named \"{other}\" (chars4, cl100k, o200k)"
+                ))
+            }
+        };
+        let bpe = bpe.map_err(|e| format!("cannot load {name}: {e}"))?;
+        Ok(Tokenizer::Bpe {
+            name,
+            bpe: Box::new(bpe),
+        })
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Tokenizer::Chars4 => "chars4",
+            Tokenizer::Bpe { name, .. } => name,
+        }
+    }
+
+    /// The tokens of the texts of `event` a model reads (the same texts
+    /// [`estimate_chars`] counts). For `chars4`, per event, rounded up.
+    pub fn count(&self, event: &Event) -> u64 {
+        match self {
+            Tokenizer::Chars4 => tokens_for_chars(estimate_chars(event)),
+            Tokenizer::Bpe { bpe, .. } => {
+                let tokens = |s: &str| bpe.encode_ordinary(s).len() as u64;
+                match &event.kind {
+                    EventKind::TurnStart | EventKind::Compaction(_) => 0,
+                    EventKind::User { text }
+                    | EventKind::Assistant { text }
+                    | EventKind::Reasoning { text }
+                    | EventKind::System { text } => tokens(text),
+                    EventKind::ToolCall {
+                        name, arguments, ..
+                    } => tokens(name) + tokens(arguments.as_str()),
+                    EventKind::ToolResult { content, .. } => tokens(content),
+                    EventKind::Config { delta } => tokens(delta.as_str()),
+                    EventKind::Extension { payload, .. } => tokens(payload.as_str()),
+                }
+            }
+        }
+    }
 }

@@ -159,7 +159,7 @@ pub fn event_from_value(value: Value, default_timestamp: Timestamp) -> Parse<Eve
 }
 
 /// The bookkeeping fields of a compaction, with whether each is an integer.
-const INFO_FIELDS: [(&str, bool); 9] = [
+const INFO_FIELDS: [(&str, bool); 10] = [
     ("profile", false),
     ("model", false),
     ("tokens_before", true),
@@ -169,6 +169,7 @@ const INFO_FIELDS: [(&str, bool); 9] = [
     ("first_address", false),
     ("last_address", false),
     ("created_by", false),
+    ("tokenizer", false),
 ];
 
 fn compaction(fields: &mut Fields) -> Parse<Compaction> {

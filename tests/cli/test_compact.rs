@@ -515,3 +515,54 @@ fn openai_summarizer_against_a_mock_server() {
         "{user}"
     );
 }
+
+#[test]
+fn exact_tokenizers_count_tokens() {
+    let env = verbose();
+    let stats = |tokenizer: &str| {
+        json_of(
+            &env.run(&["stats", "chat", "--json", "--tokenizer", tokenizer])
+                .ok()
+                .stdout,
+        )
+    };
+    let approx = stats("chars4");
+    let cl100k = stats("cl100k");
+    let o200k = stats("o200k");
+    assert_eq!(cl100k["tokenizer"], "cl100k");
+    // "details " repeated: one token per word in both encodings, far
+    // fewer than one per four characters would be... within a factor.
+    let (a, c, o) = (
+        approx["tokens"].as_u64().unwrap(),
+        cl100k["tokens"].as_u64().unwrap(),
+        o200k["tokens"].as_u64().unwrap(),
+    );
+    assert!(c > 0 && o > 0 && c != a, "{a} {c} {o}");
+    assert!(c * 3 > a && c < a * 3, "{a} {c}");
+    // A known count: "hello world" is two tokens in cl100k_base.
+    let env2 = TestEnv::new();
+    env2.run(&["append", "w", "--user", "hello world"]).ok();
+    let words = json_of(
+        &env2
+            .run(&["stats", "w", "--json", "--tokenizer", "cl100k"])
+            .ok()
+            .stdout,
+    );
+    assert_eq!(words["tokens"], 2);
+    let out = json_of(
+        &env.run(&[
+            "compact",
+            "chat",
+            "--reasoning",
+            "strip",
+            "--tokenizer",
+            "o200k",
+            "--json",
+        ])
+        .ok()
+        .stdout,
+    );
+    assert_eq!(out["tokens_before"], o200k["view_tokens"]);
+    assert_eq!(compactions(&env)[0]["tokenizer"], "o200k");
+    env.run(&["stats", "chat", "--tokenizer", "gpt2"]).fails();
+}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use convstore_projection::bounds::{widen_summary_range, Bound, Conversation};
 use convstore_projection::config::{Config, SummaryConfig};
-use convstore_projection::tokens_for_chars;
+use convstore_projection::Tokenizer;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{
     Address, AppendOptions, ConversationId, Event, EventKind, EventType, Store, Timestamp,
@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 use crate::args::{CompactArgs, ReasoningArg, ToolCallsArg};
 use crate::output::{self, Notes};
 use crate::summarizers;
-use crate::view::{tally, Scope};
+use crate::view::{tally_with, Scope};
 
 pub(crate) fn run(
     store: &Store,
@@ -32,6 +32,8 @@ pub(crate) fn run(
             info.label()
         );
     }
+    let tokenizer =
+        Tokenizer::named(&args.tokenizer).map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?;
     let flag_reasoning = args.reasoning.map(|r| match r {
         ReasoningArg::Strip => ReasoningPolicy::Strip,
         ReasoningArg::Keep => ReasoningPolicy::Keep,
@@ -153,12 +155,15 @@ pub(crate) fn run(
     let restores = args.revert || only_keeps(&compaction);
     let event = Event::new(now, EventKind::Compaction(compaction));
     let scope = Scope { end: info.len };
-    let before = tally(store, &id, scope, None)?;
-    let after = tally(store, &id, scope, Some((info.len, last_turn, &event)))?;
-    let (tokens_before, tokens_after) = (
-        tokens_for_chars(before.total_chars()),
-        tokens_for_chars(after.total_chars()),
-    );
+    let before = tally_with(store, &id, scope, None, &tokenizer)?;
+    let after = tally_with(
+        store,
+        &id,
+        scope,
+        Some((info.len, last_turn, &event)),
+        &tokenizer,
+    )?;
+    let (tokens_before, tokens_after) = (before.total_tokens(), after.total_tokens());
     // A compaction that changes nothing is not stored; one that does not
     // shrink the view is refused unless forced (a revert or keep restores
     // on purpose).
@@ -177,6 +182,9 @@ pub(crate) fn run(
         if let EventKind::Compaction(c) = &mut stored.kind {
             provenance.insert("tokens_before".into(), json!(tokens_before));
             provenance.insert("tokens_after".into(), json!(tokens_after));
+            if let Tokenizer::Bpe { name, .. } = &tokenizer {
+                provenance.insert("tokenizer".into(), json!(name));
+            }
             c.info = Some(convstore_store::Json::from_value(&Value::Object(
                 provenance.clone(),
             )));
@@ -206,7 +214,7 @@ pub(crate) fn run(
                     kind.as_str().to_owned(),
                     json!({
                         "events_before": b.0, "events_after": a.0,
-                        "tokens_before": tokens_for_chars(b.1), "tokens_after": tokens_for_chars(a.1),
+                        "tokens_before": before.tokens_of(kind), "tokens_after": after.tokens_of(kind),
                     }),
                 );
             }
@@ -247,8 +255,8 @@ pub(crate) fn run(
                 rows.push(vec![
                     kind.as_str().to_owned(),
                     format!("{} -> {}", b.0, a.0),
-                    tokens_for_chars(b.1).to_string(),
-                    tokens_for_chars(a.1).to_string(),
+                    before.tokens_of(kind).to_string(),
+                    after.tokens_of(kind).to_string(),
                 ]);
             }
         }
@@ -257,10 +265,11 @@ pub(crate) fn run(
         } else {
             writeln!(out, "the view would not change")?;
         }
-        writeln!(
-            out,
-            "estimated tokens: {tokens_before} -> {tokens_after} (4 characters a token)"
-        )?;
+        let counted = match &tokenizer {
+            Tokenizer::Chars4 => "4 characters a token".to_owned(),
+            exact @ Tokenizer::Bpe { .. } => format!("counted with {}", exact.name()),
+        };
+        writeln!(out, "tokens: {tokens_before} -> {tokens_after} ({counted})")?;
         match head {
             Some(head) => writeln!(out, "stored; head {head}")?,
             None => match status {

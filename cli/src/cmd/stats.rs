@@ -4,13 +4,13 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use convstore_projection::tokens_for_chars;
+use convstore_projection::Tokenizer;
 use convstore_store::{ConversationId, ConversationInfo, EventKind, EventType, Store};
 use serde_json::{json, Map, Value};
 
 use crate::args::{ListArgs, StatsArgs};
 use crate::output;
-use crate::view::{tally, Scope, Tally};
+use crate::view::{tally_with, Scope, Tally};
 
 pub(crate) fn list(store: &Store, args: &ListArgs) -> Result<ExitCode> {
     let mut conversations = store.conversations()?;
@@ -91,11 +91,13 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
         None => None,
     };
     // Tokens as a model would read them: of the raw history, and of the view.
+    let tokenizer =
+        Tokenizer::named(&args.tokenizer).map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?;
     let mut raw = Tally::default();
     for record in store.scan(&id, 0..info.len)? {
-        raw.add(&record?.event);
+        raw.add_counted(&record?.event, &tokenizer);
     }
-    let view = tally(store, &id, Scope { end: info.len }, None)?;
+    let view = tally_with(store, &id, Scope { end: info.len }, None, &tokenizer)?;
     let compactions = compaction_rows(store, &id, info.len)?;
     let mut out = output::stdout();
     let total_bytes: u64 = info.kinds.iter().map(|k| k.bytes).sum();
@@ -104,23 +106,24 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
         let mut kinds = Map::new();
         for kind in EventType::ALL {
             let stats = info.kind(kind);
-            let (events, chars) = view.of(kind);
+            let (events, _) = view.of(kind);
             kinds.insert(
                 kind.as_str().to_owned(),
                 json!({
                     "events": stats.count,
                     "bytes": stats.bytes,
-                    "tokens": tokens_for_chars(raw.of(kind).1),
+                    "tokens": raw.tokens_of(kind),
                     "view_events": events,
-                    "view_tokens": tokens_for_chars(chars),
+                    "view_tokens": view.tokens_of(kind),
                 }),
             );
         }
         let mut value = summary_json(&info);
         value["bytes"] = json!(total_bytes);
-        value["tokens"] = json!(tokens_for_chars(raw.total_chars()));
+        value["tokens"] = json!(raw.total_tokens());
+        value["tokenizer"] = json!(tokenizer.name());
         value["view_events"] = json!(view_events);
-        value["view_tokens"] = json!(tokens_for_chars(view.total_chars()));
+        value["view_tokens"] = json!(view.total_tokens());
         value["kinds"] = Value::Object(kinds);
         value["compactions"] = Value::Array(compactions.clone());
         if let Some((_, point)) = &parent {
@@ -151,15 +154,15 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
         ]];
         for kind in EventType::ALL {
             let stats = info.kind(kind);
-            let (events, chars) = view.of(kind);
+            let (events, _) = view.of(kind);
             if stats.count > 0 || events > 0 {
                 rows.push(vec![
                     kind.as_str().to_owned(),
                     stats.count.to_string(),
                     stats.bytes.to_string(),
-                    tokens_for_chars(raw.of(kind).1).to_string(),
+                    raw.tokens_of(kind).to_string(),
                     events.to_string(),
-                    tokens_for_chars(chars).to_string(),
+                    view.tokens_of(kind).to_string(),
                 ]);
             }
         }
@@ -167,15 +170,19 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
             "total".to_owned(),
             info.len.to_string(),
             total_bytes.to_string(),
-            tokens_for_chars(raw.total_chars()).to_string(),
+            raw.total_tokens().to_string(),
             view_events.to_string(),
-            tokens_for_chars(view.total_chars()).to_string(),
+            view.total_tokens().to_string(),
         ]);
         output::table(&mut out, &rows)?;
         writeln!(out)?;
         writeln!(
             out,
-            "bytes: stored size (record + texts kept as blobs); ~tokens: characters a model reads / 4"
+            "bytes: stored size (record + texts kept as blobs); ~tokens: {}",
+            match tokenizer {
+                Tokenizer::Chars4 => "characters a model reads / 4".to_owned(),
+                ref exact @ Tokenizer::Bpe { .. } => format!("counted with {}", exact.name()),
+            }
         )?;
         if !compactions.is_empty() {
             writeln!(out)?;
