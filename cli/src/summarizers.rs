@@ -251,7 +251,8 @@ impl Summarizer for OpenAiSummarizer {
                 let text = response.into_string().unwrap_or_default();
                 return Err(format!("{url} answered {code}: {}", text.trim()));
             }
-            Err(e) => return Err(format!("{url}: {e}")),
+            // ureq's message names the URL.
+            Err(e) => return Err(e.to_string()),
         };
         let value: Value = response
             .into_json()

@@ -566,3 +566,31 @@ fn exact_tokenizers_count_tokens() {
     assert_eq!(compactions(&env)[0]["tokenizer"], "o200k");
     env.run(&["stats", "chat", "--tokenizer", "gpt2"]).fails();
 }
+
+#[test]
+fn openai_summarizer_times_out() {
+    let env = verbose();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    // Accepts, reads, never answers (until the test is done with it).
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        drop(stream);
+    });
+    write_config(
+        &env,
+        &format!(
+            "[compaction.profiles.llm.summary]\nsummarizer = \"openai\"\nbase_url = \"{url}\"\ntimeout_secs = 1\n"
+        ),
+    );
+    let err = env.run(&["compact", "chat", "--profile", "llm"]).fails();
+    assert!(
+        err.stderr.contains("openai summarizer failed"),
+        "{}",
+        err.stderr
+    );
+    assert!(err.stderr.contains("timed out"), "{}", err.stderr);
+    assert!(compactions(&env).is_empty());
+    server.join().unwrap();
+}
