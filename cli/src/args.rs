@@ -360,6 +360,9 @@ pub struct GenArgs {
 pub enum Shape {
     /// Ten events a turn, texts of 50 B to 4 KB (mostly under 450 B).
     Small,
+    /// Turns, kinds and sizes like the real JP conversations (about 24
+    /// events a turn, heavy-tailed; large tool results).
+    Jp,
 }
 
 /// `log`

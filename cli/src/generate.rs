@@ -10,6 +10,16 @@
 //! widened over the summaries they meet, as `compact` does), 45% strip
 //! reasoning and tool calls, 45% another tool-call policy. The same seed
 //! gives the same events and so the same head.
+//!
+//! Shape `jp`: turns shaped like the 21 real JP conversations the project
+//! is tested with, from statistics measured on them (the data itself is not
+//! shipped; `benches/jp_shape.py` measures it again):
+//! `turn_start`, `user`, then a number of steps drawn from the real
+//! distribution (median 9, heavy tail to 122), each a tool call with its
+//! result (58%), an assistant message (32%) or reasoning (10%), the last
+//! one an assistant message; sizes of each kind drawn from its real
+//! twenty-quantiles (tool results: median 1 KB, 10% over 12 KB); tool
+//! names by their real frequency.
 
 use anyhow::{bail, Result};
 use convstore_projection::bounds::widen_summary_range;
@@ -53,24 +63,40 @@ fn text(rng: &mut Rng) -> String {
         55..=87 => rng.range(200, 449),
         88..=97 => rng.range(450, 999),
         _ => rng.range(1000, 4000),
-    } as usize;
-    let offset = (rng.next() % FILLER.len() as u64) as usize;
-    let mut out = String::with_capacity(len);
-    while out.len() < len {
-        let piece = &FILLER[if out.is_empty() { offset } else { 0 }..];
-        out.push_str(&piece[..piece.len().min(len - out.len())]);
-    }
-    out
+    };
+    filler(rng, len)
+}
+
+/// Shapes of generated conversations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Ten events a turn, texts of 50 B to 4 KB.
+    Small,
+    /// Turns, kinds and sizes like the real JP conversations.
+    Jp,
 }
 
 /// Writes a conversation named `name` of `events` events, `compactions` of
-/// them compactions, generated from `seed`; returns its id.
+/// them compactions, generated from `seed` in the `small` shape; returns
+/// its id.
 pub fn generate(
     store: &Store,
     name: &str,
     events: u64,
     compactions: u64,
     seed: u64,
+) -> Result<ConversationId> {
+    generate_shaped(store, name, events, compactions, seed, Shape::Small)
+}
+
+/// [`generate`] in the shape `shape`.
+pub fn generate_shaped(
+    store: &Store,
+    name: &str,
+    events: u64,
+    compactions: u64,
+    seed: u64,
+    shape: Shape,
 ) -> Result<ConversationId> {
     if events == 0 {
         bail!("--events must be at least 1");
@@ -98,8 +124,9 @@ pub fn generate(
     let mut id = None;
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
     let mut summaries: Vec<(u64, u64)> = Vec::new();
-    let (mut turn, mut step, mut call) = (0u64, 0u64, 0u64);
+    let (mut turn, mut call, mut step) = (0u64, 0u64, 0u64);
     let mut started = false;
+    let mut pending: std::collections::VecDeque<EventKind> = std::collections::VecDeque::new();
     for seq in 0..events {
         let timestamp =
             Timestamp::from_micros(EPOCH_MICROS + seq as i64 * 1000).unwrap_or_else(Timestamp::now);
@@ -107,13 +134,25 @@ pub fn generate(
             at.next();
             compaction(&mut rng, turn, &mut summaries)
         } else {
-            let kind = conversation_event(&mut rng, step, &mut call);
-            if step == 0 && started {
-                turn += 1;
+            if pending.is_empty() {
+                // The small shape draws each event when it is due (so its
+                // sequence, and heads, stay what they were); jp a turn at
+                // a time.
+                match shape {
+                    Shape::Small => {
+                        pending.push_back(small_event(&mut rng, step, &mut call));
+                        step = (step + 1) % 10;
+                    }
+                    Shape::Jp => jp_turn(&mut rng, &mut call, &mut pending),
+                }
+                if matches!(pending.front(), Some(EventKind::TurnStart)) {
+                    if started {
+                        turn += 1;
+                    }
+                    started = true;
+                }
             }
-            started = true;
-            step = (step + 1) % 10;
-            kind
+            pending.pop_front().unwrap_or(EventKind::TurnStart)
         };
         batch.push(Event::new(timestamp, kind));
         if batch.len() == BATCH {
@@ -144,8 +183,8 @@ fn append(
     Ok(())
 }
 
-/// Step `step` (0-9) of a turn.
-fn conversation_event(rng: &mut Rng, step: u64, call: &mut u64) -> EventKind {
+/// Step `step` (0-9) of a turn of the small shape.
+fn small_event(rng: &mut Rng, step: u64, call: &mut u64) -> EventKind {
     const TOOLS: [&str; 4] = [
         "fs_read_file",
         "fs_grep_files",
@@ -155,13 +194,8 @@ fn conversation_event(rng: &mut Rng, step: u64, call: &mut u64) -> EventKind {
     match step {
         0 => EventKind::TurnStart,
         1 => EventKind::User { text: text(rng) },
-        2 | 9 => {
-            if step == 9 {
-                EventKind::Assistant { text: text(rng) }
-            } else {
-                EventKind::Reasoning { text: text(rng) }
-            }
-        }
+        2 => EventKind::Reasoning { text: text(rng) },
+        9 => EventKind::Assistant { text: text(rng) },
         3 | 5 | 7 => {
             *call += 1;
             let tool = TOOLS[(rng.next() % 4) as usize];
@@ -177,6 +211,129 @@ fn conversation_event(rng: &mut Rng, step: u64, call: &mut u64) -> EventKind {
             content: text(rng),
             is_error: rng.percent() < 5,
         },
+    }
+}
+
+/// Twenty-quantiles (and the maximum) measured on the real JP
+/// conversations: steps after the user message per turn, and the sizes in
+/// bytes of each kind of text as JP stores them.
+#[allow(clippy::unreadable_literal)] // as measured
+pub mod jp_shape {
+    /// Steps (tool call with result, assistant message, reasoning) a turn.
+    pub const STEPS: [u64; 21] = [
+        1, 1, 1, 1, 2, 2, 2, 2, 4, 6, 9, 9, 11, 15, 16, 24, 27, 30, 41, 54, 122,
+    ];
+    /// User messages.
+    pub const USER: [u64; 21] = [
+        3, 22, 35, 44, 72, 106, 137, 158, 195, 244, 300, 376, 402, 604, 814, 1032, 1439, 2593,
+        4724, 25341, 78334,
+    ];
+    /// Reasoning.
+    pub const REASONING: [u64; 21] = [
+        57, 97, 130, 158, 237, 324, 554, 755, 908, 1032, 1214, 1451, 1712, 2011, 2312, 2868, 3980,
+        5099, 8640, 10552, 51782,
+    ];
+    /// Assistant messages.
+    pub const ASSISTANT: [u64; 21] = [
+        4, 39, 49, 55, 64, 72, 80, 86, 97, 105, 116, 132, 157, 191, 247, 377, 650, 1056, 1728,
+        3929, 9345,
+    ];
+    /// Tool call arguments (their JSON).
+    pub const ARGUMENTS: [u64; 21] = [
+        2, 15, 27, 31, 44, 51, 53, 58, 60, 69, 78, 86, 93, 100, 112, 158, 308, 687, 1384, 3877,
+        48159,
+    ];
+    /// Tool results.
+    pub const RESULT: [u64; 21] = [
+        16, 48, 60, 68, 68, 92, 160, 396, 576, 768, 1000, 1296, 1704, 2316, 3160, 4324, 6388, 9720,
+        11932, 19328, 180620,
+    ];
+    /// Steps of each kind: tool calls, assistant messages, reasoning.
+    pub const STEP_KINDS: [u64; 3] = [859, 468, 141];
+    /// Tool names and their calls.
+    pub const TOOLS: [(&str, u64); 12] = [
+        ("fs_read_file", 272),
+        ("fs_modify_file", 157),
+        ("fs_grep_files", 146),
+        ("cargo_check", 78),
+        ("cargo_test", 58),
+        ("github_read_file", 58),
+        ("fs_create_file", 36),
+        ("github_code_search", 19),
+        ("cargo_format", 13),
+        ("agentic_shepherd_run", 4),
+        ("github_pulls", 3),
+        ("git_diff", 3),
+    ];
+}
+
+/// A value drawn from twenty-quantiles: a bucket at random, then uniform
+/// within it.
+fn from_quantiles(rng: &mut Rng, q: &[u64; 21]) -> u64 {
+    let i = rng.range(0, 19) as usize;
+    rng.range(q[i], q[i + 1].max(q[i]))
+}
+
+fn filler(rng: &mut Rng, len: u64) -> String {
+    let len = len as usize;
+    let offset = (rng.next() % FILLER.len() as u64) as usize;
+    let mut out = String::with_capacity(len);
+    while out.len() < len {
+        let piece = &FILLER[if out.is_empty() { offset } else { 0 }..];
+        out.push_str(&piece[..piece.len().min(len - out.len())]);
+    }
+    out
+}
+
+/// A turn of the jp shape.
+fn jp_turn(rng: &mut Rng, call: &mut u64, out: &mut std::collections::VecDeque<EventKind>) {
+    use jp_shape::{ARGUMENTS, ASSISTANT, REASONING, RESULT, STEPS, STEP_KINDS, TOOLS, USER};
+    out.push_back(EventKind::TurnStart);
+    let user = from_quantiles(rng, &USER);
+    out.push_back(EventKind::User {
+        text: filler(rng, user),
+    });
+    let steps = from_quantiles(rng, &STEPS).max(1);
+    let total: u64 = STEP_KINDS.iter().sum();
+    let tool_total: u64 = TOOLS.iter().map(|t| t.1).sum();
+    for step in 0..steps {
+        let pick = rng.next() % total;
+        if step + 1 == steps || (pick >= STEP_KINDS[0] && pick < STEP_KINDS[0] + STEP_KINDS[1]) {
+            let len = from_quantiles(rng, &ASSISTANT);
+            out.push_back(EventKind::Assistant {
+                text: filler(rng, len),
+            });
+        } else if pick >= STEP_KINDS[0] {
+            let len = from_quantiles(rng, &REASONING);
+            out.push_back(EventKind::Reasoning {
+                text: filler(rng, len),
+            });
+        } else {
+            *call += 1;
+            let mut t = rng.next() % tool_total;
+            let tool = TOOLS
+                .iter()
+                .find(|(_, n)| {
+                    let hit = t < *n;
+                    t = t.saturating_sub(*n);
+                    hit
+                })
+                .map_or("fs_read_file", |(name, _)| name);
+            let path = format!("src/module_{}.rs", rng.next() % 500);
+            let len = from_quantiles(rng, &ARGUMENTS);
+            let pad = filler(rng, len.saturating_sub(path.len() as u64 + 20));
+            out.push_back(EventKind::ToolCall {
+                id: format!("call_{call}"),
+                name: tool.to_owned(),
+                arguments: Json::from_value(&serde_json::json!({ "path": path, "pattern": pad })),
+            });
+            let len = from_quantiles(rng, &RESULT);
+            out.push_back(EventKind::ToolResult {
+                id: format!("call_{call}"),
+                content: filler(rng, len),
+                is_error: rng.percent() < 5,
+            });
+        }
     }
 }
 

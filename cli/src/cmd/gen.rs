@@ -6,17 +6,22 @@ use std::process::ExitCode;
 use anyhow::Result;
 use convstore_store::Store;
 
-use crate::args::GenArgs;
-use crate::generate::generate;
+use crate::args::{GenArgs, Shape};
+use crate::generate;
 use crate::output::{self, Notes};
 
 pub(crate) fn run(store: &Store, args: &GenArgs, notes: &Notes) -> Result<ExitCode> {
-    let id = generate(
+    let shape = match args.shape {
+        Shape::Small => generate::Shape::Small,
+        Shape::Jp => generate::Shape::Jp,
+    };
+    let id = generate::generate_shaped(
         store,
         &args.conversation,
         args.events,
         args.compactions,
         args.seed,
+        shape,
     )?;
     let info = store.info(&id)?;
     notes.say(&format!(

@@ -198,7 +198,17 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
             .map(str::to_owned)
             .to_vec()];
             let text = |v: &Value| v.as_str().map_or("-".to_owned(), str::to_owned);
-            for c in &compactions {
+            // The newest few; --json lists them all.
+            let shown = 20;
+            let skipped = compactions.len().saturating_sub(shown);
+            if skipped > 0 {
+                writeln!(
+                    out,
+                    "compactions: {} (the newest {shown}; --json lists all)",
+                    compactions.len()
+                )?;
+            }
+            for c in &compactions[skipped..] {
                 rows.push(vec![
                     c["seq"].to_string(),
                     format!("{}..={}", c["from_turn"], c["to_turn"]),

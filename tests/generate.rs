@@ -1,0 +1,63 @@
+//! The generator: deterministic, and the `jp` shape follows the statistics
+//! it embeds.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use convstore_cli::generate::{generate_shaped, jp_shape, Shape};
+use convstore_store::{EventKind, Store};
+
+fn median(mut xs: Vec<u64>) -> u64 {
+    xs.sort_unstable();
+    xs[xs.len() / 2]
+}
+
+#[test]
+fn the_same_seed_gives_the_same_head() {
+    for shape in [Shape::Small, Shape::Jp] {
+        let heads: Vec<_> = (0..2)
+            .map(|_| {
+                let dir = tempfile::tempdir().unwrap();
+                let store = Store::open(dir.path().join("db")).unwrap();
+                let id = generate_shaped(&store, "g", 3_000, 30, 7, shape).unwrap();
+                store.info(&id).unwrap().head
+            })
+            .collect();
+        assert_eq!(heads[0], heads[1], "{shape:?}");
+    }
+}
+
+#[test]
+fn the_jp_shape_follows_the_real_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    let id = generate_shaped(&store, "jp", 40_000, 0, 3, Shape::Jp).unwrap();
+    let info = store.info(&id).unwrap();
+    let (mut results, mut users, mut per_turn) =
+        (Vec::new(), Vec::new(), vec![0u64; info.turns as usize]);
+    let mut kinds = [0u64; 3];
+    for r in store.scan(&id, 0..info.len).unwrap() {
+        let r = r.unwrap();
+        per_turn[r.turn as usize] += 1;
+        match &r.event.kind {
+            EventKind::ToolResult { content, .. } => results.push(content.len() as u64),
+            EventKind::User { text } => users.push(text.len() as u64),
+            EventKind::ToolCall { .. } => kinds[0] += 1,
+            EventKind::Assistant { .. } => kinds[1] += 1,
+            EventKind::Reasoning { .. } => kinds[2] += 1,
+            _ => {}
+        }
+    }
+    // Medians fall in the middle quantile buckets of the real data.
+    let r = median(results);
+    assert!(
+        (jp_shape::RESULT[8]..=jp_shape::RESULT[12]).contains(&r),
+        "{r}"
+    );
+    let u = median(users);
+    assert!((jp_shape::USER[8]..=jp_shape::USER[12]).contains(&u), "{u}");
+    // Events a turn: turn_start, user, and steps (a tool step is two events).
+    per_turn.pop(); // the last turn may be cut short
+    let events = median(per_turn);
+    assert!((8..=40).contains(&events), "{events} events a turn");
+    // Tool steps are the most common, then answers, then reasoning.
+    assert!(kinds[0] > kinds[1] && kinds[1] > kinds[2], "{kinds:?}");
+}
