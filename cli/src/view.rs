@@ -70,20 +70,7 @@ pub fn plan_under(
     base: Option<Overlay>,
 ) -> Result<Projector> {
     let end = scope.end;
-    // The base goes first: among equal (timestamp, seq) the resolution
-    // ranks an overlay by its position.
-    let mut overlays: Vec<Overlay> = base.into_iter().collect();
-    overlays.extend(
-        store
-            .overlays(id, end)?
-            .into_iter()
-            .filter_map(|o| match &o.event.kind {
-                EventKind::Compaction(c) => {
-                    Some(Overlay::from_compaction(o.seq, o.event.timestamp, c))
-                }
-                _ => None,
-            }),
-    );
+    let mut overlays = overlays_under(store, id, end, base)?;
     let mut names: HashMap<String, Arc<str>> = store
         .tool_names(id, end)?
         .into_iter()

@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use convstore_projection::{ContentType, Overlay, Summary, ToolPolicy};
 use convstore_store::event::ReasoningPolicy;
-use convstore_store::{EventKind, OverlayIndex, Store};
+use convstore_store::{OverlayIndex, Store};
 use serde_json::{json, Value};
 
 use crate::args::ExplainArgs;
 use crate::output;
-use crate::view::Scope;
+use crate::view::{self, Scope};
 
 pub(crate) fn run(store: &Store, args: &ExplainArgs) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
@@ -24,14 +24,7 @@ pub(crate) fn run(store: &Store, args: &ExplainArgs) -> Result<ExitCode> {
     if turn > last_turn {
         bail!("turn {turn} does not exist (the last turn is {last_turn})");
     }
-    let stored = store.overlays(&id, scope.end)?;
-    let overlays: Vec<Overlay> = stored
-        .iter()
-        .filter_map(|o| match &o.event.kind {
-            EventKind::Compaction(c) => Some(Overlay::from_compaction(o.seq, o.event.timestamp, c)),
-            _ => None,
-        })
-        .collect();
+    let overlays = view::overlays_under(store, &id, scope.end, None)?;
     // The interval index answers which overlays cover the turn; each covers
     // from..=min(to, last turn).
     let ranges: Vec<(u64, u64)> = overlays
