@@ -31,17 +31,9 @@ fn load(path: &std::path::Path) -> Vec<LogEvent> {
 
 #[test]
 fn extractive_summaries_of_the_real_conversations_keep_what_matters() {
-    let Some(dir) = support::jp_data_dir() else {
+    let Some(files) = support::jp_files() else {
         return;
     };
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".events.json"))
-        .collect();
-    files.sort();
-    assert_eq!(files.len(), 21);
     let summarizer = Extractive::default();
     let mut omitted_somewhere = false;
     for path in &files {

@@ -107,3 +107,18 @@ pub fn jp_data_dir() -> Option<PathBuf> {
         None
     }
 }
+
+/// The 21 real JP conversation files, sorted; `None` (with a message) when
+/// the shared data is absent.
+pub fn jp_files() -> Option<Vec<PathBuf>> {
+    let dir = jp_data_dir()?;
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".events.json"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 21);
+    Some(files)
+}
