@@ -19,7 +19,7 @@ use std::path::Path;
 use convstore_cli::generate::generate;
 use convstore_projection::{project, LogEvent};
 use convstore_store::json::{event_to_string, parse_event};
-use convstore_store::{AppendOptions, Event, Store, Timestamp, TurnTracker};
+use convstore_store::{AppendOptions, Event, Store, Timestamp};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use support::{project_from_store, sizes};
 
@@ -32,19 +32,6 @@ fn events(n: u64) -> Vec<Event> {
         .scan(&id, 0..u64::MAX)
         .expect("scan")
         .map(|r| r.expect("record").event)
-        .collect()
-}
-
-fn with_turns(events: Vec<Event>) -> Vec<LogEvent> {
-    let mut turns = TurnTracker::new();
-    events
-        .into_iter()
-        .enumerate()
-        .map(|(seq, event)| LogEvent {
-            seq: seq as u64,
-            turn: turns.next(event.kind.event_type()),
-            event,
-        })
         .collect()
 }
 
@@ -178,10 +165,10 @@ fn alternatives(c: &mut Criterion) {
             b.iter(|| project_from_store(&store, &id, len));
         });
         group.bench_with_input(BenchmarkId::new("project/sqlite", n), &n, |b, _| {
-            b.iter(|| black_box(project(&with_turns(sqlite::read(&db))).len()));
+            b.iter(|| black_box(project(&LogEvent::sequence(sqlite::read(&db))).len()));
         });
         group.bench_with_input(BenchmarkId::new("project/json_file", n), &n, |b, _| {
-            b.iter(|| black_box(project(&with_turns(json_file::read(&file))).len()));
+            b.iter(|| black_box(project(&LogEvent::sequence(json_file::read(&file))).len()));
         });
         // Last: each iteration adds an event to the stores above.
         group.throughput(Throughput::Elements(1));

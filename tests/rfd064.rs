@@ -4,31 +4,19 @@
 
 use convstore_projection::{project, LogEvent, ViewEvent, SUMMARY_HEADER};
 use convstore_store::json::parse_event;
-use convstore_store::{EventKind, Timestamp, TurnTracker};
+use convstore_store::{EventKind, Timestamp};
 use serde_json::{json, Value};
 
 /// Builds a log from JSON values, timestamps one second apart.
 fn log(values: &[Value]) -> Vec<LogEvent> {
-    let mut turns = TurnTracker::new();
-    values
-        .iter()
-        .enumerate()
-        .map(|(seq, v)| {
-            let mut v = v.clone();
-            if v.get("timestamp").is_none() {
-                let t =
-                    Timestamp::from_micros(1_750_000_000_000_000 + seq as i64 * 1_000_000).unwrap();
-                v["timestamp"] = json!(t.to_string());
-            }
-            let event = parse_event(&v.to_string(), Timestamp::now()).unwrap();
-            let turn = turns.next(event.kind.event_type());
-            LogEvent {
-                seq: seq as u64,
-                turn,
-                event,
-            }
-        })
-        .collect()
+    LogEvent::sequence(values.iter().enumerate().map(|(seq, v)| {
+        let mut v = v.clone();
+        if v.get("timestamp").is_none() {
+            let t = Timestamp::from_micros(1_750_000_000_000_000 + seq as i64 * 1_000_000).unwrap();
+            v["timestamp"] = json!(t.to_string());
+        }
+        parse_event(&v.to_string(), Timestamp::now()).unwrap()
+    }))
 }
 
 /// A view event as (type, main field) for comparing with the RFD's listing.

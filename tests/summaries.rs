@@ -8,25 +8,13 @@ mod support;
 use convstore_projection::summarize::Extractive;
 use convstore_projection::LogEvent;
 use convstore_store::interop::jp::from_jp;
-use convstore_store::{EventKind, TurnTracker};
+use convstore_store::EventKind;
 use serde_json::Value;
 
 fn load(path: &std::path::Path) -> Vec<LogEvent> {
     let values: Vec<Value> = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    let mut turns = TurnTracker::new();
     let mut notes = Vec::new();
-    values
-        .into_iter()
-        .enumerate()
-        .map(|(seq, v)| {
-            let event = from_jp(v, &mut notes).unwrap();
-            LogEvent {
-                seq: seq as u64,
-                turn: turns.next(event.kind.event_type()),
-                event,
-            }
-        })
-        .collect()
+    LogEvent::sequence(values.into_iter().map(|v| from_jp(v, &mut notes).unwrap()))
 }
 
 #[test]

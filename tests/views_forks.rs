@@ -5,9 +5,9 @@
 
 mod support;
 
-use convstore_cli::materialize::{self, BlockLimits};
+use convstore_cli::materialize::{self, BlockLimits, RefreshOptions};
 use convstore_projection::{project, LogEvent, ViewEvent};
-use convstore_store::{AppendOptions, ConversationId, Event, Store, TurnTracker};
+use convstore_store::{AppendOptions, ConversationId, Event, Store};
 use proptest::prelude::*;
 use support::gen;
 
@@ -33,17 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// The model's view: `project` over the events with their seqs and turns.
 fn model_view(events: &[Event]) -> Vec<ViewEvent> {
-    let mut turns = TurnTracker::new();
-    let log: Vec<LogEvent> = events
-        .iter()
-        .enumerate()
-        .map(|(seq, event)| LogEvent {
-            seq: seq as u64,
-            turn: turns.next(event.kind.event_type()),
-            event: event.clone(),
-        })
-        .collect();
-    project(&log)
+    project(&LogEvent::sequence(events.iter().cloned()))
 }
 
 fn stored_view(store: &Store, id: &ConversationId, name: &str) -> Vec<ViewEvent> {
@@ -57,9 +47,12 @@ fn stored_view(store: &Store, id: &ConversationId, name: &str) -> Vec<ViewEvent>
 }
 
 /// Small blocks, so that updates replace some blocks and keep others.
-const SMALL: BlockLimits = BlockLimits {
-    events: 3,
-    turns: 2,
+const SMALL: RefreshOptions = RefreshOptions {
+    limits: BlockLimits {
+        events: 3,
+        turns: 2,
+    },
+    no_sync: false,
 };
 
 proptest! {
@@ -143,9 +136,12 @@ fn an_append_recomputes_only_the_last_blocks() {
     let (id, _) = store
         .create_and_append(Some("c"), &events, &AppendOptions::default())
         .unwrap();
-    let limits = BlockLimits {
-        events: 8,
-        turns: 4,
+    let limits = RefreshOptions {
+        limits: BlockLimits {
+            events: 8,
+            turns: 4,
+        },
+        no_sync: false,
     };
     let (_, built) = materialize::refresh_with(&store, &id, "v", None, limits).unwrap();
     assert_eq!(built, materialize::Refresh::Built);

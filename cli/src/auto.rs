@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use convstore_projection::auto::{decide, AutoInput, Decision};
 use convstore_projection::bounds::widen_summary_range;
-use convstore_projection::config::{Config, SummarizerKind};
+use convstore_projection::config::{Config, Profile, SummarizerKind};
 use convstore_projection::estimate_chars;
 use convstore_projection::summarize::{Extractive, Summarizer};
 use convstore_projection::{tokens_for_chars, SUMMARY_HEADER};
@@ -25,7 +25,7 @@ use convstore_store::{
 };
 use serde_json::{json, Map, Value};
 
-use crate::materialize::{self, BlockLimits};
+use crate::materialize::{self, RefreshOptions};
 use crate::summarizers;
 
 /// The materialized view automatic compaction measures.
@@ -60,7 +60,11 @@ struct Measure {
 }
 
 fn measure(store: &Store, id: &ConversationId, no_sync: bool) -> Result<Measure> {
-    materialize::refresh_opts(store, id, VIEW, None, BlockLimits::default(), no_sync)?;
+    let options = RefreshOptions {
+        no_sync,
+        ..RefreshOptions::default()
+    };
+    materialize::refresh_with(store, id, VIEW, None, options)?;
     let mut chars = 0;
     let mut turn_chars: Vec<u64> = Vec::new();
     let mut runs: BTreeMap<u64, u64> = BTreeMap::new();
@@ -182,12 +186,7 @@ pub fn run(
                     if added >= replaced {
                         return Ok(None);
                     }
-                    provenance.insert("summarizer".into(), json!(summarizer.name()));
-                    if let Some(model) = summarizer.model() {
-                        provenance.insert("model".into(), json!(model));
-                    }
-                    let hash = blake3::hash(summarizer.prompt().as_bytes());
-                    provenance.insert("prompt_hash".into(), json!(hash.to_hex()[..16].to_owned()));
+                    summarizers::record_provenance(&*summarizer, &mut provenance);
                     (from, to, Some(text))
                 }
                 Err(e) => {
@@ -206,9 +205,12 @@ pub fn run(
     };
     if profile.summary.is_some() && summary.is_none() {
         // Mechanical fallback; a fold has nothing to fold then.
-        profile = config.profile("default").map_err(anyhow::Error::msg)?;
-        profile.reasoning = Some(ReasoningPolicy::Strip);
-        profile.tool_calls = Some(ToolCallPolicy::Strip);
+        profile = Profile {
+            name: "default".to_owned(),
+            reasoning: Some(ReasoningPolicy::Strip),
+            tool_calls: Some(ToolCallPolicy::Strip),
+            summary: None,
+        };
     }
     let mut compaction: Compaction = profile.compaction(from, to, summary, config);
     provenance.insert("profile".into(), json!(profile.name));

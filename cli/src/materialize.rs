@@ -105,34 +105,31 @@ pub fn refresh(
     name: &str,
     profile: Option<&str>,
 ) -> Result<(ViewState, Refresh)> {
-    refresh_with(store, id, name, profile, BlockLimits::default())
+    refresh_with(store, id, name, profile, RefreshOptions::default())
 }
 
-/// [`refresh`] with blocks cut at `limits`.
+/// How [`refresh_with`] writes a view.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RefreshOptions {
+    /// Where blocks close.
+    pub limits: BlockLimits,
+    /// Return before the update is durable (for callers that refresh after
+    /// every small append; a view is rebuilt from the log anyway).
+    pub no_sync: bool,
+}
+
+/// [`refresh`] with `options`.
 pub fn refresh_with(
     store: &Store,
     id: &ConversationId,
     name: &str,
     profile: Option<&str>,
-    limits: BlockLimits,
-) -> Result<(ViewState, Refresh)> {
-    refresh_opts(store, id, name, profile, limits, false)
-}
-
-/// [`refresh_with`], returning before the update is durable if `no_sync`
-/// (for callers that refresh after every small append).
-pub fn refresh_opts(
-    store: &Store,
-    id: &ConversationId,
-    name: &str,
-    profile: Option<&str>,
-    limits: BlockLimits,
-    no_sync: bool,
+    options: RefreshOptions,
 ) -> Result<(ViewState, Refresh)> {
     // A concurrent refresh of the same view in this process makes the
     // write fail its check; the work is then redone from the new state.
     for _ in 0..8 {
-        match try_refresh(store, id, name, profile, limits, no_sync) {
+        match try_refresh(store, id, name, profile, options) {
             Err(e) if is_conflict(&e) => {}
             other => return other,
         }
@@ -152,8 +149,7 @@ fn try_refresh(
     id: &ConversationId,
     name: &str,
     profile: Option<&str>,
-    limits: BlockLimits,
-    no_sync: bool,
+    RefreshOptions { limits, no_sync }: RefreshOptions,
 ) -> Result<(ViewState, Refresh)> {
     let info = store.info(id)?;
     let old = store.view_state(id, name)?;
@@ -413,7 +409,7 @@ fn result_ids(
     last: u64,
 ) -> Result<HashSet<String>> {
     let mut ids = HashSet::new();
-    let seqs = turn_records(store, id, n, first, last)?;
+    let seqs = store.turn_records(id, first, last, n)?;
     for chunk in store.chunks(id, seqs.start, seqs.end)? {
         let only_results = |_, _, kind| kind != EventType::ToolResult;
         for (_, _, event) in chunk?.events(store, seqs.start, seqs.end, only_results)? {
@@ -423,24 +419,6 @@ fn result_ids(
         }
     }
     Ok(ids)
-}
-
-/// The seqs of the records of turns `first..=last` among records `0..n`.
-fn turn_records(
-    store: &Store,
-    id: &ConversationId,
-    n: u64,
-    first: u64,
-    last: u64,
-) -> Result<std::ops::Range<u64>> {
-    let Some(start) = store.first_seq_of_turn(id, first)?.filter(|&s| s < n) else {
-        return Ok(n..n);
-    };
-    let end = match last.checked_add(1) {
-        Some(next) => store.first_seq_of_turn(id, next)?.map_or(n, |s| s.min(n)),
-        None => n,
-    };
-    Ok(start..end)
 }
 
 /// Sorts and merges overlapping or adjacent ranges.
@@ -484,7 +462,7 @@ fn project_turns(
     first: u64,
     last: u64,
 ) -> Result<Vec<ViewEvent>> {
-    let seqs = turn_records(store, id, n, first, last)?;
+    let seqs = store.turn_records(id, first, last, n)?;
     let mut out = Vec::new();
     view::stream_range(
         store,

@@ -12,7 +12,7 @@ use convstore_projection::summarize::{Extractive, Summarizer, DEFAULT_INSTRUCTIO
 use convstore_projection::LogEvent;
 use convstore_store::json::{write_event_fields, ObjectWriter};
 use convstore_store::{ConversationId, EventKind, Store};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 /// Seconds before a `command` or `openai` summarizer is given up.
 const DEFAULT_TIMEOUT: u64 = 120;
@@ -81,6 +81,18 @@ pub fn run(summarizer: &dyn Summarizer, events: &[LogEvent]) -> Result<String> {
     Ok(text)
 }
 
+/// Adds what a compaction records of the summarizer that wrote its
+/// summary: its kind, its model, and a hash of its instructions (blake3,
+/// 16 hex digits).
+pub fn record_provenance(summarizer: &dyn Summarizer, provenance: &mut Map<String, Value>) {
+    provenance.insert("summarizer".into(), json!(summarizer.name()));
+    if let Some(model) = summarizer.model() {
+        provenance.insert("model".into(), json!(model));
+    }
+    let hash = blake3::hash(summarizer.prompt().as_bytes());
+    provenance.insert("prompt_hash".into(), json!(hash.to_hex()[..16].to_owned()));
+}
+
 /// The raw events of turns `from..=to` among records `0..end`, compactions
 /// left out: what a summary of those turns is written from.
 pub fn raw_events(
@@ -90,17 +102,8 @@ pub fn raw_events(
     to: u64,
     end: u64,
 ) -> Result<Vec<LogEvent>> {
-    let Some(start) = store.first_seq_of_turn(id, from)?.filter(|&s| s < end) else {
-        return Ok(Vec::new());
-    };
-    let stop = match to.checked_add(1) {
-        Some(next) => store
-            .first_seq_of_turn(id, next)?
-            .map_or(end, |s| s.min(end)),
-        None => end,
-    };
     let mut out = Vec::new();
-    for record in store.scan(id, start..stop)? {
+    for record in store.scan(id, store.turn_records(id, from, to, end)?)? {
         let record = record?;
         if !matches!(record.event.kind, EventKind::Compaction(_)) {
             out.push(LogEvent {

@@ -5,12 +5,10 @@
 //! `project` over the model, and everything verifies.
 #![no_main]
 
-use convstore_cli::materialize::{self, BlockLimits};
+use convstore_cli::materialize::{self, BlockLimits, RefreshOptions};
 use convstore_projection::{project, LogEvent, ViewEvent};
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
-use convstore_store::{
-    AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp, TurnTracker,
-};
+use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp};
 use libfuzzer_sys::fuzz_target;
 
 /// Reads the fuzz input a byte at a time (zeros once it runs out).
@@ -81,22 +79,15 @@ fn event(bytes: &mut Bytes<'_>) -> Event {
 }
 
 fn model_view(events: &[Event]) -> Vec<ViewEvent> {
-    let mut turns = TurnTracker::new();
-    let log: Vec<LogEvent> = events
-        .iter()
-        .enumerate()
-        .map(|(seq, event)| LogEvent {
-            seq: seq as u64,
-            turn: turns.next(event.kind.event_type()),
-            event: event.clone(),
-        })
-        .collect();
-    project(&log)
+    project(&LogEvent::sequence(events.iter().cloned()))
 }
 
-const SMALL: BlockLimits = BlockLimits {
-    events: 3,
-    turns: 2,
+const SMALL: RefreshOptions = RefreshOptions {
+    limits: BlockLimits {
+        events: 3,
+        turns: 2,
+    },
+    no_sync: false,
 };
 
 fuzz_target!(|data: &[u8]| {

@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use convstore_projection::{project, LogEvent};
-//! use convstore_store::{json::parse_event, Timestamp, TurnTracker};
+//! use convstore_store::{json::parse_event, Timestamp};
 //!
 //! let lines = [
 //!     r#"{"type":"turn_start"}"#,
@@ -21,16 +21,10 @@
 //!     r#"{"type":"assistant","text":"hi"}"#,
 //!     r#"{"type":"compaction","from_turn":0,"to_turn":0,"reasoning":"strip"}"#,
 //! ];
-//! let mut turns = TurnTracker::new();
-//! let events: Vec<LogEvent> = lines
-//!     .iter()
-//!     .enumerate()
-//!     .map(|(seq, line)| {
-//!         let event = parse_event(line, Timestamp::now()).unwrap();
-//!         let turn = turns.next(event.kind.event_type());
-//!         LogEvent { seq: seq as u64, turn, event }
-//!     })
-//!     .collect();
+//! // Each event with its seq and turn.
+//! let events = LogEvent::sequence(
+//!     lines.iter().map(|line| parse_event(line, Timestamp::now()).unwrap()),
+//! );
 //! let view = project(&events);
 //! assert_eq!(view.len(), 2); // turn_start and assistant: reasoning stripped
 //! ```

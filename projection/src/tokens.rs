@@ -8,19 +8,28 @@ use convstore_store::{Event, EventKind};
 /// payloads as written (`arguments`, `delta`, `payload`). Timestamps and
 /// metadata are not counted.
 pub fn estimate_chars(event: &Event) -> u64 {
-    let chars = |s: &str| s.chars().count() as u64;
+    let mut chars = 0;
+    for_each_text(event, |s| chars += s.chars().count() as u64);
+    chars
+}
+
+/// Calls `f` with each text of `event` a model reads.
+fn for_each_text(event: &Event, mut f: impl FnMut(&str)) {
     match &event.kind {
-        EventKind::TurnStart | EventKind::Compaction(_) => 0,
+        EventKind::TurnStart | EventKind::Compaction(_) => {}
         EventKind::User { text }
         | EventKind::Assistant { text }
         | EventKind::Reasoning { text }
-        | EventKind::System { text } => chars(text),
+        | EventKind::System { text } => f(text),
         EventKind::ToolCall {
             name, arguments, ..
-        } => chars(name) + chars(arguments.as_str()),
-        EventKind::ToolResult { content, .. } => chars(content),
-        EventKind::Config { delta } => chars(delta.as_str()),
-        EventKind::Extension { payload, .. } => chars(payload.as_str()),
+        } => {
+            f(name);
+            f(arguments.as_str());
+        }
+        EventKind::ToolResult { content, .. } => f(content),
+        EventKind::Config { delta } => f(delta.as_str()),
+        EventKind::Extension { payload, .. } => f(payload.as_str()),
     }
 }
 
@@ -83,20 +92,9 @@ impl Tokenizer {
         match self {
             Tokenizer::Chars4 => tokens_for_chars(estimate_chars(event)),
             Tokenizer::Bpe { bpe, .. } => {
-                let tokens = |s: &str| bpe.encode_ordinary(s).len() as u64;
-                match &event.kind {
-                    EventKind::TurnStart | EventKind::Compaction(_) => 0,
-                    EventKind::User { text }
-                    | EventKind::Assistant { text }
-                    | EventKind::Reasoning { text }
-                    | EventKind::System { text } => tokens(text),
-                    EventKind::ToolCall {
-                        name, arguments, ..
-                    } => tokens(name) + tokens(arguments.as_str()),
-                    EventKind::ToolResult { content, .. } => tokens(content),
-                    EventKind::Config { delta } => tokens(delta.as_str()),
-                    EventKind::Extension { payload, .. } => tokens(payload.as_str()),
-                }
+                let mut tokens = 0;
+                for_each_text(event, |s| tokens += bpe.encode_ordinary(s).len() as u64);
+                tokens
             }
         }
     }

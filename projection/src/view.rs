@@ -22,6 +22,23 @@ pub struct LogEvent {
     pub event: Event,
 }
 
+impl LogEvent {
+    /// `events` as a log: each with its seq (from 0) and its turn (the turn
+    /// rule, SPEC §2).
+    pub fn sequence(events: impl IntoIterator<Item = Event>) -> Vec<LogEvent> {
+        let mut turns = convstore_store::TurnTracker::new();
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(seq, event)| LogEvent {
+                seq: seq as u64,
+                turn: turns.next(event.kind.event_type()),
+                event,
+            })
+            .collect()
+    }
+}
+
 /// An event of the view, with where it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ViewEvent {

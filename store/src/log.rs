@@ -195,6 +195,27 @@ impl Store {
         Ok(None)
     }
 
+    /// The seqs of the records of turns `first..=last` among records
+    /// `0..end`: empty (`end..end`) when turn `first` has none there.
+    pub fn turn_records(
+        &self,
+        id: &ConversationId,
+        first: u64,
+        last: u64,
+        end: u64,
+    ) -> StoreResult<Range<u64>> {
+        let Some(start) = self.first_seq_of_turn(id, first)?.filter(|&s| s < end) else {
+            return Ok(end..end);
+        };
+        let stop = match last.checked_add(1) {
+            Some(next) => self
+                .first_seq_of_turn(id, next)?
+                .map_or(end, |s| s.min(end)),
+            None => end,
+        };
+        Ok(start..stop)
+    }
+
     /// [`Store::first_seq_of_turn`] among the records stored under
     /// `owner`'s own keys.
     fn owned_first_seq_of_turn(

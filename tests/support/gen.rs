@@ -211,16 +211,6 @@ pub fn projection_event() -> impl Strategy<Value = Event> {
 
 /// A stream of projection events with their seqs and turns.
 pub fn projection_log(max: usize) -> impl Strategy<Value = Vec<convstore_projection::LogEvent>> {
-    prop::collection::vec(projection_event(), 0..max).prop_map(|events| {
-        let mut turns = convstore_store::TurnTracker::new();
-        events
-            .into_iter()
-            .enumerate()
-            .map(|(seq, event)| convstore_projection::LogEvent {
-                seq: seq as u64,
-                turn: turns.next(event.kind.event_type()),
-                event,
-            })
-            .collect()
-    })
+    prop::collection::vec(projection_event(), 0..max)
+        .prop_map(convstore_projection::LogEvent::sequence)
 }

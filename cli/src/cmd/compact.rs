@@ -120,12 +120,7 @@ pub(crate) fn run(
             let summarizer = summarizers::make(spec, args.instructions.as_deref())?;
             let raw = summarizers::raw_events(store, &id, from_turn, to_turn, info.len)?;
             let text = summarizers::run(&*summarizer, &raw)?;
-            provenance.insert("summarizer".into(), json!(summarizer.name()));
-            if let Some(model) = summarizer.model() {
-                provenance.insert("model".into(), json!(model));
-            }
-            let hash = blake3::hash(summarizer.prompt().as_bytes());
-            provenance.insert("prompt_hash".into(), json!(hash.to_hex()[..16].to_owned()));
+            summarizers::record_provenance(&*summarizer, &mut provenance);
             Some(text)
         }
         (None, None) => None,
@@ -325,17 +320,11 @@ fn covered_addresses(
     to: u64,
     len: u64,
 ) -> Result<(Option<Address>, Option<Address>)> {
-    let Some(first) = store.first_seq_of_turn(id, from)? else {
+    let seqs = store.turn_records(id, from, to, len)?;
+    if seqs.is_empty() {
         return Ok((None, None));
-    };
-    let last = match to.checked_add(1) {
-        Some(next) => store
-            .first_seq_of_turn(id, next)?
-            .map_or(len, |s| s.min(len)),
-        None => len,
     }
-    .saturating_sub(1)
-    .max(first);
+    let (first, last) = (seqs.start, seqs.end - 1);
     Ok((
         Some(store.record(id, first)?.address),
         Some(store.record(id, last)?.address),

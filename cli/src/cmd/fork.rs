@@ -27,9 +27,7 @@ pub(crate) fn run(
             info.turns
         ),
         // Everything up to the next turn's first record.
-        (Some(turn), _) => store
-            .first_seq_of_turn(&parent, turn + 1)?
-            .unwrap_or(info.len),
+        (Some(turn), _) => store.turn_records(&parent, 0, turn, info.len)?.end,
         (None, Some(seq)) if seq >= info.len => {
             return Err(
                 anyhow::Error::from(StoreError::NoSuchRecord { seq, len: info.len })
