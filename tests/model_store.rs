@@ -101,9 +101,10 @@ proptest! {
             let mut names = std::collections::HashMap::new();
             for r in records.iter().filter(|r| r.seq < end) {
                 if let convstore_store::EventKind::ToolCall { id, name, .. } = &r.event.kind {
-                    names.insert(id.clone(), name.clone());
+                    names.insert(id.as_str(), name.as_str());
                 }
             }
+            let names: convstore_store::ToolNames = names.into_iter().collect();
             prop_assert_eq!(store.tool_names(&id, end).unwrap(), names);
             for turn in 0..=turns.last().copied().unwrap_or(0) {
                 let expected = records

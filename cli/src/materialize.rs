@@ -23,14 +23,13 @@
 //! turns only.
 
 use std::collections::{btree_map, BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use convstore_projection::config::Config;
 use convstore_projection::{resolve, Overlay, Plan, Projector, Run, ViewEvent};
 use convstore_store::{
     call_bucket, Address, CallEntry, ConversationId, EventKind, EventType, Store, StoreError,
-    StoredViewEvent, Timestamp, ViewBlock, ViewState, ViewUpdate,
+    StoredViewEvent, Timestamp, ToolNames, ViewBlock, ViewState, ViewUpdate,
 };
 
 use crate::view::{self, Scope};
@@ -240,8 +239,8 @@ impl Update {
         let last_turn = store.turn_of(id, n - 1)?;
         let events = project_turns(store, id, n, &projector, 0, last_turn)?;
         let mut index = CallIndex::default();
-        for (call, name) in store.tool_names(id, n)? {
-            index.entry(call).name = Some(name);
+        for (call, name) in store.tool_names(id, n)?.iter() {
+            index.entry(call.to_owned()).name = Some(name.to_owned());
         }
         index.add_orphans(&events, |call| projector.tool_name(call).is_some());
         update.blocks = split_into_blocks(0, last_turn, events, limits);
@@ -317,12 +316,12 @@ impl Update {
 
         // The names the dirty turns' results need, and the summaries of the
         // runs that meet them.
-        let mut names = HashMap::new();
+        let mut names = ToolNames::new();
         for &(first, last) in &ranges {
             for call in result_ids(store, id, n, first, last)? {
                 index.load(store, id, &old.name, &call)?;
                 if let Some(name) = &index.entry(call.clone()).name {
-                    names.insert(call, Arc::from(name.as_str()));
+                    names.insert(&call, name);
                 }
             }
         }

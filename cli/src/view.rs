@@ -6,9 +6,6 @@
 //! hands the view events, in order, to a sink. Memory is bounded by the
 //! window, not by the log.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use anyhow::{Context, Result};
 
 use crate::args::AsOf;
@@ -71,11 +68,7 @@ pub fn plan_under(
 ) -> Result<Projector> {
     let end = scope.end;
     let mut overlays = overlays_under(store, id, end, base)?;
-    let mut names: HashMap<String, Arc<str>> = store
-        .tool_names(id, end)?
-        .into_iter()
-        .map(|(call, name)| (call, Arc::from(name)))
-        .collect();
+    let mut names = store.tool_names(id, end)?;
     let mut last_turn = match end {
         0 => None,
         _ => Some(store.turn_of(id, end - 1)?),
@@ -86,7 +79,7 @@ pub fn plan_under(
                 overlays.push(Overlay::from_compaction(seq, event.timestamp, c));
             }
             EventKind::ToolCall { id: call, name, .. } => {
-                names.insert(call.clone(), Arc::from(name.as_str()));
+                names.insert(call, name);
             }
             _ => {}
         }

@@ -3,10 +3,9 @@
 //! events.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use convstore_store::event::ReasoningPolicy;
-use convstore_store::{Event, EventKind, EventType, Json};
+use convstore_store::{Event, EventKind, EventType, Json, ToolNames};
 
 use crate::overlay::{Overlay, Summary, ToolPolicy};
 use crate::resolve::{resolve, Resolution, Run};
@@ -63,7 +62,7 @@ pub const SUMMARY_HEADER: &str = "[Summary of previous conversation]";
 #[derive(Debug, Default)]
 pub struct Plan {
     overlays: Vec<Overlay>,
-    names: HashMap<String, Arc<str>>,
+    names: ToolNames,
     last_turn: Option<u64>,
     /// Seq of the first conversation event of each turn (index = turn).
     first_conversation: Vec<Option<u64>>,
@@ -84,7 +83,7 @@ impl Plan {
                     .push(Overlay::from_compaction(seq, event.timestamp, c));
             }
             EventKind::ToolCall { id, name, .. } => {
-                self.names.insert(id.clone(), Arc::from(name.as_str()));
+                self.names.insert(id, name);
             }
             _ => {}
         }
@@ -116,7 +115,7 @@ impl Plan {
     /// first turns of summary runs).
     pub fn assemble<E>(
         overlays: Vec<Overlay>,
-        names: HashMap<String, Arc<str>>,
+        names: ToolNames,
         last_turn: Option<u64>,
         first_conversation: impl FnMut(u64) -> Result<Option<u64>, E>,
     ) -> Result<Projector, E> {
@@ -133,7 +132,7 @@ impl Plan {
     /// needs only the runs that meet them.
     pub fn from_resolution<E>(
         resolution: Resolution,
-        names: HashMap<String, Arc<str>>,
+        names: ToolNames,
         wanted: impl Fn(&Run) -> bool,
         mut first_conversation: impl FnMut(u64) -> Result<Option<u64>, E>,
     ) -> Result<Projector, E> {
@@ -176,7 +175,7 @@ enum Fate<'p> {
 #[derive(Debug)]
 pub struct Projector {
     resolution: Resolution,
-    names: HashMap<String, Arc<str>>,
+    names: ToolNames,
     run_heads: HashMap<u64, usize>,
 }
 
@@ -188,7 +187,7 @@ impl Projector {
 
     /// The name of the latest call with this id, if any.
     pub fn tool_name(&self, id: &str) -> Option<&str> {
-        self.names.get(id).map(|n| &**n)
+        self.names.get(id)
     }
 
     /// What the view does with the raw event at `seq` in `turn` of type

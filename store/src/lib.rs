@@ -43,6 +43,7 @@ pub mod interop;
 pub mod json;
 mod keys;
 mod log;
+mod names;
 mod settings;
 mod store;
 #[doc(hidden)]
@@ -61,6 +62,7 @@ pub use index::OverlayIndex;
 pub use json::{EventError, Json};
 pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
+pub use names::ToolNames;
 pub use settings::AutoState;
 pub use store::{ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, MIN_ID_PREFIX};
 pub use verify::{Verified, VerifyFailure, VerifyReport};

@@ -1,7 +1,6 @@
 //! Reading the log: [`Store::scan`], [`Store::record`], and the turn index
 //! ([`Store::turn_of`], [`Store::first_seq_of_turn`]).
 
-use std::collections::HashMap;
 use std::ops::Range;
 
 use crate::append::{OverlayEntry, TurnEntry};
@@ -14,6 +13,7 @@ use crate::fork::Piece;
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
+use crate::names::ToolNames;
 use crate::store::{KindStats, Store};
 
 /// A record of a conversation's log, as `log` prints it.
@@ -310,6 +310,29 @@ impl Store {
         end: u64,
     ) -> StoreResult<Vec<(u64, String, String)>> {
         let mut out = Vec::new();
+        self.visit_tool_calls(id, start, end, |seq, call, name| {
+            out.push((seq, call.to_owned(), name.to_owned()));
+        })?;
+        Ok(out)
+    }
+
+    /// The name of the latest tool call with each id among records `0..end`,
+    /// from the chunks' call directories (no record is decoded).
+    pub fn tool_names(&self, id: &ConversationId, end: u64) -> StoreResult<ToolNames> {
+        let mut names = ToolNames::new();
+        self.visit_tool_calls(id, 0, end, |_, call, name| names.insert(call, name))?;
+        Ok(names)
+    }
+
+    /// Calls `visit(seq, call id, name)` for each tool call among records
+    /// `start..end`, in log order, from the chunks' call directories.
+    fn visit_tool_calls(
+        &self,
+        id: &ConversationId,
+        start: u64,
+        end: u64,
+        mut visit: impl FnMut(u64, &str, &str),
+    ) -> StoreResult<()> {
         for piece in self.pieces(id, end)? {
             if piece.end <= start {
                 continue;
@@ -324,26 +347,12 @@ impl Store {
                 let directory: CallDirectory<'_> = codec::decode(&value, "call directory")?;
                 for (seq, call, name) in directory.calls {
                     if seq >= start && (piece.start..piece.end).contains(&seq) {
-                        out.push((seq, call.to_owned(), name.to_owned()));
+                        visit(seq, call, name);
                     }
                 }
             }
         }
-        Ok(out)
-    }
-
-    /// The name of the latest tool call with each id among records `0..end`,
-    /// from the chunks' call directories (no record is decoded).
-    pub fn tool_names(
-        &self,
-        id: &ConversationId,
-        end: u64,
-    ) -> StoreResult<HashMap<String, String>> {
-        Ok(self
-            .tool_calls(id, 0, end)?
-            .into_iter()
-            .map(|(_, call, name)| (call, name))
-            .collect())
+        Ok(())
     }
 
     /// The seq of the first conversation event (any kind but `config`,
