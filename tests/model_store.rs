@@ -12,6 +12,14 @@ fn open(dir: &tempfile::TempDir) -> Store {
     Store::open(dir.path().join("db")).expect("open")
 }
 
+/// A store whose appends keep their bodies in the segment files (`true`)
+/// or in sled (`false`), whatever their size.
+fn open_placing(dir: &tempfile::TempDir, in_segments: bool) -> Store {
+    let store = open(dir);
+    store.set_segment_min_bytes(if in_segments { 0 } else { u64::MAX });
+    store
+}
+
 fn fast() -> AppendOptions {
     AppendOptions {
         no_sync: true,
@@ -35,9 +43,9 @@ proptest! {
 
     /// Any valid event round-trips JSON -> store -> JSON unchanged.
     #[test]
-    fn events_round_trip_json_store_json(events in gen::events(24)) {
+    fn events_round_trip_json_store_json(events in gen::events(24), in_segments: bool) {
         let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir);
+        let store = open_placing(&dir, in_segments);
         let lines: Vec<String> = events.iter().map(event_to_string).collect();
         let parsed: Vec<Event> = lines
             .iter()
@@ -52,13 +60,18 @@ proptest! {
     /// A log of random batches verifies, before and after a reopen, and the
     /// turn index answers like the turn rule.
     #[test]
-    fn random_logs_verify_and_index_turns(batches in prop::collection::vec(gen::events(12), 1..8)) {
+    fn random_logs_verify_and_index_turns(
+        batches in prop::collection::vec(gen::events(12), 1..8),
+        placing in prop::collection::vec(any::<bool>(), 8),
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let all: Vec<Event> = batches.concat();
         let id = {
             let store = open(&dir);
             let id = store.create_conversation(Some("c")).unwrap();
-            for batch in &batches {
+            // Batches in sled and in the segment files, interleaved.
+            for (batch, in_segments) in batches.iter().zip(&placing) {
+                store.set_segment_min_bytes(if *in_segments { 0 } else { u64::MAX });
                 store.append(&id, batch, &fast()).unwrap();
             }
             prop_assert!(store.verify(&id).unwrap().is_ok());
@@ -127,9 +140,10 @@ proptest! {
         pick in any::<prop::sample::Index>(),
         byte in any::<prop::sample::Index>(),
         mask in 1u8..=255,
+        in_segments: bool,
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir);
+        let store = open_placing(&dir, in_segments);
         let id = store.create_conversation(None).unwrap();
         for batch in &batches {
             store.append(&id, batch, &fast()).unwrap();

@@ -67,8 +67,12 @@ pub fn plan_under(
     base: Option<Overlay>,
 ) -> Result<Projector> {
     let end = scope.end;
-    let mut overlays = overlays_under(store, id, end, base)?;
-    let mut names = store.tool_names(id, end)?;
+    // The two largest reads of the plan, side by side.
+    let (overlays, names) = rayon::join(
+        || overlays_under(store, id, end, base),
+        || store.tool_names(id, end),
+    );
+    let (mut overlays, mut names) = (overlays?, names?);
     let mut last_turn = match end {
         0 => None,
         _ => Some(store.turn_of(id, end - 1)?),

@@ -10,8 +10,8 @@
 use std::collections::HashSet;
 
 use crate::codec::{
-    encode, encode_event, CallDirectory, ChunkRepr, EncodedRecord, EntryRepr, CHUNK_MAX_BYTES,
-    CHUNK_MAX_ENTRIES,
+    encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord,
+    EntryRepr, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -76,10 +76,9 @@ impl Store {
         let encoded = encode_all(events, self.max_event_bytes())?;
         let guard = self.lock_writes();
         let meta = self.meta(id)?;
-        let mut batch = sled::Batch::default();
-        let appended = write_records(id, meta, &encoded, options, &mut batch)?;
-        self.write_blobs(&encoded)?;
-        self.db.apply_batch(batch)?;
+        let mut writes = Writes::default();
+        let appended = write_records(id, meta, &encoded, options, &mut writes)?;
+        self.commit(&encoded, writes)?;
         drop(guard);
         if !options.no_sync {
             self.db.flush()?;
@@ -101,10 +100,9 @@ impl Store {
         }
         let encoded = encode_all(events, self.max_event_bytes())?;
         let guard = self.lock_writes();
-        let (id, meta, mut batch) = self.new_conversation(name)?;
-        let appended = write_records(&id, meta, &encoded, options, &mut batch)?;
-        self.write_blobs(&encoded)?;
-        self.db.apply_batch(batch)?;
+        let (id, meta, mut writes) = self.new_conversation(name)?;
+        let appended = write_records(&id, meta, &encoded, options, &mut writes)?;
+        self.commit(&encoded, writes)?;
         drop(guard);
         if !options.no_sync {
             self.db.flush()?;
@@ -112,21 +110,65 @@ impl Store {
         Ok((id, appended))
     }
 
-    /// Stores each blob the records introduce, once. Called after every
-    /// check of the append has passed and before its records are written.
-    pub(crate) fn write_blobs(&self, encoded: &[EncodedRecord<'_>]) -> StoreResult<()> {
+    /// Stores the blobs `encoded` introduces (each once) and the chunks of
+    /// `writes`, then applies its batch: the one write that makes an append
+    /// visible. Called after every check of the append has passed.
+    ///
+    /// In a format-2 database, the bodies of an append of
+    /// [`Store::segment_min_bytes`] or more go to the segment files, synced
+    /// before the batch that refers to them; smaller ones stay in sled.
+    pub(crate) fn commit(&self, encoded: &[EncodedRecord<'_>], writes: Writes) -> StoreResult<()> {
+        let Writes { mut batch, chunks } = writes;
         let mut seen = HashSet::new();
-        let mut batch = sled::Batch::default();
-        let mut any = false;
+        let mut blobs = Vec::new();
         for (hash, text) in encoded.iter().flat_map(|r| &r.blobs) {
             if seen.insert(*hash) && !self.blobs.contains_key(hash.as_bytes())? {
-                batch.insert(hash.as_bytes(), text.as_bytes());
-                any = true;
+                blobs.push((hash, text.as_bytes()));
             }
         }
-        if any {
-            self.blobs.apply_batch(batch)?;
+        let mut blob_batch = sled::Batch::default();
+        let bytes: usize = blobs.iter().map(|(_, b)| b.len()).sum::<usize>()
+            + chunks.iter().map(|c| c.body.len()).sum::<usize>();
+        if self.format >= 2 && bytes > 0 && bytes as u64 >= self.segment_min_bytes() {
+            let bodies: Vec<&[u8]> = blobs
+                .iter()
+                .map(|(_, b)| *b)
+                .chain(chunks.iter().map(|c| c.body.as_slice()))
+                .collect();
+            let places = self.segments.write(&bodies)?;
+            let (blob_places, chunk_places) = places.split_at(blobs.len());
+            for ((hash, _), at) in blobs.iter().zip(blob_places) {
+                blob_batch.insert(hash.as_bytes(), encode(&BlobValue::Segment(*at)));
+            }
+            for (chunk, at) in chunks.iter().zip(chunk_places) {
+                let value = ChunkValue::Segment {
+                    at: *at,
+                    records: chunk.records,
+                };
+                batch.insert(chunk.key.as_slice(), encode(&value));
+            }
+        } else if self.format >= 2 {
+            for (hash, text) in &blobs {
+                blob_batch.insert(hash.as_bytes(), encode(&BlobValue::Inline(text)));
+            }
+            for chunk in &chunks {
+                batch.insert(
+                    chunk.key.as_slice(),
+                    encode(&ChunkValue::Inline(&chunk.body)),
+                );
+            }
+        } else {
+            for (hash, text) in &blobs {
+                blob_batch.insert(hash.as_bytes(), *text);
+            }
+            for chunk in chunks {
+                batch.insert(chunk.key, chunk.body);
+            }
         }
+        if !blobs.is_empty() {
+            self.blobs.apply_batch(blob_batch)?;
+        }
+        self.db.apply_batch(batch)?;
         Ok(())
     }
 
@@ -135,24 +177,48 @@ impl Store {
     fn new_conversation(
         &self,
         name: Option<&str>,
-    ) -> StoreResult<(ConversationId, ConversationMeta, sled::Batch)> {
+    ) -> StoreResult<(ConversationId, ConversationMeta, Writes)> {
         let (id, meta) = self.prepare_conversation(name)?;
-        let mut batch = sled::Batch::default();
+        let mut writes = Writes::default();
         if let Some(name) = name {
-            batch.insert(keys::name(name), id.as_bytes().as_slice());
+            writes
+                .batch
+                .insert(keys::name(name), id.as_bytes().as_slice());
         }
-        Ok((id, meta, batch))
+        Ok((id, meta, writes))
     }
 }
 
+/// What one append writes: a sled batch, and chunks to place in it (inline
+/// or in the segment files; see [`Store::commit`]).
+#[derive(Default)]
+pub(crate) struct Writes {
+    pub batch: sled::Batch,
+    chunks: Vec<PendingChunk>,
+}
+
+impl Writes {
+    /// Adds a chunk of `records` records to store under `key`.
+    pub(crate) fn push_chunk(&mut self, key: Vec<u8>, body: Vec<u8>, records: u64) {
+        self.chunks.push(PendingChunk { key, body, records });
+    }
+}
+
+/// A chunk of an append, encoded, not yet stored.
+struct PendingChunk {
+    key: Vec<u8>,
+    body: Vec<u8>,
+    records: u64,
+}
+
 /// Chains `encoded` after the conversation's head and adds the chunks,
-/// turn index entries and metadata to `batch`.
+/// turn index entries and metadata to `writes`.
 pub(crate) fn write_records(
     id: &ConversationId,
     mut meta: ConversationMeta,
     encoded: &[EncodedRecord<'_>],
     options: &AppendOptions,
-    batch: &mut sled::Batch,
+    writes: &mut Writes,
 ) -> StoreResult<Appended> {
     if let Some(expected) = options.expect_head {
         if expected != meta.head {
@@ -171,7 +237,7 @@ pub(crate) fn write_records(
     for (i, record) in encoded.iter().enumerate() {
         let seq = first_seq + i as u64;
         if chunk.is_full(record.bytes.len()) {
-            chunk.write(id, batch);
+            chunk.write(id, writes);
             chunk = ChunkBuilder::new(seq, parent);
         }
         let address = parent.child(&record.bytes);
@@ -181,7 +247,7 @@ pub(crate) fn write_records(
                 turn,
                 record: &record.bytes,
             };
-            batch.insert(keys::overlay(id, seq), encode(&entry));
+            writes.batch.insert(keys::overlay(id, seq), encode(&entry));
         }
         let stats = &mut meta.kinds[record.event_type.index()];
         stats.count += 1;
@@ -197,12 +263,12 @@ pub(crate) fn write_records(
         }
         parent = address;
     }
-    chunk.write(id, batch);
+    chunk.write(id, writes);
 
     let count = encoded.len() as u64;
     meta.len += count;
     meta.head = parent;
-    batch.insert(keys::conversation(id), encode(&meta));
+    writes.batch.insert(keys::conversation(id), encode(&meta));
     Ok(Appended {
         first_seq,
         count,
@@ -251,12 +317,17 @@ impl ChunkBuilder<'_> {
     }
 
     /// Adds the chunk, its call directory and its turn index entry to
-    /// `batch`.
-    fn write(&self, id: &ConversationId, batch: &mut sled::Batch) {
+    /// `writes`.
+    fn write(&self, id: &ConversationId, writes: &mut Writes) {
         let entries = &self.repr.entries;
         let first_turn = entries.first().map_or(0, |e| e.turn);
         let last_turn = entries.last().map_or(0, |e| e.turn);
-        batch.insert(keys::chunk(id, self.first_seq), encode(&self.repr));
+        writes.push_chunk(
+            keys::chunk(id, self.first_seq),
+            encode(&self.repr),
+            entries.len() as u64,
+        );
+        let batch = &mut writes.batch;
         if !self.calls.calls.is_empty() {
             batch.insert(
                 keys::call_directory(id, self.first_seq),

@@ -4,8 +4,9 @@
 //! integers, little-endian) of [`RecordRepr`]. Its bytes are what the hash
 //! chain hashes. A text longer than [`INLINE_MAX`] bytes is not in the record:
 //! the record holds its [`BlobRef`] (blake3 hash and length) and the text is
-//! stored once under its hash. Records are grouped in *chunks* (one sled value
-//! each) of up to [`CHUNK_MAX_ENTRIES`] entries; an entry holds the record's
+//! stored once under its hash. Records are grouped in *chunks* (one stored
+//! value each: in sled, or in a segment file) of up to [`CHUNK_MAX_ENTRIES`]
+//! entries; an entry holds the record's
 //! turn, the first eight bytes of its address (to name the first corrupt
 //! record) and the record bytes.
 
@@ -21,6 +22,7 @@ use crate::event::{
 };
 use crate::hash::{Address, BlobHash};
 use crate::json::Json;
+use crate::segments::SegmentRef;
 
 /// Texts longer than this many bytes are stored as blobs, once per content.
 pub const INLINE_MAX: usize = 1024;
@@ -342,6 +344,23 @@ pub(crate) struct EntryRepr<'a> {
     /// The record's canonical bytes.
     #[serde(with = "serde_bytes")]
     pub record: &'a [u8],
+}
+
+/// A chunk's value in a format-2 database: the chunk itself (a small
+/// append), or where it is in the segment files and how many records it
+/// holds (so a reader can plan without reading it).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ChunkValue<'a> {
+    Inline(#[serde(with = "serde_bytes")] &'a [u8]),
+    Segment { at: SegmentRef, records: u64 },
+}
+
+/// A blob's value in a format-2 database: the text's bytes, or where they
+/// are in the segment files.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum BlobValue<'a> {
+    Inline(#[serde(with = "serde_bytes")] &'a [u8]),
+    Segment(SegmentRef),
 }
 
 /// The tool calls of a chunk: `(seq, id, name)` in log order. Stored beside

@@ -15,13 +15,13 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// The database was written by a newer or unknown format version.
-    #[error("the database at {path} has format version {found}; this convstore reads version {supported} only")]
+    #[error("the database at {path} has format version {found}; this convstore reads versions 1 to {supported} only")]
     UnsupportedFormat {
         /// The database directory.
         path: PathBuf,
         /// The version found.
         found: u32,
-        /// The version this build reads and writes.
+        /// The newest version this build reads and writes.
         supported: u32,
     },
     /// The directory holds a sled database that convstore did not create.

@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::append::{encode_all, write_records, AppendOptions};
+use crate::append::{encode_all, write_records, AppendOptions, Writes};
 use crate::codec::{decode, encode};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
@@ -131,7 +131,7 @@ impl Store {
             return Ok(kinds);
         };
         for chunk in self.chunks(id, 0, point.at)? {
-            chunk?.count_kinds(point.at, &mut kinds)?;
+            chunk?.count_kinds(self, point.at, &mut kinds)?;
         }
         Ok(kinds)
     }
@@ -168,21 +168,20 @@ impl Store {
             base,
             turns,
         };
-        let mut batch = sled::Batch::default();
-        batch.insert(keys::lineage(&id), encode(&point));
+        let mut writes = Writes::default();
+        writes.batch.insert(keys::lineage(&id), encode(&point));
         if let Some(name) = name {
-            batch.insert(keys::name(name), id.as_bytes().as_slice());
+            writes
+                .batch
+                .insert(keys::name(name), id.as_bytes().as_slice());
         }
         let head = if encoded.is_empty() {
-            batch.insert(keys::conversation(&id), encode(&meta));
+            writes.batch.insert(keys::conversation(&id), encode(&meta));
             base
         } else {
-            let appended =
-                write_records(&id, meta, &encoded, &AppendOptions::default(), &mut batch)?;
-            self.write_blobs(&encoded)?;
-            appended.head
+            write_records(&id, meta, &encoded, &AppendOptions::default(), &mut writes)?.head
         };
-        self.db.apply_batch(batch)?;
+        self.commit(&encoded, writes)?;
         drop(guard);
         self.db.flush()?;
         Ok((id, head))

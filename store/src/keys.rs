@@ -25,6 +25,10 @@
 //! value beside small, often-rewritten keys would be rewritten with them. An
 //! append writes its new blobs before its records; a crash between the two
 //! leaves only unreferenced blobs.
+//!
+//! In a format-2 database the values of `c` keys and of blobs say where
+//! the bytes are: inline, or in the segment files (`segments.rs`) for
+//! large appends.
 
 use crate::ids::ConversationId;
 
@@ -44,8 +48,13 @@ pub(crate) const VIEW_CALLS: u8 = b'x';
 /// The name of the tree that holds blobs.
 pub(crate) const BLOBS: &str = "blobs";
 
-/// The format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes to new databases. It reads and
+/// writes format 1 too (chunks and blobs inside sled); format 2 keeps the
+/// bodies of large appends in segment files (`segments.rs`).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this build reads and writes.
+pub(crate) const OLDEST_FORMAT: u32 = 1;
 
 pub(crate) fn conversation(id: &ConversationId) -> Vec<u8> {
     prefixed(CONVERSATION, id.as_bytes())

@@ -44,6 +44,7 @@ pub mod json;
 mod keys;
 mod log;
 mod names;
+mod segments;
 mod settings;
 mod store;
 #[doc(hidden)]
@@ -64,7 +65,10 @@ pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
 pub use settings::AutoState;
-pub use store::{ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, MIN_ID_PREFIX};
+pub use store::{
+    ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_MIN_BYTES,
+    MIN_ID_PREFIX,
+};
 pub use verify::{Verified, VerifyFailure, VerifyReport};
 pub use views::{
     call_bucket, CallEntry, StoredViewEvent, ViewBlock, ViewState, ViewUpdate, CALL_BUCKETS,

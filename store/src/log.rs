@@ -5,15 +5,17 @@ use std::ops::Range;
 
 use crate::append::{OverlayEntry, TurnEntry};
 use crate::codec::{
-    self, decode_record, record_to_event, BlobRef, CallDirectory, ChunkLayout, TextRepr,
+    self, decode_record, record_to_event, BlobRef, BlobValue, CallDirectory, ChunkLayout,
+    ChunkValue, TextRepr,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType, Timestamp};
 use crate::fork::Piece;
-use crate::hash::Address;
+use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys;
 use crate::names::ToolNames;
+use crate::segments::SegmentRef;
 use crate::store::{KindStats, Store};
 
 /// A record of a conversation's log, as `log` prints it.
@@ -41,18 +43,32 @@ pub struct StoredOverlay {
     pub event: Event,
 }
 
+/// A chunk's bytes: a value sled holds, or read from a segment file.
+pub(crate) enum ChunkBytes {
+    Sled(sled::IVec),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for ChunkBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ChunkBytes::Sled(bytes) => bytes,
+            ChunkBytes::Owned(bytes) => bytes,
+        }
+    }
+}
+
 /// A chunk read from the store, with its records located.
 pub(crate) struct LoadedChunk {
     pub first_seq: u64,
-    pub bytes: sled::IVec,
+    pub bytes: ChunkBytes,
     pub layout: ChunkLayout,
 }
 
 impl LoadedChunk {
-    pub(crate) fn read(id: &ConversationId, key: &[u8], bytes: sled::IVec) -> StoreResult<Self> {
-        let first_seq = keys::key_seq(key).ok_or_else(|| StoreError::Corrupt {
-            what: format!("conversation {id}: a chunk key is truncated"),
-        })?;
+    fn parse(id: &ConversationId, first_seq: u64, bytes: ChunkBytes) -> StoreResult<Self> {
         let layout = ChunkLayout::read(&bytes, &|| {
             format!("conversation {id}: chunk at seq {first_seq}")
         })?;
@@ -65,6 +81,137 @@ impl LoadedChunk {
 
     pub(crate) fn record_bytes(&self, index: usize) -> &[u8] {
         &self.bytes[self.layout.entries[index].record.clone()]
+    }
+}
+
+/// A chunk as its key and value give it: loaded, or still in a segment
+/// file (read by whichever thread decodes it).
+pub(crate) enum Located {
+    Loaded(LoadedChunk),
+    Segment {
+        first_seq: u64,
+        at: SegmentRef,
+        records: u64,
+    },
+}
+
+impl Located {
+    /// The chunk stored under `key` with value `value` in a database of
+    /// format `format`.
+    pub(crate) fn new(
+        format: u32,
+        id: &ConversationId,
+        key: &[u8],
+        value: sled::IVec,
+    ) -> StoreResult<Self> {
+        let first_seq = keys::key_seq(key).ok_or_else(|| StoreError::Corrupt {
+            what: format!("conversation {id}: a chunk key is truncated"),
+        })?;
+        if format < 2 {
+            return Ok(Located::Loaded(LoadedChunk::parse(
+                id,
+                first_seq,
+                ChunkBytes::Sled(value),
+            )?));
+        }
+        let what = format!("conversation {id}: chunk at seq {first_seq}");
+        match codec::decode(&value, &what)? {
+            ChunkValue::Inline(bytes) => {
+                let offset = bytes.as_ptr() as usize - value.as_ptr() as usize;
+                let bytes = value.subslice(offset, bytes.len());
+                Ok(Located::Loaded(LoadedChunk::parse(
+                    id,
+                    first_seq,
+                    ChunkBytes::Sled(bytes),
+                )?))
+            }
+            ChunkValue::Segment { at, records } => Ok(Located::Segment {
+                first_seq,
+                at,
+                records,
+            }),
+        }
+    }
+
+    fn first_seq(&self) -> u64 {
+        match self {
+            Located::Loaded(chunk) => chunk.first_seq,
+            Located::Segment { first_seq, .. } => *first_seq,
+        }
+    }
+
+    fn records(&self) -> usize {
+        match self {
+            Located::Loaded(chunk) => chunk.layout.entries.len(),
+            Located::Segment { records, .. } => *records as usize,
+        }
+    }
+
+    /// The chunk, read from its segment file if it is not loaded.
+    fn load(&self, store: &Store, id: &ConversationId) -> StoreResult<Held<'_>> {
+        match self {
+            Located::Loaded(chunk) => Ok(Held::Borrowed(chunk)),
+            &Located::Segment {
+                first_seq,
+                at,
+                records,
+            } => read_segment_chunk(store, id, first_seq, &at, records).map(Held::Owned),
+        }
+    }
+
+    pub(crate) fn into_loaded(
+        self,
+        store: &Store,
+        id: &ConversationId,
+    ) -> StoreResult<LoadedChunk> {
+        match self {
+            Located::Loaded(chunk) => Ok(chunk),
+            Located::Segment {
+                first_seq,
+                at,
+                records,
+            } => read_segment_chunk(store, id, first_seq, &at, records),
+        }
+    }
+}
+
+/// Reads a chunk of `records` records from the segment files.
+fn read_segment_chunk(
+    store: &Store,
+    id: &ConversationId,
+    first_seq: u64,
+    at: &SegmentRef,
+    records: u64,
+) -> StoreResult<LoadedChunk> {
+    let what = || format!("conversation {id}: chunk at seq {first_seq}");
+    let bytes = store.segments.read(at, &what)?;
+    let chunk = LoadedChunk::parse(id, first_seq, ChunkBytes::Owned(bytes))?;
+    if chunk.layout.entries.len() as u64 != records {
+        return Err(StoreError::Corrupt {
+            what: format!(
+                "{}: holds {} records, its reference says {records}",
+                what(),
+                chunk.layout.entries.len()
+            ),
+        });
+    }
+    Ok(chunk)
+}
+
+/// A loaded chunk, borrowed or read for the occasion.
+pub(crate) enum Held<'a> {
+    Borrowed(&'a LoadedChunk),
+    Owned(LoadedChunk),
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = LoadedChunk;
+
+    fn deref(&self) -> &LoadedChunk {
+        match self {
+            Held::Borrowed(chunk) => chunk,
+            Held::Owned(chunk) => chunk,
+        }
     }
 }
 
@@ -151,7 +298,17 @@ impl Store {
         let bytes = self.db.get(&key)?.ok_or_else(|| StoreError::Corrupt {
             what: format!("conversation {id}: chunk at seq {first_seq} is missing"),
         })?;
-        LoadedChunk::read(id, &key, bytes)
+        self.read_chunk(id, &key, bytes)
+    }
+
+    /// The chunk stored under `key` with value `value`, loaded.
+    pub(crate) fn read_chunk(
+        &self,
+        id: &ConversationId,
+        key: &[u8],
+        value: sled::IVec,
+    ) -> StoreResult<LoadedChunk> {
+        Located::new(self.format, id, key, value)?.into_loaded(self, id)
     }
 
     /// The turn of record `seq`, from the chunk that holds it: O(log n).
@@ -373,7 +530,7 @@ impl Store {
         }
         let mut chunks = self.chunks(id, start, end)?;
         while let Some(raw) = chunks.next().transpose()? {
-            let chunk = &raw.chunk;
+            let chunk = raw.chunk.load(self, id)?;
             for (i, entry) in chunk.layout.entries.iter().enumerate() {
                 let seq = chunk.first_seq + i as u64;
                 if seq < start || !raw.records.contains(&seq) {
@@ -399,6 +556,7 @@ impl Store {
         let mut pieces = self.piece_chunks(id, start, end)?;
         pieces.reverse();
         Ok(ChunkIter {
+            format: self.format,
             pieces,
             current: None,
         })
@@ -417,7 +575,7 @@ impl Store {
         let mut best: Option<(Timestamp, u64)> = None;
         for raw in self.chunks(id, 0, len)? {
             let raw = raw?;
-            let chunk = &raw.chunk;
+            let chunk = raw.chunk.load(self, id)?;
             for i in 0..chunk.layout.entries.len() {
                 let seq = chunk.first_seq + i as u64;
                 if !raw.records.contains(&seq) {
@@ -437,19 +595,36 @@ impl Store {
     /// The text of a blob.
     pub(crate) fn load_blob(&self, blob: BlobRef) -> StoreResult<String> {
         let bytes = self
-            .blobs
-            .get(blob.hash.as_bytes())?
+            .blob_bytes(&blob.hash)?
             .ok_or_else(|| StoreError::Corrupt {
                 what: format!("blob {} is missing", blob.hash),
             })?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| StoreError::Corrupt {
+        String::from_utf8(bytes).map_err(|_| StoreError::Corrupt {
             what: format!("blob {} is not UTF-8", blob.hash),
         })
+    }
+
+    /// The stored bytes of the blob with this hash, if it is stored (read
+    /// from its segment file, checked against the file's checksum; not
+    /// against `hash`).
+    pub(crate) fn blob_bytes(&self, hash: &BlobHash) -> StoreResult<Option<Vec<u8>>> {
+        let Some(value) = self.blobs.get(hash.as_bytes())? else {
+            return Ok(None);
+        };
+        if self.format < 2 {
+            return Ok(Some(value.to_vec()));
+        }
+        let what = format!("blob {hash}");
+        match codec::decode(&value, &what)? {
+            BlobValue::Inline(bytes) => Ok(Some(bytes.to_vec())),
+            BlobValue::Segment(at) => self.segments.read(&at, &|| what.clone()).map(Some),
+        }
     }
 }
 
 /// Undecoded chunks of a conversation; see [`Store::chunks`].
 pub struct ChunkIter {
+    format: u32,
     /// The pieces still to read, the next one last.
     pieces: Vec<(Piece, sled::Iter)>,
     current: Option<(Piece, sled::Iter)>,
@@ -463,11 +638,12 @@ impl Iterator for ChunkIter {
             if let Some((piece, chunks)) = &mut self.current {
                 if let Some(item) = chunks.next() {
                     let piece = *piece;
+                    let format = self.format;
                     return Some(item.map_err(StoreError::from).and_then(|(key, bytes)| {
                         Ok(RawChunk {
                             id: piece.owner,
                             records: piece.start..piece.end,
-                            chunk: LoadedChunk::read(&piece.owner, &key, bytes)?,
+                            chunk: Located::new(format, &piece.owner, &key, bytes)?,
                         })
                     }));
                 }
@@ -477,34 +653,40 @@ impl Iterator for ChunkIter {
     }
 }
 
-/// A chunk of records as stored, cheap to move between threads.
+/// A chunk of records as stored, cheap to move between threads: a chunk in
+/// a segment file is read by the thread that decodes it.
 pub struct RawChunk {
     id: ConversationId,
     /// The records of it that belong to the conversation read.
     records: Range<u64>,
-    chunk: LoadedChunk,
+    chunk: Located,
 }
 
 impl RawChunk {
     /// The seq of its first record.
     pub fn first_seq(&self) -> u64 {
-        self.chunk.first_seq
+        self.chunk.first_seq()
     }
 
     /// How many records it holds.
     pub fn len(&self) -> usize {
-        self.chunk.layout.entries.len()
+        self.chunk.records()
     }
 
     /// Whether it holds no record.
     pub fn is_empty(&self) -> bool {
-        self.chunk.layout.entries.is_empty()
+        self.chunk.records() == 0
     }
 
     /// Adds the type and size of each of its records before `end` to
     /// `kinds`, without loading blobs.
-    pub(crate) fn count_kinds(&self, end: u64, kinds: &mut [KindStats; 10]) -> StoreResult<()> {
-        let chunk = &self.chunk;
+    pub(crate) fn count_kinds(
+        &self,
+        store: &Store,
+        end: u64,
+        kinds: &mut [KindStats; 10],
+    ) -> StoreResult<()> {
+        let chunk = self.chunk.load(store, &self.id)?;
         for i in 0..chunk.layout.entries.len() {
             let seq = chunk.first_seq + i as u64;
             if seq >= end || !self.records.contains(&seq) {
@@ -536,7 +718,7 @@ impl RawChunk {
         end: u64,
         skip: impl Fn(u64, u64, EventType) -> bool,
     ) -> StoreResult<Vec<(u64, u64, Event)>> {
-        let chunk = &self.chunk;
+        let chunk = self.chunk.load(store, &self.id)?;
         let mut out = Vec::with_capacity(chunk.layout.entries.len());
         for (i, entry) in chunk.layout.entries.iter().enumerate() {
             let seq = chunk.first_seq + i as u64;
@@ -627,7 +809,7 @@ impl LogIter<'_> {
                 });
             };
             let (key, bytes) = item?;
-            let chunk = LoadedChunk::read(&piece.owner, &key, bytes)?;
+            let chunk = self.store.read_chunk(&piece.owner, &key, bytes)?;
             if chunk.first_seq > self.next_seq {
                 return Err(StoreError::Corrupt {
                     what: format!(

@@ -14,7 +14,8 @@ use crate::event::{EventType, Timestamp, TurnTracker};
 use crate::fork::ForkPoint;
 use crate::hash::Address;
 use crate::ids::ConversationId;
-use crate::keys::{self, FORMAT_VERSION};
+use crate::keys::{self, FORMAT_VERSION, OLDEST_FORMAT};
+use crate::segments::Segments;
 
 /// The shortest id prefix that names a conversation: shorter hex strings
 /// are too easily meant as names (`append b` creates `b`).
@@ -33,9 +34,16 @@ pub struct Store {
     pub(crate) db: sled::Db,
     /// Long texts by content hash (see `keys.rs`).
     pub(crate) blobs: sled::Tree,
+    /// The database's format version: 1 keeps chunks and blobs in sled, 2
+    /// the bodies of large appends in `segments`.
+    pub(crate) format: u32,
+    pub(crate) segments: Segments,
+    /// Unfinished sled snapshots moved away when the database was opened.
+    discarded_snapshots: Vec<PathBuf>,
     path: PathBuf,
     write_lock: Mutex<()>,
     max_event_bytes: AtomicU64,
+    segment_min_bytes: AtomicU64,
     /// Decoded compaction overlays by (owner, seq): records never change,
     /// so a process that reads the overlays again and again (a server, the
     /// automatic compaction loop) decodes each once.
@@ -44,6 +52,11 @@ pub struct Store {
 
 /// Overlays kept decoded at most; past it the cache starts over.
 pub(crate) const OVERLAY_CACHE_MAX: usize = 100_000;
+
+/// An append whose chunks and new blobs reach this many bytes keeps them in
+/// the segment files (format 2); a smaller one keeps them in sled, so that
+/// a single event costs one sync, not two.
+pub const DEFAULT_SEGMENT_MIN_BYTES: u64 = 64 * 1024;
 
 /// The largest event an append accepts by default: 64 MiB, counting its
 /// record and the texts it stores as blobs.
@@ -143,32 +156,38 @@ impl Store {
     /// [`StoreError::Locked`].
     pub fn open_waiting(path: impl AsRef<Path>, wait: Duration) -> StoreResult<Store> {
         let path = path.as_ref().to_path_buf();
-        let db = open_sled(&path, wait.max(LOCK_GRACE))?;
-        match db.get(keys::FORMAT)? {
+        let (db, discarded_snapshots) = open_sled(&path, wait.max(LOCK_GRACE))?;
+        let format = match db.get(keys::FORMAT)? {
             Some(bytes) => {
                 let found =
                     <[u8; 4]>::try_from(bytes.as_ref()).map_or(u32::MAX, u32::from_be_bytes);
-                if found != FORMAT_VERSION {
+                if !(OLDEST_FORMAT..=FORMAT_VERSION).contains(&found) {
                     return Err(StoreError::UnsupportedFormat {
                         path,
                         found,
                         supported: FORMAT_VERSION,
                     });
                 }
+                found
             }
             None if db.is_empty() => {
                 db.insert(keys::FORMAT, &FORMAT_VERSION.to_be_bytes())?;
                 db.flush()?;
+                FORMAT_VERSION
             }
             None => return Err(StoreError::NotConvstore { path }),
-        }
+        };
         let blobs = db.open_tree(keys::BLOBS)?;
         Ok(Store {
             db,
             blobs,
+            format,
+            segments: Segments::new(&path),
+            discarded_snapshots,
             path,
             write_lock: Mutex::new(()),
             max_event_bytes: AtomicU64::new(DEFAULT_MAX_EVENT_BYTES),
+            segment_min_bytes: AtomicU64::new(DEFAULT_SEGMENT_MIN_BYTES),
             overlay_cache: Mutex::new(HashMap::new()),
         })
     }
@@ -184,6 +203,32 @@ impl Store {
         self.max_event_bytes.load(Ordering::Relaxed)
     }
 
+    /// Sets the size from which an append keeps its chunks and new blobs in
+    /// the segment files rather than in sled
+    /// ([`DEFAULT_SEGMENT_MIN_BYTES`] unless set; 0: always). Format-2
+    /// databases only; a format-1 database keeps everything in sled.
+    pub fn set_segment_min_bytes(&self, bytes: u64) {
+        self.segment_min_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// See [`Store::set_segment_min_bytes`].
+    pub fn segment_min_bytes(&self) -> u64 {
+        self.segment_min_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The database's format version ([`FORMAT_VERSION`] for a database
+    /// this build created).
+    pub fn format_version(&self) -> u32 {
+        self.format
+    }
+
+    /// The unfinished snapshot files a crash left that opening the
+    /// database moved to its `discarded/` directory (see `ARCHITECTURE.md`,
+    /// "sled"); empty almost always.
+    pub fn discarded_snapshots(&self) -> &[PathBuf] {
+        &self.discarded_snapshots
+    }
+
     /// The database directory.
     pub fn path(&self) -> &Path {
         &self.path
@@ -197,7 +242,7 @@ impl Store {
 
     /// Bytes the database occupies on disk.
     pub fn size_on_disk(&self) -> StoreResult<u64> {
-        Ok(self.db.size_on_disk()?)
+        Ok(self.db.size_on_disk()? + self.segments.size_on_disk())
     }
 
     pub(crate) fn lock_writes(&self) -> MutexGuard<'_, ()> {
@@ -379,22 +424,86 @@ fn validate_name(name: &str) -> StoreResult<()> {
 /// jobs finish. Another process holding the database is reported after this.
 const LOCK_GRACE: Duration = Duration::from_millis(300);
 
-fn open_sled(path: &Path, wait: Duration) -> StoreResult<sled::Db> {
+/// Opens sled, retrying a locked database for `wait`. A crash while sled
+/// wrote a snapshot leaves a `snap.*.generating` file that sled then reads
+/// as its latest snapshot and refuses to open (sled issues #1527, #1533).
+/// sled writes a snapshot to that name and renames it when complete, so
+/// such a file is never a snapshot sled committed to: when opening fails
+/// with corruption and such files exist, they are moved to `discarded/`
+/// and the open is tried once more (sled then recovers from its previous
+/// snapshot and its log). Returns the files moved.
+fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>)> {
     let started = Instant::now();
+    let mut discarded = Vec::new();
     loop {
         let opened = sled::Config::new()
             .path(path)
             .cache_capacity(CACHE_BYTES)
             .flush_every_ms(Some(500))
-            .open()
-            .map_err(|e| open_error(path, e));
+            .open();
         match opened {
-            Err(StoreError::Locked { .. }) if started.elapsed() < wait => {
-                std::thread::sleep(Duration::from_millis(10));
+            Ok(db) => return Ok((db, discarded)),
+            Err(sled::Error::Corruption { .. })
+                if discarded.is_empty() && !unfinished_snapshots(path).is_empty() =>
+            {
+                discarded = discard_unfinished_snapshots(path)?;
             }
-            other => return other,
+            Err(error) => match open_error(path, error) {
+                StoreError::Locked { .. } if started.elapsed() < wait => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => return Err(other),
+            },
         }
     }
+}
+
+/// The `snap.*.generating` files in database directory `path`.
+fn unfinished_snapshots(path: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(path).map_or_else(
+        |_| Vec::new(),
+        |dir| {
+            dir.flatten()
+                .filter(|entry| {
+                    let name = entry.file_name();
+                    let name = name.to_string_lossy();
+                    name.starts_with("snap.") && name.ends_with(".generating")
+                })
+                .map(|entry| entry.path())
+                .collect()
+        },
+    )
+}
+
+/// Moves the unfinished snapshot files of database directory `path` to
+/// its `discarded/` directory, holding sled's lock on the database file
+/// meanwhile (a database another process has open is left alone).
+fn discard_unfinished_snapshots(path: &Path) -> StoreResult<Vec<PathBuf>> {
+    let io = |e: std::io::Error| StoreError::Open {
+        path: path.to_path_buf(),
+        reason: format!("moving an unfinished snapshot file away: {e}"),
+    };
+    let lock = std::fs::File::open(path.join("db")).map_err(io)?;
+    // sled locks this file the same way (fs2's exclusive lock).
+    if fs2::FileExt::try_lock_exclusive(&lock).is_err() {
+        return Err(StoreError::Locked {
+            path: path.to_path_buf(),
+        });
+    }
+    let target = path.join("discarded");
+    std::fs::create_dir_all(&target).map_err(io)?;
+    let stamp = Timestamp::now().as_micros();
+    let mut moved = Vec::new();
+    for file in unfinished_snapshots(path) {
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        let to = target.join(format!("{name}.{stamp}"));
+        match std::fs::rename(&file, &to) {
+            Ok(()) => moved.push(to),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Ok(moved)
 }
 
 fn open_error(path: &Path, error: sled::Error) -> StoreError {
@@ -404,20 +513,13 @@ fn open_error(path: &Path, error: sled::Error) -> StoreError {
             StoreError::Locked { path }
         }
         sled::Error::Corruption { .. } => {
-            let snapshot_in_progress = std::fs::read_dir(&path).is_ok_and(|dir| {
-                dir.flatten().any(|entry| {
-                    let name = entry.file_name();
-                    let name = name.to_string_lossy();
-                    name.starts_with("snap.") && name.ends_with(".generating")
-                })
-            });
-            let reason = if snapshot_in_progress {
-                "sled found corruption; a crash left an unfinished snapshot file \
-                 (snap.*.generating) in the database directory: move that file \
-                 away and open the database again"
-                    .to_owned()
-            } else {
+            let reason = if unfinished_snapshots(&path).is_empty() {
                 "sled found corruption in its files".to_owned()
+            } else {
+                "sled found corruption; a crash left an unfinished snapshot file \
+                 (snap.*.generating) in the database directory that could not be \
+                 moved away: move it away and open the database again"
+                    .to_owned()
             };
             StoreError::Open { path, reason }
         }

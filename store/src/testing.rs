@@ -1,6 +1,7 @@
 //! Hooks for tests and fuzzers that damage a database on purpose. Not part
 //! of the supported API.
 
+use crate::append::Writes;
 use crate::codec::{decode, encode, ChunkRepr};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::ConversationId;
@@ -9,9 +10,9 @@ use crate::store::Store;
 
 /// The canonical bytes of record `seq`.
 pub fn record_bytes(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<Vec<u8>> {
-    let (_, bytes, index) = chunk_of(store, id, seq)?;
-    let chunk: ChunkRepr<'_> = decode(&bytes, "chunk")?;
-    Ok(chunk.entries[index].record.to_vec())
+    let (key, value, index) = chunk_of(store, id, seq)?;
+    let chunk = store.read_chunk(id, &key, value)?;
+    Ok(chunk.record_bytes(index).to_vec())
 }
 
 /// Flips bit pattern `mask` in byte `byte` of record `seq`'s stored bytes,
@@ -23,8 +24,9 @@ pub fn flip_record_byte(
     byte: usize,
     mask: u8,
 ) -> StoreResult<()> {
-    let (key, bytes, index) = chunk_of(store, id, seq)?;
-    let chunk: ChunkRepr<'_> = decode(&bytes, "chunk")?;
+    let (key, value, index) = chunk_of(store, id, seq)?;
+    let loaded = store.read_chunk(id, &key, value)?;
+    let chunk: ChunkRepr<'_> = decode(&loaded.bytes, "chunk")?;
     let mut record = chunk.entries[index].record.to_vec();
     record[byte] ^= mask;
     let mut entries = chunk.entries.clone();
@@ -33,7 +35,11 @@ pub fn flip_record_byte(
         parent: chunk.parent,
         entries,
     };
-    store.db.insert(key, encode(&damaged))?;
+    // Stored where an append would store it, so that only the record is
+    // wrong, not its chunk's checksum.
+    let mut writes = Writes::default();
+    writes.push_chunk(key, encode(&damaged), damaged.entries.len() as u64);
+    store.commit(&[], writes)?;
     store.db.flush()?;
     Ok(())
 }

@@ -19,7 +19,6 @@ use crate::event::TurnTracker;
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys;
-use crate::log::LoadedChunk;
 use crate::store::{ConversationMeta, KindStats, Store};
 
 /// The tool calls of a chunk as `(seq, id, name)`.
@@ -219,7 +218,9 @@ impl Checker<'_> {
         let mut directories: Vec<(u64, Calls)> = Vec::new();
         for item in self.store.db.scan_prefix(keys::chunks(&id)) {
             let (key, bytes) = item.map_err(|e| self.fail(Some(seq), e.to_string()))?;
-            let chunk = LoadedChunk::read(&id, &key, bytes)
+            let chunk = self
+                .store
+                .read_chunk(&id, &key, bytes)
                 .map_err(|e| self.fail(Some(seq), e.to_string()))?;
             if chunk.first_seq != seq {
                 return Err(self.fail(
@@ -390,8 +391,7 @@ impl Checker<'_> {
         }
         let bytes = self
             .store
-            .blobs
-            .get(blob.hash.as_bytes())
+            .blob_bytes(&blob.hash)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("its blob {} is missing", blob.hash))?;
         if bytes.len() as u64 != blob.len || BlobHash::of(&bytes) != blob.hash {

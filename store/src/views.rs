@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::append::encode_all;
+use crate::append::{encode_all, Writes};
 use crate::codec::{decode, decode_record, encode, record_to_event};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, Timestamp};
@@ -304,7 +304,8 @@ impl Store {
                 actual: at,
             });
         }
-        let mut batch = sled::Batch::default();
+        let mut writes = Writes::default();
+        let batch = &mut writes.batch;
         for &(first, last) in &update.removed {
             for item in self
                 .db
@@ -354,8 +355,7 @@ impl Store {
             ..update.state.clone()
         };
         batch.insert(keys::view(id, key), encode(&state));
-        self.write_blobs(&encoded)?;
-        self.db.apply_batch(batch)?;
+        self.commit(&encoded, writes)?;
         drop(guard);
         if !update.no_sync {
             self.db.flush()?;

@@ -9,3 +9,4 @@ mod test_errors;
 mod test_lineage;
 mod test_project;
 mod test_read;
+mod test_segments;

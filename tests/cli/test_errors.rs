@@ -316,3 +316,28 @@ fn a_corrupted_database_file_is_an_error_not_a_panic() {
     // Some damage is found: the test does exercise the error path.
     assert!(refused > 0);
 }
+
+#[test]
+fn an_unfinished_snapshot_left_by_a_crash_is_moved_away() {
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "x"]).ok();
+    // What a kill while sled writes a snapshot leaves: sled would take it
+    // for its latest snapshot and refuse to open.
+    let torn = env.db().join("snap.FFFFFFFFFFFFFFFF.generating");
+    std::fs::write(&torn, b"torn").unwrap();
+    let run = env.run(&["log", "c"]).ok();
+    assert!(
+        run.stderr.contains("unfinished sled snapshot"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stdout.lines().count(), 1);
+    assert!(!torn.exists());
+    let moved: Vec<_> = std::fs::read_dir(env.db().join("discarded"))
+        .unwrap()
+        .collect();
+    assert_eq!(moved.len(), 1);
+    env.run(&["verify"]).ok();
+    let run = env.run(&["log", "c"]).ok();
+    assert!(run.stderr.is_empty(), "{}", run.stderr);
+}

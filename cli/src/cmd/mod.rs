@@ -70,6 +70,13 @@ fn open_or_create(cli: &Cli) -> Result<Store> {
     let wait = Duration::try_from_secs_f64(cli.wait.max(0.0))
         .map_err(|_| anyhow::anyhow!("--wait: {} is not a number of seconds", cli.wait))?;
     let store = Store::open_waiting(&cli.db, wait)?;
+    for file in store.discarded_snapshots() {
+        Notes { quiet: cli.quiet }.say(&format!(
+            "note: a crash had left an unfinished sled snapshot; moved it to {} and \
+             recovered from the previous snapshot and the log",
+            file.display()
+        ));
+    }
     store.set_max_event_bytes(cli.max_event_bytes);
     Ok(store)
 }
