@@ -475,10 +475,19 @@ impl Store {
 
     /// The name of the latest tool call with each id among records `0..end`,
     /// from the chunks' call directories (no record is decoded).
+    /// The directories are read once; each of rayon's threads decodes them
+    /// all and keeps the ids of its hash shard.
     pub fn tool_names(&self, id: &ConversationId, end: u64) -> StoreResult<ToolNames> {
-        let mut names = ToolNames::new();
-        self.visit_tool_calls(id, 0, end, |_, call, name| names.insert(call, name))?;
-        Ok(names)
+        let mut directories = Vec::new();
+        self.visit_call_directories(id, 0, end, |records, value| {
+            directories.push((records, value));
+        })?;
+        ToolNames::par_build(rayon::current_num_threads(), |insert| {
+            for (records, value) in &directories {
+                visit_directory(records, value, &mut |_, call, name| insert(call, name))?;
+            }
+            Ok(())
+        })
     }
 
     /// Calls `visit(seq, call id, name)` for each tool call among records
@@ -489,6 +498,25 @@ impl Store {
         start: u64,
         end: u64,
         mut visit: impl FnMut(u64, &str, &str),
+    ) -> StoreResult<()> {
+        let mut failed = Ok(());
+        self.visit_call_directories(id, start, end, |records, value| {
+            if failed.is_ok() {
+                failed = visit_directory(&records, &value, &mut visit);
+            }
+        })?;
+        failed
+    }
+
+    /// Calls `visit(records, directory)` for each call directory of the
+    /// chunks holding records `start..end`, in log order, with the seqs of
+    /// its calls that belong to them.
+    fn visit_call_directories(
+        &self,
+        id: &ConversationId,
+        start: u64,
+        end: u64,
+        mut visit: impl FnMut(Range<u64>, sled::IVec),
     ) -> StoreResult<()> {
         for piece in self.pieces(id, end)? {
             if piece.end <= start {
@@ -501,12 +529,7 @@ impl Store {
                 .range(keys::call_directory(owner, from)..keys::call_directory(owner, piece.end));
             for item in directories {
                 let (_, value) = item?;
-                let directory: CallDirectory<'_> = codec::decode(&value, "call directory")?;
-                for (seq, call, name) in directory.calls {
-                    if seq >= start && (piece.start..piece.end).contains(&seq) {
-                        visit(seq, call, name);
-                    }
-                }
+                visit(start.max(piece.start)..piece.end, value);
             }
         }
         Ok(())
@@ -822,6 +845,22 @@ impl LogIter<'_> {
             self.current = Some((chunk, 0, parent));
         }
     }
+}
+
+/// Calls `visit(seq, call id, name)` for each call of a call directory
+/// whose seq is in `records`.
+fn visit_directory(
+    records: &Range<u64>,
+    value: &[u8],
+    visit: &mut dyn FnMut(u64, &str, &str),
+) -> StoreResult<()> {
+    let directory: CallDirectory<'_> = codec::decode(value, "call directory")?;
+    for (seq, call, name) in directory.calls {
+        if records.contains(&seq) {
+            visit(seq, call, name);
+        }
+    }
+    Ok(())
 }
 
 fn in_record(id: &ConversationId, seq: u64, error: &StoreError) -> StoreError {

@@ -4,14 +4,15 @@
 //! tools. A `HashMap<String, String>` would allocate a string per id and per
 //! name; this keeps the ids back to back in one buffer and each tool's name
 //! once, so building the map for a million-event log costs one hash and
-//! one probe per call.
+//! one probe per call, split over threads by hash shard.
 
 use std::fmt;
 use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-/// Where a call id is in [`ToolNames::ids`] and which tool it names.
+/// Where a call id is in its shard's `ids` and which of the shard's tools
+/// it names.
 #[derive(Clone, Copy)]
 struct Slot {
     start: usize,
@@ -21,15 +22,29 @@ struct Slot {
 
 /// The name of the latest tool call with each id: later calls with an id
 /// replace earlier ones.
-#[derive(Clone, Default)]
+///
+/// The ids are split into shards by hash, so that threads can fill the
+/// shards of one table side by side ([`ToolNames::par_build`]).
+#[derive(Clone)]
 pub struct ToolNames {
-    /// Every distinct call id, back to back.
+    shards: Vec<Shard>,
+    hasher: DefaultHashBuilder,
+}
+
+/// The ids of one hash shard, back to back, and their tools.
+#[derive(Clone, Default)]
+struct Shard {
     ids: String,
     slots: HashTable<Slot>,
     /// Every distinct tool name, and its index by name.
     tools: Vec<Box<str>>,
     tool_index: HashTable<usize>,
-    hasher: DefaultHashBuilder,
+}
+
+impl Default for ToolNames {
+    fn default() -> Self {
+        Self::with_shards(1, DefaultHashBuilder::default())
+    }
 }
 
 impl ToolNames {
@@ -38,11 +53,87 @@ impl ToolNames {
         Self::default()
     }
 
+    fn with_shards(count: usize, hasher: DefaultHashBuilder) -> Self {
+        ToolNames {
+            shards: vec![Shard::default(); count.max(1)],
+            hasher,
+        }
+    }
+
+    /// A table of `shards` shards, shard `k` filled by `fill(k, insert)`
+    /// on rayon's threads: `fill` must offer every call, in log order, to
+    /// `insert(call, name)`, which keeps those that fall in shard `k`.
+    pub fn par_build<E: Send>(
+        shards: usize,
+        fill: impl Fn(&mut dyn FnMut(&str, &str)) -> Result<(), E> + Sync,
+    ) -> Result<Self, E> {
+        use rayon::prelude::*;
+        let mut names = Self::with_shards(shards, DefaultHashBuilder::default());
+        let count = names.shards.len();
+        let hasher = &names.hasher;
+        names
+            .shards
+            .par_iter_mut()
+            .enumerate()
+            .try_for_each(|(k, shard)| {
+                fill(&mut |call, name| {
+                    let hash = hasher.hash_one(call);
+                    if shard_of(hash, count) == k {
+                        shard.insert(hash, call, name, hasher);
+                    }
+                })
+            })?;
+        Ok(names)
+    }
+
     /// Records a call with id `call` to tool `name`, replacing the name of
     /// an earlier call with that id.
     pub fn insert(&mut self, call: &str, name: &str) {
-        let tool = self.tool(name);
         let hash = self.hasher.hash_one(call);
+        let k = shard_of(hash, self.shards.len());
+        self.shards[k].insert(hash, call, name, &self.hasher);
+    }
+
+    /// The name of the latest call with id `call`.
+    pub fn get(&self, call: &str) -> Option<&str> {
+        let hash = self.hasher.hash_one(call);
+        let shard = &self.shards[shard_of(hash, self.shards.len())];
+        shard
+            .slots
+            .find(hash, |s| shard.id(s) == call)
+            .map(|s| &*shard.tools[s.tool])
+    }
+
+    /// How many distinct call ids it holds.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.slots.len()).sum()
+    }
+
+    /// Whether it holds no call.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every `(call id, name)`, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.shards.iter().flat_map(|shard| {
+            shard
+                .slots
+                .iter()
+                .map(|s| (shard.id(s), &*shard.tools[s.tool]))
+        })
+    }
+}
+
+/// The shard of a call id with this hash (the high bits: the table inside
+/// a shard uses the low ones).
+fn shard_of(hash: u64, shards: usize) -> usize {
+    ((hash >> 32) as usize) % shards
+}
+
+impl Shard {
+    fn insert(&mut self, hash: u64, call: &str, name: &str, hasher: &DefaultHashBuilder) {
+        let tool = self.tool(name, hasher);
         let ids = &self.ids;
         if let Some(slot) = self
             .slots
@@ -57,35 +148,10 @@ impl ToolNames {
             tool,
         };
         self.ids.push_str(call);
-        let (ids, hasher) = (&self.ids, &self.hasher);
+        let ids = &self.ids;
         self.slots.insert_unique(hash, slot, |s| {
             hasher.hash_one(&ids[s.start..s.start + s.len])
         });
-    }
-
-    /// The name of the latest call with id `call`.
-    pub fn get(&self, call: &str) -> Option<&str> {
-        let hash = self.hasher.hash_one(call);
-        self.slots
-            .find(hash, |s| self.id(s) == call)
-            .map(|s| &*self.tools[s.tool])
-    }
-
-    /// How many distinct call ids it holds.
-    pub fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Whether it holds no call.
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
-    /// Every `(call id, name)`, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.slots
-            .iter()
-            .map(|s| (self.id(s), &*self.tools[s.tool]))
     }
 
     fn id(&self, slot: &Slot) -> &str {
@@ -93,15 +159,15 @@ impl ToolNames {
     }
 
     /// The index of tool `name`, added if new.
-    fn tool(&mut self, name: &str) -> usize {
-        let hash = self.hasher.hash_one(name);
+    fn tool(&mut self, name: &str, hasher: &DefaultHashBuilder) -> usize {
+        let hash = hasher.hash_one(name);
         let tools = &self.tools;
         if let Some(&index) = self.tool_index.find(hash, |&i| &*tools[i] == name) {
             return index;
         }
         let index = self.tools.len();
         self.tools.push(name.into());
-        let (tools, hasher) = (&self.tools, &self.hasher);
+        let tools = &self.tools;
         self.tool_index
             .insert_unique(hash, index, |&i| hasher.hash_one(&*tools[i]));
         index
@@ -162,6 +228,30 @@ mod tests {
             .map(|(c, n)| (c.to_owned(), n.to_owned()))
             .collect();
         assert_eq!(listed, model);
+    }
+
+    #[test]
+    fn shards_filled_side_by_side_are_one_table() {
+        let calls: Vec<(String, String)> = (0..5_000u32)
+            .map(|i| (format!("c{}", i % 1_777), format!("t{}", i % 5)))
+            .collect();
+        let single: ToolNames = calls
+            .iter()
+            .map(|(c, n)| (c.as_str(), n.as_str()))
+            .collect();
+        for shards in [1, 2, 3, 8] {
+            let built = ToolNames::par_build(shards, |insert| {
+                for (call, name) in &calls {
+                    insert(call, name);
+                }
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            assert_eq!(built, single);
+            assert_eq!(built.len(), 1_777);
+        }
+        let failed = ToolNames::par_build(2, |_| Err("no directory"));
+        assert_eq!(failed.err(), Some("no directory"));
     }
 
     #[test]
