@@ -180,6 +180,49 @@ proptest! {
     }
 }
 
+/// Verify checks chunks side by side in windows; what it reports is still
+/// the first bad record in log order, wherever the bad records fall.
+#[test]
+fn verify_names_the_first_bad_record_across_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let id = store.create_conversation(None).unwrap();
+    // One append per event: one chunk per record, more than two windows.
+    let events: Vec<Event> = (0..700)
+        .map(|i| {
+            let line = match i % 5 {
+                0 => r#"{"type":"turn_start"}"#.to_owned(),
+                _ => format!(r#"{{"type":"user","text":"message {i}"}}"#),
+            };
+            parse_event(&line, Timestamp::now()).unwrap()
+        })
+        .collect();
+    for event in &events {
+        store
+            .append(&id, std::slice::from_ref(event), &fast())
+            .unwrap();
+    }
+    let bad = [650, 420, 300, 301];
+    for seq in bad {
+        testing::flip_record_byte(&store, &id, seq, 0, 0x10).unwrap();
+    }
+    for (fixed, expected) in [
+        (None, 300),
+        (Some(300), 301),
+        (Some(301), 420),
+        (Some(420), 650),
+    ] {
+        if let Some(seq) = fixed {
+            testing::flip_record_byte(&store, &id, seq, 0, 0x10).unwrap();
+        }
+        let failure = store.verify(&id).unwrap().unwrap_err();
+        assert_eq!(failure.seq, Some(expected), "{failure}");
+    }
+    testing::flip_record_byte(&store, &id, 650, 0, 0x10).unwrap();
+    let report = store.verify(&id).unwrap().unwrap();
+    assert_eq!(report.records, 700);
+}
+
 #[test]
 fn expect_head_appends_only_on_a_match() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,9 @@
 //! Verification: [`Store::verify`] re-hashes a conversation's whole log and
 //! re-derives everything stored beside it.
 //!
-//! Checked, in log order: chunks are contiguous; each chunk's parent is the
+//! Chunks are read and checked in windows, side by side on rayon's
+//! threads, and their summaries folded in log order. Checked, in log
+//! order: chunks are contiguous; each chunk's parent is the
 //! address of the record before it; each record hashes to the check stored
 //! beside it and decodes; its stored turn is the turn rule's; each blob it
 //! references exists, has its length and hashes to its key. Then: the last
@@ -11,11 +13,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
+
+use rayon::prelude::*;
 
 use crate::append::{OverlayEntry, TurnEntry};
 use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, TextRepr};
-use crate::error::StoreResult;
-use crate::event::TurnTracker;
+use crate::error::{StoreError, StoreResult};
+use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys;
@@ -69,7 +74,7 @@ impl Store {
     /// Verifies every conversation.
     pub fn verify_all(&self) -> StoreResult<Verified> {
         let mut total = VerifyReport::default();
-        let mut blobs = HashSet::new();
+        let blobs = Mutex::new(HashSet::new());
         let mut done = HashMap::new();
         for item in self.db.scan_prefix([keys::CONVERSATION]) {
             let (key, _) = item?;
@@ -81,24 +86,24 @@ impl Store {
                 continue;
             };
             let own = self.meta(&id).map(|m| m.len)? - self.fork_point(&id)?.map_or(0, |p| p.at);
-            match self.verify_one(&id, &mut blobs, &mut done) {
+            match self.verify_one(&id, &blobs, &mut done) {
                 // Shared records are counted once, with their owner.
                 Ok(_) => total.records += own,
                 Err(failure) => return Ok(Err(failure)),
             }
             total.conversations += 1;
         }
-        total.blobs = blobs.len() as u64;
+        total.blobs = lock(&blobs).len() as u64;
         Ok(Ok(total))
     }
 
     /// Verifies one conversation.
     pub fn verify(&self, id: &ConversationId) -> StoreResult<Verified> {
-        let mut blobs = HashSet::new();
-        let mut report = self.verify_one(id, &mut blobs, &mut HashMap::new());
+        let blobs = Mutex::new(HashSet::new());
+        let mut report = self.verify_one(id, &blobs, &mut HashMap::new());
         if let Ok(report) = &mut report {
             report.conversations = 1;
-            report.blobs = blobs.len() as u64;
+            report.blobs = lock(&blobs).len() as u64;
         }
         Ok(report)
     }
@@ -108,7 +113,7 @@ impl Store {
     fn verify_one(
         &self,
         id: &ConversationId,
-        blobs: &mut HashSet<BlobHash>,
+        blobs: &Mutex<HashSet<BlobHash>>,
         done: &mut HashMap<ConversationId, u64>,
     ) -> Verified {
         if let Some(&records) = done.get(id) {
@@ -155,7 +160,7 @@ impl Store {
                 }
             }
         };
-        let mut check = Checker {
+        let check = Checker {
             store: self,
             id: *id,
             name: meta.name.clone(),
@@ -187,11 +192,64 @@ impl Default for Start {
     }
 }
 
+/// How many chunks are read and checked side by side before their
+/// summaries are folded in log order: bounds what a window holds.
+const WINDOW: usize = 256;
+
 struct Checker<'a> {
     store: &'a Store,
     id: ConversationId,
     name: Option<String>,
-    blobs: &'a mut HashSet<BlobHash>,
+    /// The blobs found sound so far, shared by the checking threads.
+    blobs: &'a Mutex<HashSet<BlobHash>>,
+}
+
+/// What one chunk gives when checked on its own, on one of rayon's
+/// threads: each record hashed along the chain from the chunk's stored
+/// parent, decoded, its blobs re-hashed. The checks that need the records
+/// before the chunk (contiguity, parent, turns) are made when the summaries
+/// are folded in log order, so the failure reported is the first in the log.
+struct ChunkCheck {
+    first_seq: u64,
+    parent: Address,
+    /// The address of its last record that hashed right.
+    last: Address,
+    /// Per record checked: its type, stored turn and size with its blobs.
+    records: Vec<(EventType, u64, u64)>,
+    calls: Calls,
+    /// Its compactions as `(index in the chunk, record bytes)`.
+    overlays: Vec<(usize, Vec<u8>)>,
+    /// The first failure: the chunk did not read (no index), or its record
+    /// at this index is bad (the index of `records`' end when the record
+    /// did not hash or decode, of its last entry when a blob is bad).
+    failure: Option<(Option<usize>, String)>,
+}
+
+impl ChunkCheck {
+    fn unread(problem: String) -> Self {
+        ChunkCheck {
+            first_seq: 0,
+            parent: Address::ROOT,
+            last: Address::ROOT,
+            records: Vec::new(),
+            calls: Vec::new(),
+            overlays: Vec::new(),
+            failure: Some((None, problem)),
+        }
+    }
+}
+
+/// The state carried from chunk to chunk in log order.
+struct Fold {
+    seq: u64,
+    address: Address,
+    turns: TurnTracker,
+    kinds: [KindStats; 10],
+    /// Per chunk, its turn index entry `(last turn, first seq, first turn,
+    /// records)`.
+    index: Vec<(u64, u64, u64, u64)>,
+    overlays: Vec<(u64, u64, Vec<u8>)>,
+    directories: Vec<(u64, Calls)>,
 }
 
 impl Checker<'_> {
@@ -204,84 +262,40 @@ impl Checker<'_> {
         }
     }
 
-    fn run(&mut self, meta: &ConversationMeta, start: Start) -> Verified {
-        let id = self.id;
-        let Start {
-            mut seq,
-            mut address,
-            mut turns,
-        } = start;
-        let first = seq;
-        let mut kinds = [KindStats::default(); 10];
-        let mut index = Vec::new();
-        let mut overlays: Vec<(u64, u64, Vec<u8>)> = Vec::new();
-        let mut directories: Vec<(u64, Calls)> = Vec::new();
-        for item in self.store.db.scan_prefix(keys::chunks(&id)) {
-            let (key, bytes) = item.map_err(|e| self.fail(Some(seq), e.to_string()))?;
-            let chunk = self
-                .store
-                .read_chunk(&id, &key, bytes)
-                .map_err(|e| self.fail(Some(seq), e.to_string()))?;
-            if chunk.first_seq != seq {
-                return Err(self.fail(
-                    Some(seq),
-                    format!(
-                        "missing: the next chunk starts at record {}",
-                        chunk.first_seq
-                    ),
-                ));
+    fn run(&self, meta: &ConversationMeta, start: Start) -> Verified {
+        let first = start.seq;
+        let mut fold = Fold {
+            seq: start.seq,
+            address: start.address,
+            turns: start.turns,
+            kinds: [KindStats::default(); 10],
+            index: Vec::new(),
+            overlays: Vec::new(),
+            directories: Vec::new(),
+        };
+        let mut scan = self.store.db.scan_prefix(keys::chunks(&self.id));
+        loop {
+            let window: Vec<_> = scan.by_ref().take(WINDOW).collect();
+            if window.is_empty() {
+                break;
             }
-            if chunk.layout.parent != address {
-                return Err(self.fail(
-                    Some(seq),
-                    "its chunk's parent address is not the previous record's address",
-                ));
+            let checks: Vec<ChunkCheck> = window
+                .into_par_iter()
+                .map(|item| self.check_chunk(item))
+                .collect();
+            for check in checks {
+                self.fold_chunk(&mut fold, check)?;
             }
-            let mut calls = Vec::new();
-            for (i, entry) in chunk.layout.entries.iter().enumerate() {
-                let bytes = chunk.record_bytes(i);
-                let child = address.child(bytes);
-                if child.check() != entry.check {
-                    return Err(self.fail(Some(seq), "stored bytes do not match their address"));
-                }
-                let record = decode_record(bytes)
-                    .map_err(|e| self.fail(Some(seq), format!("does not decode: {e}")))?;
-                let event_type = record.body.event_type();
-                let turn = turns.next(event_type);
-                if turn != entry.turn {
-                    return Err(self.fail(
-                        Some(seq),
-                        format!("stored turn {} but the turn rule gives {turn}", entry.turn),
-                    ));
-                }
-                let mut size = bytes.len() as u64;
-                for text in record.texts() {
-                    if let TextRepr::Blob(blob) = text {
-                        self.check_blob(blob).map_err(|p| self.fail(Some(seq), p))?;
-                        size += blob.len;
-                    }
-                }
-                match &record.body {
-                    BodyRepr::Compaction(_) => overlays.push((seq, turn, bytes.to_vec())),
-                    BodyRepr::ToolCall { id, name, .. } => {
-                        calls.push((seq, (*id).to_owned(), (*name).to_owned()));
-                    }
-                    _ => {}
-                }
-                let stats = &mut kinds[event_type.index()];
-                stats.count += 1;
-                stats.bytes += size;
-                address = child;
-                seq += 1;
-            }
-            if !calls.is_empty() {
-                directories.push((chunk.first_seq, std::mem::take(&mut calls)));
-            }
-            let entries = chunk.layout.entries.len() as u64;
-            let first_turn = chunk.layout.entries.first().map_or(0, |e| e.turn);
-            let last_turn = chunk.layout.entries.last().map_or(0, |e| e.turn);
-            index.push((last_turn, chunk.first_seq, first_turn, entries));
         }
+        let Fold {
+            seq,
+            address,
+            turns,
+            kinds,
+            index,
+            overlays,
+            directories,
+        } = fold;
         if seq != meta.len {
             return Err(self.fail(
                 None,
@@ -314,6 +328,126 @@ impl Checker<'_> {
             records: seq - first,
             blobs: 0,
         })
+    }
+
+    /// Checks what one chunk can show on its own; see [`ChunkCheck`].
+    fn check_chunk(&self, item: sled::Result<(sled::IVec, sled::IVec)>) -> ChunkCheck {
+        let chunk = match item
+            .map_err(StoreError::from)
+            .and_then(|(key, value)| self.store.read_chunk(&self.id, &key, value))
+        {
+            Ok(chunk) => chunk,
+            Err(e) => return ChunkCheck::unread(e.to_string()),
+        };
+        let entries = &chunk.layout.entries;
+        let mut check = ChunkCheck {
+            first_seq: chunk.first_seq,
+            parent: chunk.layout.parent,
+            last: chunk.layout.parent,
+            records: Vec::with_capacity(entries.len()),
+            calls: Vec::new(),
+            overlays: Vec::new(),
+            failure: None,
+        };
+        for (i, entry) in entries.iter().enumerate() {
+            let bytes = chunk.record_bytes(i);
+            let address = check.last.child(bytes);
+            if address.check() != entry.check {
+                let problem = "stored bytes do not match their address".to_owned();
+                check.failure = Some((Some(i), problem));
+                break;
+            }
+            let record = match decode_record(bytes) {
+                Ok(record) => record,
+                Err(e) => {
+                    check.failure = Some((Some(i), format!("does not decode: {e}")));
+                    break;
+                }
+            };
+            let mut size = bytes.len() as u64;
+            let mut bad_blob = None;
+            for text in record.texts() {
+                if let TextRepr::Blob(blob) = text {
+                    if let Err(problem) = self.check_blob(blob) {
+                        bad_blob = Some(problem);
+                        break;
+                    }
+                    size += blob.len;
+                }
+            }
+            check
+                .records
+                .push((record.body.event_type(), entry.turn, size));
+            if let Some(problem) = bad_blob {
+                check.failure = Some((Some(i), problem));
+                break;
+            }
+            match &record.body {
+                BodyRepr::Compaction(_) => check.overlays.push((i, bytes.to_vec())),
+                BodyRepr::ToolCall { id, name, .. } => {
+                    let seq = chunk.first_seq + i as u64;
+                    check
+                        .calls
+                        .push((seq, (*id).to_owned(), (*name).to_owned()));
+                }
+                _ => {}
+            }
+            check.last = address;
+        }
+        check
+    }
+
+    /// Folds the next chunk's check into `fold`, making the checks that
+    /// need the records before it.
+    fn fold_chunk(&self, fold: &mut Fold, check: ChunkCheck) -> Result<(), VerifyFailure> {
+        if let Some((None, problem)) = check.failure {
+            return Err(self.fail(Some(fold.seq), problem));
+        }
+        if check.first_seq != fold.seq {
+            return Err(self.fail(
+                Some(fold.seq),
+                format!(
+                    "missing: the next chunk starts at record {}",
+                    check.first_seq
+                ),
+            ));
+        }
+        if check.parent != fold.address {
+            return Err(self.fail(
+                Some(fold.seq),
+                "its chunk's parent address is not the previous record's address",
+            ));
+        }
+        for &(event_type, stored, size) in &check.records {
+            let turn = fold.turns.next(event_type);
+            if turn != stored {
+                return Err(self.fail(
+                    Some(fold.seq),
+                    format!("stored turn {stored} but the turn rule gives {turn}"),
+                ));
+            }
+            let stats = &mut fold.kinds[event_type.index()];
+            stats.count += 1;
+            stats.bytes += size;
+            fold.seq += 1;
+        }
+        if let Some((Some(i), problem)) = check.failure {
+            return Err(self.fail(Some(check.first_seq + i as u64), problem));
+        }
+        fold.address = check.last;
+        for (i, record) in check.overlays {
+            let seq = check.first_seq + i as u64;
+            fold.overlays.push((seq, check.records[i].1, record));
+        }
+        if !check.calls.is_empty() {
+            fold.directories.push((check.first_seq, check.calls));
+        }
+        let first_turn = check.records.first().map_or(0, |r| r.1);
+        let last_turn = check.records.last().map_or(0, |r| r.1);
+        let records = check.records.len() as u64;
+        fold.index
+            .push((last_turn, check.first_seq, first_turn, records));
+        Ok(())
     }
 
     /// The turn index holds exactly one entry per chunk, under its last turn.
@@ -385,8 +519,9 @@ impl Checker<'_> {
         Ok(())
     }
 
-    fn check_blob(&mut self, blob: BlobRef) -> Result<(), String> {
-        if self.blobs.contains(&blob.hash) {
+    /// Re-hashes a blob unless it was found sound already (by any thread).
+    fn check_blob(&self, blob: BlobRef) -> Result<(), String> {
+        if lock(self.blobs).contains(&blob.hash) {
             return Ok(());
         }
         let bytes = self
@@ -400,7 +535,11 @@ impl Checker<'_> {
         if std::str::from_utf8(&bytes).is_err() {
             return Err(format!("its blob {} is not UTF-8", blob.hash));
         }
-        self.blobs.insert(blob.hash);
+        lock(self.blobs).insert(blob.hash);
         Ok(())
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
