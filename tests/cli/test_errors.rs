@@ -144,6 +144,42 @@ fn wait_retries_a_database_in_use_until_it_is_free() {
     assert_eq!(env.run(&["--wait", "x", "list"]).code, 2);
 }
 
+/// NDJSON is parsed a block at a time on several threads; the error still
+/// names the first bad line, in a later block or before a line that cannot
+/// be read.
+#[test]
+fn the_first_bad_ndjson_line_is_named_wherever_it_falls() {
+    let env = TestEnv::new();
+    let good = format!(r#"{{"type":"user","text":"{}"}}"#, "x".repeat(200));
+    let mut lines: Vec<String> = vec![good; 40_000];
+    lines[30_000] = r#"{"type":"user"}"#.to_owned();
+    lines[35_000] = r#"{"type":"nope"}"#.to_owned();
+    lines[35_500] = "y".repeat(2000);
+    let file = env.path().join("in.ndjson");
+    let import = |lines: &[String]| {
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        let args = ["--max-event-bytes", "1000", "import", "--format", "ndjson"];
+        let mut args = args.to_vec();
+        args.push(file.to_str().unwrap());
+        env.run(&args).fails().stderr
+    };
+    let stderr = import(&lines);
+    assert!(stderr.contains("line 30001:"), "{stderr}");
+    lines[30_000] = lines[0].clone();
+    let stderr = import(&lines);
+    assert!(stderr.contains("line 35001:"), "{stderr}");
+    lines[35_000] = lines[0].clone();
+    let stderr = import(&lines);
+    assert!(
+        stderr.contains("line 35501: longer than the limit"),
+        "{stderr}"
+    );
+    assert!(env.run(&["list", "--json"]).ok().lines()[0]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
 #[test]
 fn events_over_the_size_limit_are_refused_and_nothing_is_stored() {
     let env = TestEnv::new();

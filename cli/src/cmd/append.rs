@@ -5,9 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
-use convstore_store::{
-    json, Address, AppendOptions, Event, EventKind, Store, StoreError, Timestamp,
-};
+use convstore_store::{Address, AppendOptions, Event, EventKind, Store, StoreError, Timestamp};
 
 use std::path::Path;
 
@@ -123,10 +121,8 @@ fn events_from_flags(matches: &ArgMatches, now: Timestamp) -> Vec<Event> {
 /// anything is stored. Blank lines are skipped.
 fn read_ndjson(input: impl BufRead, now: Timestamp, limit: u64) -> Result<Vec<Event>> {
     let mut events = Vec::new();
-    output::for_each_line(input, limit, |number, line| {
-        if !line.trim().is_empty() {
-            events.push(json::parse_event(line, now).with_context(|| format!("line {number}"))?);
-        }
+    output::for_each_event(input, limit, now, |_, event| {
+        events.push(event);
         Ok(())
     })?;
     Ok(events)

@@ -15,7 +15,6 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use convstore_store::interop::{jp, openai};
-use convstore_store::json::parse_event;
 use convstore_store::{
     AppendOptions, ConversationId, Event, EventType, Store, Timestamp, TurnTracker,
 };
@@ -178,13 +177,9 @@ fn each_event(
 ) -> Result<()> {
     let reader = BufReader::with_capacity(1 << 20, input);
     match format {
-        InteropFormat::Ndjson => output::for_each_line(reader, limit, |number, line| {
-            if line.trim().is_empty() {
-                return Ok(());
-            }
-            let event = parse_event(line, now).with_context(|| format!("line {number}"))?;
-            sink(event, Vec::new())
-        }),
+        InteropFormat::Ndjson => {
+            output::for_each_event(reader, limit, now, |_, event| sink(event, Vec::new()))
+        }
         InteropFormat::Jp => each_element(reader, &mut |index, value| {
             let mut kept = Vec::new();
             let event = jp::from_jp(value, &mut kept).map_err(|e| format!("event {index}: {e}"))?;
