@@ -2,7 +2,7 @@
 //! it embeds.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use convstore_cli::generate::{generate_shaped, jp_shape, Shape};
+use convstore_cli::generate::{generate_shaped, jp_shape, Shape, BATCH};
 use convstore_store::{EventKind, Store};
 
 fn median(mut xs: Vec<u64>) -> u64 {
@@ -17,7 +17,7 @@ fn the_same_seed_gives_the_same_head() {
             .map(|_| {
                 let dir = tempfile::tempdir().unwrap();
                 let store = Store::open(dir.path().join("db")).unwrap();
-                let id = generate_shaped(&store, "g", 3_000, 30, 7, shape).unwrap();
+                let id = generate_shaped(&store, "g", 3_000, 30, 7, shape, BATCH).unwrap();
                 store.info(&id).unwrap().head
             })
             .collect();
@@ -29,7 +29,7 @@ fn the_same_seed_gives_the_same_head() {
 fn the_jp_shape_follows_the_real_statistics() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("db")).unwrap();
-    let id = generate_shaped(&store, "jp", 40_000, 0, 3, Shape::Jp).unwrap();
+    let id = generate_shaped(&store, "jp", 40_000, 0, 3, Shape::Jp, BATCH).unwrap();
     let info = store.info(&id).unwrap();
     let (mut results, mut users, mut per_turn) =
         (Vec::new(), Vec::new(), vec![0u64; info.turns as usize]);
@@ -60,4 +60,53 @@ fn the_jp_shape_follows_the_real_statistics() {
     assert!((8..=40).contains(&events), "{events} events a turn");
     // Tool steps are the most common, then answers, then reasoning.
     assert!(kinds[0] > kinds[1] && kinds[1] > kinds[2], "{kinds:?}");
+}
+
+#[test]
+fn the_log_read_back_does_not_depend_on_how_it_was_appended() {
+    // One event per append (an agent storing each event as it happens),
+    // seven, and the generator's large batches: the same events, head,
+    // turns, tool calls and view, whatever the chunks.
+    use convstore_cli::view::{plan, stream, Scope};
+
+    let read = |batch: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("db")).unwrap();
+        let id = generate_shaped(&store, "g", 2_000, 40, 5, Shape::Small, batch).unwrap();
+        let info = store.info(&id).unwrap();
+        assert!(store.verify(&id).unwrap().is_ok(), "batch {batch}");
+        let records: Vec<_> = store
+            .scan(&id, 0..info.len)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let turns: Vec<_> = (0..info.turns)
+            .map(|t| store.first_seq_of_turn(&id, t).unwrap())
+            .collect();
+        let calls = store.tool_calls(&id, 0, info.len).unwrap();
+        let scope = Scope { end: info.len };
+        let projector = plan(&store, &id, scope, None).unwrap();
+        let mut view = Vec::new();
+        stream(&store, &id, scope, &projector, |v| {
+            view.push(format!("{v:?}"));
+            Ok(())
+        })
+        .unwrap();
+        (info.head, records, turns, calls, view)
+    };
+    let batched = read(BATCH);
+    assert!(
+        batched.4.len() > 100,
+        "the view holds {} events",
+        batched.4.len()
+    );
+    assert!(batched.1.iter().any(|r| r.seq > 0 && r.turn > 0));
+    for batch in [1, 7] {
+        let other = read(batch);
+        assert_eq!(other.0, batched.0, "head, batch {batch}");
+        assert_eq!(other.1, batched.1, "records, batch {batch}");
+        assert_eq!(other.2, batched.2, "turn starts, batch {batch}");
+        assert_eq!(other.3, batched.3, "tool calls, batch {batch}");
+        assert_eq!(other.4, batched.4, "view, batch {batch}");
+    }
 }

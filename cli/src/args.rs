@@ -353,6 +353,10 @@ pub struct GenArgs {
     /// The shape of the conversation.
     #[arg(long, value_enum, default_value_t = Shape::Small)]
     pub shape: Shape,
+    /// Events per append: 1 writes the log as an agent storing each event
+    /// as it happens (same events and head; more, smaller chunks).
+    #[arg(long, default_value_t = crate::generate::BATCH)]
+    pub batch: usize,
 }
 
 /// Shapes of generated conversations.

@@ -26,8 +26,8 @@ use convstore_projection::bounds::widen_summary_range;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp};
 
-/// Events appended per batch.
-const BATCH: usize = 10_000;
+/// Events appended per batch, unless told otherwise.
+pub const BATCH: usize = 10_000;
 /// 2024-01-01T00:00:00Z: generated timestamps count microseconds from here.
 const EPOCH_MICROS: i64 = 1_704_067_200_000_000;
 
@@ -86,10 +86,13 @@ pub fn generate(
     compactions: u64,
     seed: u64,
 ) -> Result<ConversationId> {
-    generate_shaped(store, name, events, compactions, seed, Shape::Small)
+    generate_shaped(store, name, events, compactions, seed, Shape::Small, BATCH)
 }
 
-/// [`generate`] in the shape `shape`.
+/// [`generate`] in the shape `shape`, appending `batch_size` events at a
+/// time ([`BATCH`] by default; 1: as an agent that stores each event as it
+/// happens). The events, and so the head, do not depend on `batch_size`;
+/// how they are laid out in the store does.
 pub fn generate_shaped(
     store: &Store,
     name: &str,
@@ -97,7 +100,11 @@ pub fn generate_shaped(
     compactions: u64,
     seed: u64,
     shape: Shape,
+    batch_size: usize,
 ) -> Result<ConversationId> {
+    if batch_size == 0 {
+        bail!("--batch must be at least 1");
+    }
     if events == 0 {
         bail!("--events must be at least 1");
     }
@@ -122,7 +129,7 @@ pub fn generate_shaped(
         ..AppendOptions::default()
     };
     let mut id = None;
-    let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
+    let mut batch: Vec<Event> = Vec::with_capacity(batch_size.min(BATCH));
     let mut summaries: Vec<(u64, u64)> = Vec::new();
     let (mut turn, mut call, mut step) = (0u64, 0u64, 0u64);
     let mut started = false;
@@ -155,7 +162,7 @@ pub fn generate_shaped(
             pending.pop_front().unwrap_or(EventKind::TurnStart)
         };
         batch.push(Event::new(timestamp, kind));
-        if batch.len() == BATCH {
+        if batch.len() == batch_size {
             append(store, &mut id, name, &mut batch, &no_sync)?;
         }
     }

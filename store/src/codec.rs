@@ -48,11 +48,21 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 
 /// Decodes a stored value; `what` names it in the error.
 pub(crate) fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8], what: &str) -> StoreResult<T> {
+    decode_named(bytes, &|| what.to_owned())
+}
+
+/// [`decode`], naming the value only if it fails: for values decoded by
+/// the million, where formatting a name each time would cost more than
+/// the decoding.
+pub(crate) fn decode_named<'a, T: Deserialize<'a>>(
+    bytes: &'a [u8],
+    what: &dyn Fn() -> String,
+) -> StoreResult<T> {
     options()
         .with_limit(DECODE_LIMIT)
         .deserialize(bytes)
         .map_err(|e| StoreError::Corrupt {
-            what: format!("{what}: {e}"),
+            what: format!("{}: {e}", what()),
         })
 }
 
@@ -389,7 +399,7 @@ pub(crate) struct EntryPos {
 
 impl ChunkLayout {
     pub(crate) fn read(bytes: &[u8], what: &dyn Fn() -> String) -> StoreResult<Self> {
-        let chunk: ChunkRepr<'_> = decode(bytes, &what())?;
+        let chunk: ChunkRepr<'_> = decode_named(bytes, what)?;
         let base = bytes.as_ptr() as usize;
         let entries = chunk
             .entries

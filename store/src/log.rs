@@ -114,8 +114,8 @@ impl Located {
                 ChunkBytes::Sled(value),
             )?));
         }
-        let what = format!("conversation {id}: chunk at seq {first_seq}");
-        match codec::decode(&value, &what)? {
+        let what = || format!("conversation {id}: chunk at seq {first_seq}");
+        match codec::decode_named(&value, &what)? {
             ChunkValue::Inline(bytes) => {
                 let offset = bytes.as_ptr() as usize - value.as_ptr() as usize;
                 let bytes = value.subslice(offset, bytes.len());

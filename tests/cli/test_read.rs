@@ -1,4 +1,4 @@
-use crate::support::TestEnv;
+use crate::support::{Run, TestEnv};
 
 fn seeded() -> TestEnv {
     let env = TestEnv::new();
@@ -139,47 +139,31 @@ fn demo_stores_compacts_and_projects_the_sample() {
     assert_eq!(log.last().unwrap()["type"], "compaction");
 }
 
+/// `convstore gen NAME --events 3000 --compactions 400 --seed SEED`, with
+/// `extra` arguments.
+fn gen(env: &TestEnv, name: &str, seed: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "gen",
+        name,
+        "--events",
+        "3000",
+        "--compactions",
+        "400",
+        "--seed",
+        seed,
+    ];
+    args.extend_from_slice(extra);
+    env.run(&args).ok()
+}
+
 #[test]
 fn gen_is_deterministic_and_writes_what_it_was_asked() {
     let env = TestEnv::new();
     // 400 compactions among 3,000 events: their positions collide unless
     // drawn without repetition.
-    let a = env
-        .run(&[
-            "gen",
-            "a",
-            "--events",
-            "3000",
-            "--compactions",
-            "400",
-            "--seed",
-            "7",
-        ])
-        .ok();
-    let b = env
-        .run(&[
-            "gen",
-            "b",
-            "--events",
-            "3000",
-            "--compactions",
-            "400",
-            "--seed",
-            "7",
-        ])
-        .ok();
-    let c = env
-        .run(&[
-            "gen",
-            "c",
-            "--events",
-            "3000",
-            "--compactions",
-            "400",
-            "--seed",
-            "8",
-        ])
-        .ok();
+    let a = gen(&env, "a", "7", &[]);
+    let b = gen(&env, "b", "7", &[]);
+    let c = gen(&env, "c", "8", &[]);
     assert_eq!(a.stdout, b.stdout, "same seed, same head");
     assert_ne!(a.stdout, c.stdout);
     let stats = &env.run(&["stats", "a", "--json"]).ok().lines()[0];
@@ -191,4 +175,10 @@ fn gen_is_deterministic_and_writes_what_it_was_asked() {
     let view = env.run(&["project", "a"]).ok().lines();
     assert!(!view.is_empty() && view.len() < 3000);
     env.run(&["gen", "a", "--events", "10"]).fails();
+    // Appended an event at a time: the same conversation.
+    let d = gen(&env, "d", "7", &["--batch", "1"]);
+    assert_eq!(d.stdout, a.stdout, "same seed, same head, any batch size");
+    let run = env.run(&["gen", "e", "--batch", "0"]).fails();
+    assert!(run.stderr.contains("--batch"), "{}", run.stderr);
+    assert!(env.run(&["stats", "e"]).fails().stderr.contains('e'));
 }

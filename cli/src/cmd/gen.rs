@@ -22,6 +22,7 @@ pub(crate) fn run(store: &Store, args: &GenArgs, notes: &Notes) -> Result<ExitCo
         args.compactions,
         args.seed,
         shape,
+        args.batch,
     )?;
     let info = store.info(&id)?;
     notes.say(&format!(
