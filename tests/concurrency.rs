@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use convstore_store::{Address, AppendOptions, Event, EventKind, Store, StoreError, Timestamp};
+use convstore_store::{
+    Address, AppendOptions, ConversationId, Event, EventKind, Store, StoreError, Timestamp,
+};
 
 fn user(text: String) -> Event {
     Event::new(Timestamp::now(), EventKind::User { text })
@@ -104,4 +106,82 @@ fn racing_appends_with_expect_head_report_every_conflict() {
     }
     assert!(store.verify(&id).unwrap().is_ok());
     assert_ne!(store.info(&id).unwrap().head, Address::ROOT);
+}
+
+/// Every record of `id`'s log as (seq, address, event).
+fn read_log(store: &Store, id: &ConversationId) -> Vec<(u64, Address, EventKind)> {
+    store
+        .scan(id, 0..u64::MAX)
+        .unwrap()
+        .map(|r| {
+            let r = r.unwrap();
+            (r.seq, r.address, r.event.kind)
+        })
+        .collect()
+}
+
+#[test]
+fn reads_racing_small_appends_and_settles_see_a_consistent_log() {
+    // One writer appends an event at a time, settling the staged records
+    // every eight; readers scan the log meanwhile, with no lock. Every
+    // read is a prefix of the final log, record for record.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path().join("db")).unwrap());
+    store.set_settle_records(8);
+    let id = store.create_conversation(Some("busy")).unwrap();
+    // The writer waits for a read every 50 appends, so that reads and
+    // appends interleave on any machine.
+    let done_reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = {
+        let store = Arc::clone(&store);
+        let done_reads = Arc::clone(&done_reads);
+        std::thread::spawn(move || {
+            let options = AppendOptions {
+                no_sync: true,
+                ..AppendOptions::default()
+            };
+            for i in 0..600 {
+                while done_reads.load(std::sync::atomic::Ordering::SeqCst) < i / 50 {
+                    std::thread::yield_now();
+                }
+                store
+                    .append(&id, &[user(format!("e{i}"))], &options)
+                    .unwrap();
+            }
+        })
+    };
+    let mut reads = Vec::new();
+    while !writer.is_finished() {
+        let read = read_log(&store, &id);
+        let decoded: usize = store
+            .chunks(&id, 0, read.len() as u64)
+            .unwrap()
+            .map(|c| {
+                c.unwrap()
+                    .events(&store, 0, u64::MAX, |_, _, _| false)
+                    .unwrap()
+                    .len()
+            })
+            .sum();
+        assert_eq!(decoded, read.len());
+        reads.push(read);
+        done_reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    writer.join().unwrap();
+    let last = read_log(&store, &id);
+    assert_eq!(last.len(), 600);
+    for (i, (seq, _, kind)) in last.iter().enumerate() {
+        assert_eq!(*seq, i as u64);
+        assert_eq!(
+            *kind,
+            EventKind::User {
+                text: format!("e{i}")
+            }
+        );
+    }
+    assert!(reads.len() >= 11, "the reads raced the appends");
+    for read in &reads {
+        assert_eq!(read[..], last[..read.len()]);
+    }
+    assert!(store.verify(&id).unwrap().is_ok());
 }

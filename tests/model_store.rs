@@ -63,11 +63,15 @@ proptest! {
     fn random_logs_verify_and_index_turns(
         batches in prop::collection::vec(gen::events(12), 1..8),
         placing in prop::collection::vec(any::<bool>(), 8),
+        settle in 1u64..40,
     ) {
         let dir = tempfile::tempdir().unwrap();
         let all: Vec<Event> = batches.concat();
         let id = {
             let store = open(&dir);
+            // Staged records settled every `settle` records: settled and
+            // staged chunks, interleaved.
+            store.set_settle_records(settle);
             let id = store.create_conversation(Some("c")).unwrap();
             // Batches in sled and in the segment files, interleaved.
             for (batch, in_segments) in batches.iter().zip(&placing) {
@@ -141,9 +145,11 @@ proptest! {
         byte in any::<prop::sample::Index>(),
         mask in 1u8..=255,
         in_segments: bool,
+        settle in 1u64..30,
     ) {
         let dir = tempfile::tempdir().unwrap();
         let store = open_placing(&dir, in_segments);
+        store.set_settle_records(settle);
         let id = store.create_conversation(None).unwrap();
         for batch in &batches {
             store.append(&id, batch, &fast()).unwrap();
@@ -347,4 +353,61 @@ fn a_newer_format_version_is_refused() {
         Err(other) => panic!("wrong error: {other}"),
         Ok(_) => panic!("a version-99 database opened"),
     }
+}
+
+/// A fork taken inside its parent's staged records reads the same shared
+/// records after the parent settles them, and stages its own appends.
+#[test]
+fn forks_read_through_staged_and_settled_records() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(&dir);
+    store.set_settle_records(10);
+    let events = |from: usize, n: usize| -> Vec<Event> {
+        (from..from + n)
+            .map(|i| {
+                let kind = if i % 4 == 0 {
+                    convstore_store::EventKind::TurnStart
+                } else {
+                    convstore_store::EventKind::User {
+                        text: format!("event {i}"),
+                    }
+                };
+                Event::new(Timestamp::now(), kind)
+            })
+            .collect()
+    };
+    let parent = store.create_conversation(Some("p")).expect("create");
+    let mut model = Vec::new();
+    for e in events(0, 14) {
+        store
+            .append(&parent, std::slice::from_ref(&e), &fast())
+            .expect("append");
+        model.push(e);
+    }
+    // Records 10..14 are staged; fork after record 12.
+    let (fork, _) = store.fork(&parent, 12, Some("f"), &[]).expect("fork");
+    let mut fork_model = model[..12].to_vec();
+    for e in events(100, 25) {
+        store
+            .append(&fork, std::slice::from_ref(&e), &fast())
+            .expect("append");
+        fork_model.push(e);
+    }
+    for e in events(14, 30) {
+        store
+            .append(&parent, std::slice::from_ref(&e), &fast())
+            .expect("append");
+        model.push(e);
+    }
+    let texts = |id| -> Vec<Event> { scan_all(&store, id).into_iter().map(|r| r.event).collect() };
+    assert_eq!(texts(&parent), model);
+    assert_eq!(texts(&fork), fork_model);
+    for (id, len) in [(&parent, model.len()), (&fork, fork_model.len())] {
+        for seq in 0..len as u64 {
+            let turn = store.turn_of(id, seq).expect("turn");
+            assert_eq!(turn, seq / 4, "seq {seq}");
+        }
+        assert!(store.verify(id).expect("verify").is_ok());
+    }
+    assert!(store.verify_all().expect("verify").is_ok());
 }

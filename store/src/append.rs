@@ -5,7 +5,10 @@
 //! introduces are written just before, to their own tree. The batch is
 //! applied atomically, then flushed (unless the caller opts out), so an
 //! append is stored whole or not at all and is durable when it returns; a
-//! crash can at most leave blobs that nothing references.
+//! crash can at most leave blobs that nothing references. In a format-2
+//! database a small append's records are staged, and the append that
+//! brings the staged records to a settled chunk's size writes them again
+//! as settled chunks (`staging.rs`).
 
 use std::collections::HashSet;
 
@@ -17,7 +20,8 @@ use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
 use crate::hash::Address;
 use crate::ids::ConversationId;
-use crate::keys;
+use crate::keys::{self, Space};
+use crate::staging::{Staged, Staging, SETTLE_BYTES};
 use crate::store::{ConversationMeta, Store};
 
 /// How to append.
@@ -76,8 +80,10 @@ impl Store {
         let encoded = encode_all(events, self.max_event_bytes())?;
         let guard = self.lock_writes();
         let meta = self.meta(id)?;
+        check_head(options, &meta)?;
+        let placement = self.place(id, &meta, &encoded)?;
         let mut writes = Writes::default();
-        let appended = write_records(id, meta, &encoded, options, &mut writes)?;
+        let appended = write_records(id, meta, &encoded, &placement, &mut writes)?;
         self.commit(&encoded, writes)?;
         drop(guard);
         if !options.no_sync {
@@ -101,7 +107,9 @@ impl Store {
         let encoded = encode_all(events, self.max_event_bytes())?;
         let guard = self.lock_writes();
         let (id, meta, mut writes) = self.new_conversation(name)?;
-        let appended = write_records(&id, meta, &encoded, options, &mut writes)?;
+        check_head(options, &meta)?;
+        let placement = self.place(&id, &meta, &encoded)?;
+        let appended = write_records(&id, meta, &encoded, &placement, &mut writes)?;
         self.commit(&encoded, writes)?;
         drop(guard);
         if !options.no_sync {
@@ -118,7 +126,11 @@ impl Store {
     /// [`Store::segment_min_bytes`] or more go to the segment files, synced
     /// before the batch that refers to them; smaller ones stay in sled.
     pub(crate) fn commit(&self, encoded: &[EncodedRecord<'_>], writes: Writes) -> StoreResult<()> {
-        let Writes { mut batch, chunks } = writes;
+        let Writes {
+            mut batch,
+            chunks,
+            to_segments,
+        } = writes;
         let mut seen = HashSet::new();
         let mut blobs = Vec::new();
         for (hash, text) in encoded.iter().flat_map(|r| &r.blobs) {
@@ -129,7 +141,8 @@ impl Store {
         let mut blob_batch = sled::Batch::default();
         let bytes: usize = blobs.iter().map(|(_, b)| b.len()).sum::<usize>()
             + chunks.iter().map(|c| c.body.len()).sum::<usize>();
-        if self.format >= 2 && bytes > 0 && bytes as u64 >= self.segment_min_bytes() {
+        let large = bytes as u64 >= self.segment_min_bytes();
+        if self.format >= 2 && bytes > 0 && (large || to_segments) {
             let bodies: Vec<&[u8]> = blobs
                 .iter()
                 .map(|(_, b)| *b)
@@ -195,6 +208,12 @@ impl Store {
 pub(crate) struct Writes {
     pub batch: sled::Batch,
     chunks: Vec<PendingChunk>,
+    /// Keep the chunks in the segment files whatever their size (format
+    /// 2 and later): settled chunks a settle writes, which would otherwise
+    /// be values of up to 64 KiB in sled pages that small, often-written
+    /// keys share (sled rewrites a page whole, to a file of its own when
+    /// it is large).
+    to_segments: bool,
 }
 
 impl Writes {
@@ -211,34 +230,120 @@ struct PendingChunk {
     records: u64,
 }
 
+/// Fails with [`StoreError::HeadMismatch`] unless the conversation's head
+/// is the one `options` expects, if any.
+fn check_head(options: &AppendOptions, meta: &ConversationMeta) -> StoreResult<()> {
+    match options.expect_head {
+        Some(expected) if expected != meta.head => Err(StoreError::HeadMismatch {
+            expected,
+            actual: meta.head,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Where an append puts its records (see `staging.rs`).
+pub(crate) enum Placement {
+    /// In settled chunks; the staging state to store, if the conversation
+    /// has one.
+    Settled(Option<Staging>),
+    /// In a staged chunk, with the staging state after it.
+    Staged(Staging),
+    /// In settled chunks after the staged records, settled with them.
+    Settle(Staged, Staging),
+}
+
+impl Store {
+    /// Where an append of `encoded` to `id` (metadata `meta`) puts its
+    /// records. Called with the write lock held.
+    pub(crate) fn place(
+        &self,
+        id: &ConversationId,
+        meta: &ConversationMeta,
+        encoded: &[EncodedRecord<'_>],
+    ) -> StoreResult<Placement> {
+        if self.format < keys::STAGING_FORMAT {
+            return Ok(Placement::Settled(None));
+        }
+        let staging = self.staging(id)?;
+        let (settled, staged_bytes) = match staging {
+            Some(s) if s.settled < meta.len => (s.settled, s.bytes),
+            _ => (meta.len, 0),
+        };
+        let records = meta.len - settled + encoded.len() as u64;
+        let bytes = staged_bytes + encoded.iter().map(|r| r.bytes.len() as u64).sum::<u64>();
+        if records < self.settle_records() && bytes < SETTLE_BYTES {
+            return Ok(Placement::Staged(Staging { settled, bytes }));
+        }
+        let after = Staging {
+            settled: meta.len + encoded.len() as u64,
+            bytes: 0,
+        };
+        if settled == meta.len {
+            return Ok(Placement::Settled(staging.map(|_| after)));
+        }
+        let staged = self.load_staged(id, settled, meta.len, meta.head)?;
+        Ok(Placement::Settle(staged, after))
+    }
+}
+
 /// Chains `encoded` after the conversation's head and adds the chunks,
-/// turn index entries and metadata to `writes`.
+/// turn index entries and metadata to `writes`, where `placement` says
+/// (with the staged records first when it settles them).
 pub(crate) fn write_records(
     id: &ConversationId,
     mut meta: ConversationMeta,
     encoded: &[EncodedRecord<'_>],
-    options: &AppendOptions,
+    placement: &Placement,
     writes: &mut Writes,
 ) -> StoreResult<Appended> {
-    if let Some(expected) = options.expect_head {
-        if expected != meta.head {
-            return Err(StoreError::HeadMismatch {
-                expected,
-                actual: meta.head,
-            });
-        }
-    }
     // Chain each record, assign its turn and place it in a chunk. Chunks
     // are always new: an append never rewrites a stored value, which keeps
     // sled's log from churning (see ARCHITECTURE.md, "sled").
     let first_seq = meta.len;
     let mut parent = meta.head;
-    let mut chunk = ChunkBuilder::new(first_seq, parent);
+    let (space, staging) = match placement {
+        Placement::Settled(staging) => (Space::Settled, *staging),
+        Placement::Staged(staging) => (Space::Staged, Some(*staging)),
+        Placement::Settle(_, staging) => (Space::Settled, Some(*staging)),
+    };
+    let mut chunk = ChunkBuilder::new(space, first_seq, parent);
+    if let Placement::Settle(staged, _) = placement {
+        writes.to_segments = true;
+        let start = staged
+            .chunks
+            .first()
+            .map_or(first_seq, |(c, _)| c.first_seq);
+        let mut address = staged
+            .chunks
+            .first()
+            .map_or(parent, |(c, _)| c.layout.parent);
+        chunk = ChunkBuilder::new(space, start, address);
+        let mut calls = staged.calls()?.into_iter().peekable();
+        for (seq, (turn, check, record)) in (start..).zip(staged.records()) {
+            if chunk.is_full(record.len()) {
+                chunk.write(id, writes);
+                chunk = ChunkBuilder::new(space, seq, address);
+            }
+            chunk.bytes += record.len();
+            chunk.repr.entries.push(EntryRepr {
+                turn,
+                check,
+                record,
+            });
+            while let Some(call) = calls.next_if(|c| c.0 <= seq) {
+                if call.0 == seq {
+                    chunk.calls.calls.push(call);
+                }
+            }
+            address = address.child(record);
+        }
+    }
     for (i, record) in encoded.iter().enumerate() {
         let seq = first_seq + i as u64;
         if chunk.is_full(record.bytes.len()) {
             chunk.write(id, writes);
-            chunk = ChunkBuilder::new(seq, parent);
+            chunk = ChunkBuilder::new(space, seq, parent);
         }
         let address = parent.child(&record.bytes);
         let turn = meta.turns.next(record.event_type);
@@ -264,6 +369,9 @@ pub(crate) fn write_records(
         parent = address;
     }
     chunk.write(id, writes);
+    if let Some(staging) = staging {
+        writes.batch.insert(keys::staging(id), encode(&staging));
+    }
 
     let count = encoded.len() as u64;
     meta.len += count;
@@ -292,6 +400,7 @@ pub(crate) fn encode_all(events: &[Event], limit: u64) -> StoreResult<Vec<Encode
 
 /// A chunk being assembled, with its call directory.
 struct ChunkBuilder<'a> {
+    space: Space,
     first_seq: u64,
     repr: ChunkRepr<'a>,
     calls: CallDirectory<'a>,
@@ -299,8 +408,9 @@ struct ChunkBuilder<'a> {
 }
 
 impl ChunkBuilder<'_> {
-    fn new(first_seq: u64, parent: Address) -> Self {
+    fn new(space: Space, first_seq: u64, parent: Address) -> Self {
         ChunkBuilder {
+            space,
             first_seq,
             repr: ChunkRepr {
                 parent,
@@ -323,19 +433,19 @@ impl ChunkBuilder<'_> {
         let first_turn = entries.first().map_or(0, |e| e.turn);
         let last_turn = entries.last().map_or(0, |e| e.turn);
         writes.push_chunk(
-            keys::chunk(id, self.first_seq),
+            keys::chunk(self.space, id, self.first_seq),
             encode(&self.repr),
             entries.len() as u64,
         );
         let batch = &mut writes.batch;
         if !self.calls.calls.is_empty() {
             batch.insert(
-                keys::call_directory(id, self.first_seq),
+                keys::call_directory(self.space, id, self.first_seq),
                 encode(&self.calls),
             );
         }
         batch.insert(
-            keys::turn(id, last_turn, self.first_seq),
+            keys::turn(self.space, id, last_turn, self.first_seq),
             encode(&TurnEntry {
                 first_turn,
                 entries: entries.len() as u64,

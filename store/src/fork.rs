@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::append::{encode_all, write_records, AppendOptions, Writes};
+use crate::append::{encode_all, write_records, Writes};
 use crate::codec::{decode, encode};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
@@ -179,7 +179,8 @@ impl Store {
             writes.batch.insert(keys::conversation(&id), encode(&meta));
             base
         } else {
-            write_records(&id, meta, &encoded, &AppendOptions::default(), &mut writes)?.head
+            let placement = self.place(&id, &meta, &encoded)?;
+            write_records(&id, meta, &encoded, &placement, &mut writes)?.head
         };
         self.commit(&encoded, writes)?;
         drop(guard);

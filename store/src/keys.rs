@@ -11,6 +11,8 @@
 //! | `N` name | conversation id (16 bytes) |
 //! | `c` id(16) first_seq(8 BE) | a chunk of records |
 //! | `t` id(16) last_turn(8 BE) first_seq(8 BE) | turn index entry for a chunk |
+//! | `s`, `u`, `j` | as `c`, `t` and `k`, for staged chunks (`staging.rs`) |
+//! | `T` id(16) | where a conversation's staged records start, and their bytes |
 //! | `o` id(16) seq(8 BE) | a compaction overlay: its turn and record bytes |
 //! | `k` id(16) first_seq(8 BE) | the tool calls of a chunk: (seq, id, name) |
 //! | `v` id(16) view(8) | a materialized view's state (view = blake3 of its name) |
@@ -40,6 +42,7 @@ pub(crate) const TURN: u8 = b't';
 pub(crate) const OVERLAY: u8 = b'o';
 pub(crate) const CALLS: u8 = b'k';
 pub(crate) const LINEAGE: u8 = b'L';
+pub(crate) const STAGING: u8 = b'T';
 pub(crate) const PINS: u8 = b'P';
 pub(crate) const AUTO: u8 = b'A';
 pub(crate) const VIEW: u8 = b'v';
@@ -49,9 +52,14 @@ pub(crate) const VIEW_CALLS: u8 = b'x';
 pub(crate) const BLOBS: &str = "blobs";
 
 /// The format version this build writes to new databases. It reads and
-/// writes format 1 too (chunks and blobs inside sled); format 2 keeps the
-/// bodies of large appends in segment files (`segments.rs`).
-pub const FORMAT_VERSION: u32 = 2;
+/// writes formats 1 and 2 too: format 1 keeps chunks and blobs inside
+/// sled; format 2 keeps the bodies of large appends in segment files
+/// (`segments.rs`); format 3 also stages small appends (`staging.rs`),
+/// which a build that reads only format 2 would not see.
+pub const FORMAT_VERSION: u32 = 3;
+
+/// The first format version that stages small appends.
+pub(crate) const STAGING_FORMAT: u32 = 3;
 
 /// The oldest format version this build reads and writes.
 pub(crate) const OLDEST_FORMAT: u32 = 1;
@@ -76,22 +84,44 @@ pub(crate) fn name(name: &str) -> Vec<u8> {
     prefixed(NAME, name.as_bytes())
 }
 
-/// The prefix of every chunk key of a conversation.
-pub(crate) fn chunks(id: &ConversationId) -> Vec<u8> {
-    numbered(CHUNK, id, &[])
+/// Where a chunk and its side data are kept: among the settled chunks, or
+/// the staged ones (`staging.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Space {
+    Settled,
+    Staged,
 }
 
-pub(crate) fn chunk(id: &ConversationId, first_seq: u64) -> Vec<u8> {
-    numbered(CHUNK, id, &[first_seq])
+impl Space {
+    /// The tags of its chunk, turn index and call directory keys.
+    fn tags(self) -> (u8, u8, u8) {
+        match self {
+            Space::Settled => (CHUNK, TURN, CALLS),
+            Space::Staged => (b's', b'u', b'j'),
+        }
+    }
 }
 
-/// The prefix of every turn index key of a conversation.
-pub(crate) fn turns(id: &ConversationId) -> Vec<u8> {
-    numbered(TURN, id, &[])
+pub(crate) fn staging(id: &ConversationId) -> Vec<u8> {
+    prefixed(STAGING, id.as_bytes())
 }
 
-pub(crate) fn turn(id: &ConversationId, last_turn: u64, first_seq: u64) -> Vec<u8> {
-    numbered(TURN, id, &[last_turn, first_seq])
+/// The prefix of every chunk key of a conversation in `space`.
+pub(crate) fn chunks(space: Space, id: &ConversationId) -> Vec<u8> {
+    numbered(space.tags().0, id, &[])
+}
+
+pub(crate) fn chunk(space: Space, id: &ConversationId, first_seq: u64) -> Vec<u8> {
+    numbered(space.tags().0, id, &[first_seq])
+}
+
+/// The prefix of every turn index key of a conversation in `space`.
+pub(crate) fn turns(space: Space, id: &ConversationId) -> Vec<u8> {
+    numbered(space.tags().1, id, &[])
+}
+
+pub(crate) fn turn(space: Space, id: &ConversationId, last_turn: u64, first_seq: u64) -> Vec<u8> {
+    numbered(space.tags().1, id, &[last_turn, first_seq])
 }
 
 /// The (last turn, first seq) of a turn index key.
@@ -99,13 +129,13 @@ pub(crate) fn turn_parts(key: &[u8]) -> Option<(u64, u64)> {
     Some((be_u64(key.get(17..25)?)?, be_u64(key.get(25..33)?)?))
 }
 
-/// The prefix of every call directory key of a conversation.
-pub(crate) fn call_directories(id: &ConversationId) -> Vec<u8> {
-    numbered(CALLS, id, &[])
+/// The prefix of every call directory key of a conversation in `space`.
+pub(crate) fn call_directories(space: Space, id: &ConversationId) -> Vec<u8> {
+    numbered(space.tags().2, id, &[])
 }
 
-pub(crate) fn call_directory(id: &ConversationId, first_seq: u64) -> Vec<u8> {
-    numbered(CALLS, id, &[first_seq])
+pub(crate) fn call_directory(space: Space, id: &ConversationId, first_seq: u64) -> Vec<u8> {
+    numbered(space.tags().2, id, &[first_seq])
 }
 
 /// The prefix of every overlay key of a conversation.

@@ -46,6 +46,7 @@ mod log;
 mod names;
 mod segments;
 mod settings;
+mod staging;
 mod store;
 #[doc(hidden)]
 pub mod testing;

@@ -13,7 +13,7 @@ use crate::event::{Event, EventType, Timestamp};
 use crate::fork::Piece;
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
-use crate::keys;
+use crate::keys::{self, Space};
 use crate::names::ToolNames;
 use crate::segments::SegmentRef;
 use crate::store::{KindStats, Store};
@@ -233,9 +233,10 @@ impl Store {
         })
     }
 
-    /// For each piece holding part of records `start..end`: its records in
-    /// that range and an iterator over its owner's chunks from the one
-    /// holding the first of them.
+    /// For each piece holding part of records `start..end`, split where
+    /// its owner's staged records start: its records in that range and an
+    /// iterator over the chunks holding them, from the one holding the
+    /// first of them.
     fn piece_chunks(
         &self,
         id: &ConversationId,
@@ -243,22 +244,47 @@ impl Store {
         end: u64,
     ) -> StoreResult<Vec<(Piece, sled::Iter)>> {
         let mut out = Vec::new();
+        for (space, piece) in self.spaced_pieces(id, start, end)? {
+            let owner = &piece.owner;
+            let from = self.chunk_start(space, owner, piece.start)?;
+            let chunks = self
+                .db
+                .range(keys::chunk(space, owner, from)..keys::chunk(space, owner, piece.end));
+            out.push((piece, chunks));
+        }
+        Ok(out)
+    }
+
+    /// The non-empty parts of records `start..end` of `id`, each stored
+    /// under one owner's keys in one space, in log order.
+    fn spaced_pieces(
+        &self,
+        id: &ConversationId,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Vec<(Space, Piece)>> {
+        let mut out = Vec::new();
         for piece in self.pieces(id, end)? {
             if piece.end <= start {
                 continue;
             }
             let first = start.max(piece.start);
-            let from = self.chunk_start(&piece.owner, first)?;
-            let chunks = self
-                .db
-                .range(keys::chunk(&piece.owner, from)..keys::chunk(&piece.owner, piece.end));
-            out.push((
-                Piece {
-                    start: first,
-                    ..piece
-                },
-                chunks,
-            ));
+            let settled = self.settled(&piece.owner)?.clamp(first, piece.end);
+            for (space, start, end) in [
+                (Space::Settled, first, settled),
+                (Space::Staged, settled, piece.end),
+            ] {
+                if start < end {
+                    out.push((
+                        space,
+                        Piece {
+                            start,
+                            end,
+                            ..piece
+                        },
+                    ));
+                }
+            }
         }
         Ok(out)
     }
@@ -283,18 +309,24 @@ impl Store {
         }
     }
 
-    /// The first seq of the chunk that holds `seq` (0 for an empty log).
-    fn chunk_start(&self, id: &ConversationId, seq: u64) -> StoreResult<u64> {
+    /// The first seq of the chunk in `space` that holds `seq` (0 for an
+    /// empty log).
+    fn chunk_start(&self, space: Space, id: &ConversationId, seq: u64) -> StoreResult<u64> {
         let found = self
             .db
-            .range(keys::chunks(id)..=keys::chunk(id, seq))
+            .range(keys::chunks(space, id)..=keys::chunk(space, id, seq))
             .next_back()
             .transpose()?;
         Ok(found.and_then(|(key, _)| keys::key_seq(&key)).unwrap_or(0))
     }
 
-    fn load_chunk(&self, id: &ConversationId, first_seq: u64) -> StoreResult<LoadedChunk> {
-        let key = keys::chunk(id, first_seq);
+    fn load_chunk(
+        &self,
+        space: Space,
+        id: &ConversationId,
+        first_seq: u64,
+    ) -> StoreResult<LoadedChunk> {
+        let key = keys::chunk(space, id, first_seq);
         let bytes = self.db.get(&key)?.ok_or_else(|| StoreError::Corrupt {
             what: format!("conversation {id}: chunk at seq {first_seq} is missing"),
         })?;
@@ -320,7 +352,8 @@ impl Store {
             });
         };
         let owner = &piece.owner;
-        let chunk = self.load_chunk(owner, self.chunk_start(owner, seq)?)?;
+        let space = Store::space_of(seq, self.settled(owner)?);
+        let chunk = self.load_chunk(space, owner, self.chunk_start(space, owner, seq)?)?;
         let index = (seq - chunk.first_seq) as usize;
         chunk
             .layout
@@ -374,35 +407,42 @@ impl Store {
     }
 
     /// [`Store::first_seq_of_turn`] among the records stored under
-    /// `owner`'s own keys.
+    /// `owner`'s own keys: in its settled chunks, else in its staged ones
+    /// (from where they start: staged chunks before it are settled
+    /// already, and never read).
     fn owned_first_seq_of_turn(
         &self,
         owner: &ConversationId,
         turn: u64,
     ) -> StoreResult<Option<u64>> {
-        let found = self
-            .db
-            .range(keys::turn(owner, turn, 0)..keys::turn(owner, u64::MAX, u64::MAX))
-            .next()
-            .transpose()?;
-        let Some((key, value)) = found else {
-            return Ok(None);
-        };
-        let (_, first_seq) = keys::turn_parts(&key).ok_or_else(|| StoreError::Corrupt {
-            what: format!("conversation {owner}: a turn index key is truncated"),
-        })?;
-        let entry: TurnEntry = codec::decode(&value, "turn index entry")?;
-        if entry.first_turn > turn {
-            // The turn falls between chunks: it has no record.
-            return Ok(None);
+        let settled = self.settled(owner)?;
+        for space in [Space::Settled, Space::Staged] {
+            let index = self.db.range(
+                keys::turn(space, owner, turn, 0)..keys::turn(space, owner, u64::MAX, u64::MAX),
+            );
+            for item in index {
+                let (key, value) = item?;
+                let (_, first_seq) = keys::turn_parts(&key).ok_or_else(|| StoreError::Corrupt {
+                    what: format!("conversation {owner}: a turn index key is truncated"),
+                })?;
+                if space == Space::Staged && first_seq < settled {
+                    continue;
+                }
+                let entry: TurnEntry = codec::decode(&value, "turn index entry")?;
+                if entry.first_turn > turn {
+                    // The turn falls between chunks: it has no record.
+                    return Ok(None);
+                }
+                let chunk = self.load_chunk(space, owner, first_seq)?;
+                return Ok(chunk
+                    .layout
+                    .entries
+                    .iter()
+                    .position(|e| e.turn == turn)
+                    .map(|i| first_seq + i as u64));
+            }
         }
-        let chunk = self.load_chunk(owner, first_seq)?;
-        Ok(chunk
-            .layout
-            .entries
-            .iter()
-            .position(|e| e.turn == turn)
-            .map(|i| first_seq + i as u64))
+        Ok(None)
     }
 
     /// The compaction overlays among records `0..end`, in log order.
@@ -518,18 +558,16 @@ impl Store {
         end: u64,
         mut visit: impl FnMut(Range<u64>, sled::IVec),
     ) -> StoreResult<()> {
-        for piece in self.pieces(id, end)? {
-            if piece.end <= start {
-                continue;
-            }
+        for (space, piece) in self.spaced_pieces(id, start, end)? {
             let owner = &piece.owner;
-            let from = self.chunk_start(owner, start.max(piece.start))?;
-            let directories = self
-                .db
-                .range(keys::call_directory(owner, from)..keys::call_directory(owner, piece.end));
+            let from = self.chunk_start(space, owner, piece.start)?;
+            let directories = self.db.range(
+                keys::call_directory(space, owner, from)
+                    ..keys::call_directory(space, owner, piece.end),
+            );
             for item in directories {
                 let (_, value) = item?;
-                visit(start.max(piece.start)..piece.end, value);
+                visit(piece.start..piece.end, value);
             }
         }
         Ok(())

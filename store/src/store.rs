@@ -44,6 +44,7 @@ pub struct Store {
     write_lock: Mutex<()>,
     max_event_bytes: AtomicU64,
     segment_min_bytes: AtomicU64,
+    settle_records: AtomicU64,
     /// Decoded compaction overlays by (owner, seq): records never change,
     /// so a process that reads the overlays again and again (a server, the
     /// automatic compaction loop) decodes each once.
@@ -188,6 +189,7 @@ impl Store {
             write_lock: Mutex::new(()),
             max_event_bytes: AtomicU64::new(DEFAULT_MAX_EVENT_BYTES),
             segment_min_bytes: AtomicU64::new(DEFAULT_SEGMENT_MIN_BYTES),
+            settle_records: AtomicU64::new(crate::staging::SETTLE_RECORDS),
             overlay_cache: Mutex::new(HashMap::new()),
         })
     }
@@ -214,6 +216,20 @@ impl Store {
     /// See [`Store::set_segment_min_bytes`].
     pub fn segment_min_bytes(&self) -> u64 {
         self.segment_min_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Sets how many staged records an append settles (256 unless set; 1:
+    /// every append writes settled chunks). Appends smaller than that, and
+    /// than 64 KiB of records with those staged before them, are staged
+    /// first (format-3 databases; see `staging.rs`). Changes the layout,
+    /// never what is read.
+    pub fn set_settle_records(&self, records: u64) {
+        self.settle_records.store(records.max(1), Ordering::Relaxed);
+    }
+
+    /// See [`Store::set_settle_records`].
+    pub fn settle_records(&self) -> u64 {
+        self.settle_records.load(Ordering::Relaxed)
     }
 
     /// The database's format version ([`FORMAT_VERSION`] for a database

@@ -49,9 +49,10 @@ fn chunk_of(
     id: &ConversationId,
     seq: u64,
 ) -> StoreResult<(Vec<u8>, sled::IVec, usize)> {
+    let space = Store::space_of(seq, store.settled(id)?);
     let found = store
         .db
-        .range(keys::chunks(id)..=keys::chunk(id, seq))
+        .range(keys::chunks(space, id)..=keys::chunk(space, id, seq))
         .next_back()
         .transpose()?;
     let (key, bytes) = found.ok_or(StoreError::NoSuchRecord { seq, len: 0 })?;

@@ -23,7 +23,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
-use crate::keys;
+use crate::keys::{self, Space};
 use crate::store::{ConversationMeta, KindStats, Store};
 
 /// The tool calls of a chunk as `(seq, id, name)`.
@@ -273,7 +273,22 @@ impl Checker<'_> {
             overlays: Vec::new(),
             directories: Vec::new(),
         };
-        let mut scan = self.store.db.scan_prefix(keys::chunks(&self.id));
+        // The settled chunks, then the staged ones from where they start
+        // (the staged chunks before it were settled, and are not read).
+        let settled = self
+            .store
+            .settled(&self.id)
+            .map_err(|e| self.fail(None, e.to_string()))?;
+        let staged = keys::chunk(Space::Staged, &self.id, settled.min(meta.len));
+        let mut scan = self
+            .store
+            .db
+            .scan_prefix(keys::chunks(Space::Settled, &self.id))
+            .chain(
+                self.store
+                    .db
+                    .range(staged..keys::chunk(Space::Staged, &self.id, u64::MAX)),
+            );
         loop {
             let window: Vec<_> = scan.by_ref().take(WINDOW).collect();
             if window.is_empty() {
@@ -320,9 +335,9 @@ impl Checker<'_> {
                 "the metadata's turn or kind counts do not match the log",
             ));
         }
-        self.check_turn_index(&index)?;
+        self.check_turn_index(&index, settled)?;
         self.check_overlays(&overlays)?;
-        self.check_call_directories(&directories)?;
+        self.check_call_directories(&directories, settled)?;
         Ok(VerifyReport {
             conversations: 1,
             records: seq - first,
@@ -450,19 +465,48 @@ impl Checker<'_> {
         Ok(())
     }
 
-    /// The turn index holds exactly one entry per chunk, under its last turn.
-    fn check_turn_index(&self, expected: &[(u64, u64, u64, u64)]) -> Result<(), VerifyFailure> {
+    /// The turn index holds exactly one entry per chunk, under its last
+    /// turn: the settled index per settled chunk, the staged index per
+    /// staged chunk from `settled` on.
+    fn check_turn_index(
+        &self,
+        expected: &[(u64, u64, u64, u64)],
+        settled: u64,
+    ) -> Result<(), VerifyFailure> {
         let mut expected = expected.to_vec();
         expected.sort_unstable();
+        // Staged entries from the settled records' last turn on: those
+        // before are of staged chunks settled since, and never read.
+        let from_turn = expected
+            .iter()
+            .filter(|e| e.1 < settled)
+            .map(|e| e.0)
+            .max()
+            .unwrap_or(0);
+        let id = &self.id;
+        let settled_index = self.store.db.scan_prefix(keys::turns(Space::Settled, id));
+        let staged_index = self.store.db.range(
+            keys::turn(Space::Staged, id, from_turn, 0)
+                ..keys::turn(Space::Staged, id, u64::MAX, u64::MAX),
+        );
         let mut found = Vec::new();
-        for item in self.store.db.scan_prefix(keys::turns(&self.id)) {
-            let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
-            let (last_turn, first_seq) = keys::turn_parts(&key)
-                .ok_or_else(|| self.fail(None, "a turn index key is truncated"))?;
-            let entry: TurnEntry = codec::decode(&value, "turn index entry")
-                .map_err(|e| self.fail(None, e.to_string()))?;
-            found.push((last_turn, first_seq, entry.first_turn, entry.entries));
+        for (space, index) in [
+            (Space::Settled, settled_index),
+            (Space::Staged, staged_index),
+        ] {
+            for item in index {
+                let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
+                let (last_turn, first_seq) = keys::turn_parts(&key)
+                    .ok_or_else(|| self.fail(None, "a turn index key is truncated"))?;
+                if space == Space::Staged && first_seq < settled {
+                    continue;
+                }
+                let entry: TurnEntry = codec::decode(&value, "turn index entry")
+                    .map_err(|e| self.fail(None, e.to_string()))?;
+                found.push((last_turn, first_seq, entry.first_turn, entry.entries));
+            }
         }
+        found.sort_unstable();
         if found != expected {
             return Err(self.fail(None, "the turn index does not match the log's chunks"));
         }
@@ -494,21 +538,43 @@ impl Checker<'_> {
         Ok(())
     }
 
-    /// Each chunk's call directory lists exactly its tool calls.
-    fn check_call_directories(&self, expected: &[(u64, Calls)]) -> Result<(), VerifyFailure> {
+    /// Each chunk's call directory lists exactly its tool calls (staged
+    /// chunks' from `settled` on).
+    fn check_call_directories(
+        &self,
+        expected: &[(u64, Calls)],
+        settled: u64,
+    ) -> Result<(), VerifyFailure> {
+        let id = &self.id;
+        let settled_directories = self
+            .store
+            .db
+            .scan_prefix(keys::call_directories(Space::Settled, id));
+        let staged_directories = self.store.db.range(
+            keys::call_directory(Space::Staged, id, settled)
+                ..keys::call_directory(Space::Staged, id, u64::MAX),
+        );
         let mut found = Vec::new();
-        for item in self.store.db.scan_prefix(keys::call_directories(&self.id)) {
-            let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
-            let first_seq = keys::key_seq(&key)
-                .ok_or_else(|| self.fail(None, "a call directory key is truncated"))?;
-            let directory: CallDirectory<'_> = codec::decode(&value, "call directory")
-                .map_err(|e| self.fail(Some(first_seq), e.to_string()))?;
-            let calls = directory
-                .calls
-                .into_iter()
-                .map(|(seq, id, name)| (seq, id.to_owned(), name.to_owned()))
-                .collect();
-            found.push((first_seq, calls));
+        for (space, directories) in [
+            (Space::Settled, settled_directories),
+            (Space::Staged, staged_directories),
+        ] {
+            for item in directories {
+                let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
+                let first_seq = keys::key_seq(&key)
+                    .ok_or_else(|| self.fail(None, "a call directory key is truncated"))?;
+                if space == Space::Staged && first_seq < settled {
+                    continue;
+                }
+                let directory: CallDirectory<'_> = codec::decode(&value, "call directory")
+                    .map_err(|e| self.fail(Some(first_seq), e.to_string()))?;
+                let calls = directory
+                    .calls
+                    .into_iter()
+                    .map(|(seq, id, name)| (seq, id.to_owned(), name.to_owned()))
+                    .collect();
+                found.push((first_seq, calls));
+            }
         }
         if found != expected {
             return Err(self.fail(

@@ -1,0 +1,164 @@
+//! Staged chunks: how a log appended a few events at a time still reads
+//! as a few large chunks.
+//!
+//! An append never rewrites or deletes a stored value (sled 0.34.7 can
+//! deadlock on workloads that do; ARCHITECTURE.md, "sled"), so the records
+//! of each append make chunks of their own. For a log appended an event at
+//! a time that is a chunk per event, and sled's per-key costs on every
+//! read. So in a format-3 database an append too small to make a settled
+//! chunk (under [`SETTLE_RECORDS`] records and [`SETTLE_BYTES`] bytes,
+//! together with the records staged before it) writes its chunk to the
+//! *staged* key space (`keys::Space::Staged`: its own chunk, turn index
+//! and call directory keys). The append that brings the staged records to
+//! either limit writes them all again, its own with them, as settled
+//! chunks (the usual keys), and moves the conversation's settled boundary
+//! past them, in its one batch.
+//!
+//! So records `0..settled` of a conversation's own log are read from the
+//! settled chunks and `settled..len` from the staged ones; staged chunks
+//! below the boundary are never read again, and never deleted (deleting
+//! is what sled must not be asked to do). A read that loaded the boundary
+//! before a settle moved it reads the staged copies, which are the same
+//! records: reads need no lock. A record is written twice, once staged and
+//! once settled; the staged copies stay on disk.
+//!
+//! A conversation with no staging key (every one written in large appends,
+//! or before staging existed) has every record settled.
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{self, CallDirectory};
+use crate::error::StoreResult;
+use crate::hash::Address;
+use crate::ids::ConversationId;
+use crate::keys::{self, Space};
+use crate::log::{LoadedChunk, Located};
+use crate::store::Store;
+
+/// Staged records are settled once there are this many...
+pub(crate) const SETTLE_RECORDS: u64 = 256;
+/// ...or this many bytes of them.
+pub(crate) const SETTLE_BYTES: u64 = 64 * 1024;
+
+/// Where a conversation's staged records start and how many bytes they
+/// hold (their record bytes, as chunks count them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Staging {
+    pub settled: u64,
+    pub bytes: u64,
+}
+
+/// The staged records of a log, loaded to be settled: each chunk with its
+/// call directory's bytes, in log order.
+pub(crate) struct Staged {
+    pub chunks: Vec<(LoadedChunk, Option<sled::IVec>)>,
+}
+
+impl Staged {
+    /// Each record as (turn, check, bytes), in log order.
+    pub(crate) fn records(&self) -> impl Iterator<Item = (u64, [u8; 8], &[u8])> {
+        self.chunks.iter().flat_map(|(chunk, _)| {
+            chunk
+                .layout
+                .entries
+                .iter()
+                .enumerate()
+                .map(move |(i, e)| (e.turn, e.check, chunk.record_bytes(i)))
+        })
+    }
+
+    /// Their tool calls as (seq, call id, name), in log order.
+    pub(crate) fn calls(&self) -> StoreResult<Vec<(u64, &str, &str)>> {
+        let mut out = Vec::new();
+        for (_, directory) in &self.chunks {
+            if let Some(bytes) = directory {
+                let directory: CallDirectory<'_> = codec::decode(bytes, "call directory")?;
+                out.extend(directory.calls);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Store {
+    /// The staging state of `id`, if it has one.
+    pub(crate) fn staging(&self, id: &ConversationId) -> StoreResult<Option<Staging>> {
+        match self.db.get(keys::staging(id))? {
+            Some(bytes) => {
+                codec::decode(&bytes, &format!("staging of conversation {id}")).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The seq where `id`'s own staged records start: records before it
+    /// are in settled chunks, records from it on in staged ones.
+    pub(crate) fn settled(&self, id: &ConversationId) -> StoreResult<u64> {
+        Ok(self.staging(id)?.map_or(u64::MAX, |s| s.settled))
+    }
+
+    /// The space holding `id`'s own record `seq`, given where its staged
+    /// records start.
+    pub(crate) fn space_of(seq: u64, settled: u64) -> Space {
+        if seq < settled {
+            Space::Settled
+        } else {
+            Space::Staged
+        }
+    }
+
+    /// The staged chunks of `id` holding records `from..len`, which must
+    /// end with address `head`, loaded to settle them. Fails as corrupt
+    /// when they do not chain: an append cannot settle records it cannot
+    /// vouch for, and `verify` names the first bad one.
+    pub(crate) fn load_staged(
+        &self,
+        id: &ConversationId,
+        from: u64,
+        len: u64,
+        head: Address,
+    ) -> StoreResult<Staged> {
+        let mut chunks = Vec::new();
+        let range = keys::chunk(Space::Staged, id, from)..keys::chunk(Space::Staged, id, len);
+        let mut seq = from;
+        let mut address = None;
+        for item in self.db.range(range) {
+            let (key, value) = item?;
+            let chunk = Located::new(self.format, id, &key, value)?.into_loaded(self, id)?;
+            if chunk.first_seq != seq {
+                return Err(staged_corrupt(id, seq, "is missing"));
+            }
+            let mut at = *address.get_or_insert(chunk.layout.parent);
+            if chunk.layout.parent != at {
+                return Err(staged_corrupt(
+                    id,
+                    seq,
+                    "does not chain to the record before",
+                ));
+            }
+            for (i, entry) in chunk.layout.entries.iter().enumerate() {
+                at = at.child(chunk.record_bytes(i));
+                if at.check() != entry.check {
+                    let problem = "does not match its address";
+                    return Err(staged_corrupt(id, seq + i as u64, problem));
+                }
+            }
+            address = Some(at);
+            seq += chunk.layout.entries.len() as u64;
+            let directory =
+                self.db
+                    .get(keys::call_directory(Space::Staged, id, chunk.first_seq))?;
+            chunks.push((chunk, directory));
+        }
+        if seq != len || address.is_some_and(|a| a != head) {
+            return Err(staged_corrupt(id, seq, "is missing"));
+        }
+        Ok(Staged { chunks })
+    }
+}
+
+fn staged_corrupt(id: &ConversationId, seq: u64, problem: &str) -> crate::StoreError {
+    crate::StoreError::Corrupt {
+        what: format!("conversation {id}: staged record {seq} {problem}"),
+    }
+}
