@@ -5,7 +5,7 @@
 //! introduces are written just before, to their own tree. The batch is
 //! applied atomically, then flushed (unless the caller opts out), so an
 //! append is stored whole or not at all and is durable when it returns; a
-//! crash can at most leave blobs that nothing references. In a format-2
+//! crash can at most leave blobs that nothing references. In a format-3
 //! database a small append's records are staged, and the append that
 //! brings the staged records to a settled chunk's size writes them again
 //! as settled chunks (`staging.rs`).
