@@ -411,3 +411,37 @@ fn forks_read_through_staged_and_settled_records() {
     }
     assert!(store.verify_all().expect("verify").is_ok());
 }
+
+/// An append that would settle a damaged staged record fails, naming it,
+/// and stores nothing; `verify` names the same record.
+#[test]
+fn a_damaged_staged_record_fails_the_settling_append() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = open(&dir);
+    store.set_settle_records(8);
+    let user = |i: usize| {
+        Event::new(
+            Timestamp::now(),
+            convstore_store::EventKind::User {
+                text: format!("event {i}"),
+            },
+        )
+    };
+    let id = store.create_conversation(Some("c")).expect("create");
+    for i in 0..11 {
+        store.append(&id, &[user(i)], &fast()).expect("append");
+    }
+    // Records 0..8 were settled by the eighth append; 8..11 are staged.
+    testing::flip_record_byte(&store, &id, 9, 3, 0x40).expect("damage");
+    assert_eq!(store.verify(&id).expect("verify").unwrap_err().seq, Some(9));
+    let head = store.info(&id).expect("info").head;
+    let many: Vec<Event> = (11..20).map(user).collect();
+    let error = store.append(&id, &many, &fast()).unwrap_err().to_string();
+    assert!(error.contains("staged record 9"), "{error}");
+    let info = store.info(&id).expect("info");
+    assert_eq!((info.len, info.head), (11, head));
+    // Appends that keep staging still work.
+    store.set_settle_records(1000);
+    store.append(&id, &[user(11)], &fast()).expect("append");
+    assert_eq!(store.info(&id).expect("info").len, 12);
+}
