@@ -123,5 +123,45 @@ fn read(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append, read);
+/// Opening a store and reading a log written an event per append, as every
+/// CLI command does: settled every 256 records (the default) and never
+/// settled (a chunk per append, the layout before staging), side by side.
+fn read_appended_one_by_one(c: &mut Criterion) {
+    let mut group = c.benchmark_group("read_one_by_one");
+    group.sample_size(10);
+    let n = 10_000usize;
+    let data = events(n);
+    for (layout, settle) in [("settled", 256), ("chunk_per_append", u64::MAX)] {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("db");
+        let id = {
+            let store = Store::open(&path).expect("open");
+            store.set_settle_records(settle);
+            let id = store.create_conversation(None).expect("create");
+            for event in &data {
+                store
+                    .append(&id, std::slice::from_ref(event), &no_sync())
+                    .expect("append");
+            }
+            store.flush().expect("flush");
+            id
+        };
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(BenchmarkId::new(format!("open_scan/{layout}"), n), |b| {
+            b.iter(|| {
+                let store = Store::open(&path).expect("open");
+                black_box(store.scan(&id, 0..u64::MAX).expect("scan").count())
+            });
+        });
+        group.bench_function(BenchmarkId::new(format!("open_verify/{layout}"), n), |b| {
+            b.iter(|| {
+                let store = Store::open(&path).expect("open");
+                black_box(store.verify(&id).expect("verify").is_ok())
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, append, read, read_appended_one_by_one);
 criterion_main!(benches);
