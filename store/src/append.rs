@@ -321,16 +321,12 @@ pub(crate) fn write_records(
         chunk = ChunkBuilder::new(space, start, address);
         let mut calls = staged.calls()?.into_iter().peekable();
         for (seq, (turn, check, record)) in (start..).zip(staged.records()) {
-            if chunk.is_full(record.len()) {
-                chunk.write(id, writes);
-                chunk = ChunkBuilder::new(space, seq, address);
-            }
-            chunk.bytes += record.len();
-            chunk.repr.entries.push(EntryRepr {
+            let entry = EntryRepr {
                 turn,
                 check,
                 record,
-            });
+            };
+            chunk.push(id, writes, seq, address, entry);
             while let Some(call) = calls.next_if(|c| c.0 <= seq) {
                 if call.0 == seq {
                     chunk.calls.calls.push(call);
@@ -341,10 +337,6 @@ pub(crate) fn write_records(
     }
     for (i, record) in encoded.iter().enumerate() {
         let seq = first_seq + i as u64;
-        if chunk.is_full(record.bytes.len()) {
-            chunk.write(id, writes);
-            chunk = ChunkBuilder::new(space, seq, parent);
-        }
         let address = parent.child(&record.bytes);
         let turn = meta.turns.next(record.event_type);
         if record.event_type == EventType::Compaction {
@@ -357,12 +349,12 @@ pub(crate) fn write_records(
         let stats = &mut meta.kinds[record.event_type.index()];
         stats.count += 1;
         stats.bytes += record.size;
-        chunk.bytes += record.bytes.len();
-        chunk.repr.entries.push(EntryRepr {
+        let entry = EntryRepr {
             turn,
             check: address.check(),
             record: &record.bytes,
-        });
+        };
+        chunk.push(id, writes, seq, parent, entry);
         if let Some((call_id, name)) = record.call {
             chunk.calls.calls.push((seq, call_id, name));
         }
@@ -407,7 +399,7 @@ struct ChunkBuilder<'a> {
     bytes: usize,
 }
 
-impl ChunkBuilder<'_> {
+impl<'a> ChunkBuilder<'a> {
     fn new(space: Space, first_seq: u64, parent: Address) -> Self {
         ChunkBuilder {
             space,
@@ -424,6 +416,24 @@ impl ChunkBuilder<'_> {
     fn is_full(&self, next_record: usize) -> bool {
         let entries = self.repr.entries.len();
         entries > 0 && (entries >= CHUNK_MAX_ENTRIES || self.bytes + next_record > CHUNK_MAX_BYTES)
+    }
+
+    /// Adds record `seq`, the child of `parent`; when it does not fit,
+    /// first adds the chunk to `writes` and starts the next one with it.
+    fn push(
+        &mut self,
+        id: &ConversationId,
+        writes: &mut Writes,
+        seq: u64,
+        parent: Address,
+        entry: EntryRepr<'a>,
+    ) {
+        if self.is_full(entry.record.len()) {
+            self.write(id, writes);
+            *self = ChunkBuilder::new(self.space, seq, parent);
+        }
+        self.bytes += entry.record.len();
+        self.repr.entries.push(entry);
     }
 
     /// Adds the chunk, its call directory and its turn index entry to
