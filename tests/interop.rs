@@ -223,7 +223,7 @@ fn stdin_imports_and_projected_export_writes_a_file() {
         .run_with_stdin(&["import", "--format", "ndjson", "-", "--name", "s"], input)
         .ok();
     assert!(
-        run.stdout.contains("imported 4 events in 1 turns"),
+        run.stdout.contains("imported 4 events in 1 turn into"),
         "{}",
         run.stdout
     );

@@ -21,22 +21,33 @@ pub struct Cli {
         long,
         global = true,
         env = "CONVSTORE_DB",
-        default_value = "convstore.db"
+        default_value = "convstore.db",
+        value_name = "DIR",
+        help_heading = "Global options"
     )]
     pub db: PathBuf,
     /// If another process has the database open, wait up to SECS for it
-    /// (default: fail at once).
-    #[arg(long, global = true, value_name = "SECS", default_value_t = 0.0)]
+    /// (without it: fail at once).
+    #[arg(
+        long,
+        global = true,
+        value_name = "SECS",
+        default_value_t = 0.0,
+        hide_default_value = true,
+        help_heading = "Global options"
+    )]
     pub wait: f64,
-    /// The largest event accepted, in bytes (an NDJSON line, or an event's
-    /// record and texts).
-    #[arg(long, global = true, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
-    pub max_event_bytes: u64,
-    /// Configuration file (default: convstore.toml beside the database).
-    #[arg(long, global = true, value_name = "FILE")]
+    /// Configuration file (without it: convstore.toml beside the database,
+    /// if there is one).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        help_heading = "Global options"
+    )]
     pub config: Option<PathBuf>,
-    /// Print nothing on stderr but errors.
-    #[arg(long, short, global = true)]
+    /// Print nothing on stderr but errors: no notes, warnings or progress.
+    #[arg(long, short, global = true, help_heading = "Global options")]
     pub quiet: bool,
     /// What to do.
     #[command(subcommand)]
@@ -48,6 +59,10 @@ pub struct Cli {
 pub enum Command {
     /// Store a sample conversation, compact it with the default profile and
     /// show the projected view and the tokens saved.
+    #[command(after_help = "\
+Examples:
+  convstore demo
+  convstore --db /tmp/demo.db demo")]
     Demo,
     /// Append events (NDJSON on stdin, or the flags below) to a conversation,
     /// creating it if needed; prints the new head.
@@ -105,6 +120,14 @@ Examples:
   convstore log chat --as-of 2026-03-01T12:00:00Z
   convstore log chat-fork --lineage")]
     Log(LogArgs),
+    /// Print a conversation's head: the address of its last record (what
+    /// `append --expect-head` takes).
+    #[command(after_help = "\
+Examples:
+  convstore head chat
+  convstore append chat --expect-head \"$(convstore head chat)\" --user 'Thanks!'
+  convstore head chat --json")]
+    Head(HeadArgs),
     /// Branch a conversation: the new one shares the parent's records up to
     /// the fork point (nothing is copied) and takes its own appends.
     #[command(after_help = "\
@@ -119,15 +142,21 @@ Examples:
 Examples:
   convstore view chat                          # the view named default
   convstore view chat --name small --profile default --format openai
-  convstore view chat --name small --out view.json --format json
-  convstore view chat --list")]
+  convstore view chat --name small --output view.json --format json
+  convstore view chat --list --json")]
     View(ViewArgs),
     /// Pin turns: automatic compaction never covers them.
     #[command(after_help = "\
 Examples:
   convstore pin chat --turns 0..2
-  convstore pin chat --list")]
+  convstore pin chat --list --json")]
     Pin(PinArgs),
+    /// Unpin turns pinned with `pin`.
+    #[command(after_help = "\
+Examples:
+  convstore unpin chat --turns 1
+  convstore unpin chat --all")]
+    Unpin(UnpinArgs),
     /// Which overlay won each content type for a turn, and which others
     /// cover it.
     #[command(after_help = "\
@@ -136,23 +165,67 @@ Examples:
   convstore explain chat --turn 12 --as-of 340 --json")]
     Explain(ExplainArgs),
     /// Re-hash every record and check everything derived from them.
+    #[command(after_help = "\
+Examples:
+  convstore verify
+  convstore verify chat --json")]
     Verify(VerifyArgs),
     /// List conversations.
+    #[command(after_help = "\
+Examples:
+  convstore list
+  convstore list --json | jq -r '.[].name'")]
     List(ListArgs),
-    /// Counts of a conversation: events, turns, bytes per kind.
+    /// Counts of a conversation: events, turns, bytes and tokens per kind,
+    /// raw and projected, and its compactions.
+    #[command(after_help = "\
+Examples:
+  convstore stats chat
+  convstore stats chat --tokenizer o200k --json")]
     Stats(StatsArgs),
-    /// Print a shell completion script.
+    /// Print a shell completion script (conversation names complete too).
+    #[command(after_help = "\
+Examples:
+  convstore completions bash > ~/.local/share/bash-completion/completions/convstore
+  convstore completions zsh > ~/.zfunc/_convstore
+  convstore completions fish > ~/.config/fish/completions/convstore.fish")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
 }
 
+/// Completes conversation arguments with the names (else ids) of the
+/// conversations in `$CONVSTORE_DB`, else `./convstore.db`.
+fn conversations() -> clap_complete::engine::ArgValueCandidates {
+    clap_complete::engine::ArgValueCandidates::new(|| {
+        let db = std::env::var_os("CONVSTORE_DB").unwrap_or_else(|| "convstore.db".into());
+        let Ok(store) =
+            convstore_store::Store::open_with(db, &convstore_store::OpenOptions::existing())
+        else {
+            return Vec::new();
+        };
+        store
+            .conversations()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| {
+                let help = format!("{} events, {} turns", c.len, c.turns);
+                clap_complete::engine::CompletionCandidate::new(
+                    c.name.unwrap_or_else(|| c.id.hex()),
+                )
+                .help(Some(help.into()))
+            })
+            .collect()
+    })
+}
+
 /// `append`
 #[derive(Debug, Args)]
 pub struct AppendArgs {
-    /// Conversation name, id or id prefix. A name that does not exist is
-    /// created.
+    /// Conversation name, full id or id:PREFIX. A name that does not exist
+    /// is created; a bare id prefix is read as a name.
+    #[arg(add = conversations())]
     pub conversation: String,
     /// Append a `user` event with this text (instead of reading stdin).
     #[arg(long, value_name = "TEXT")]
@@ -177,12 +250,17 @@ pub struct AppendArgs {
     /// ([compaction.auto] in the configuration).
     #[arg(long)]
     pub auto: bool,
+    /// The largest event accepted, in bytes (an NDJSON line, or an event's
+    /// record and texts).
+    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
+    pub max_event_bytes: u64,
 }
 
 /// `project`
 #[derive(Debug, Args)]
 pub struct ProjectArgs {
     /// Conversation name, id or id prefix.
+    #[arg(add = conversations())]
     pub conversation: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Ndjson)]
@@ -213,7 +291,9 @@ pub enum Format {
 #[derive(Debug, Args)]
 #[allow(clippy::struct_excessive_bools)] // one per flag
 pub struct CompactArgs {
-    /// Conversation name, id or id prefix.
+    /// Conversation name, full id or id:PREFIX (a command that writes
+    /// takes no bare id prefix).
+    #[arg(add = conversations())]
     pub conversation: String,
     /// Reasoning policy.
     #[arg(long, value_enum)]
@@ -313,12 +393,17 @@ pub struct ImportArgs {
     /// Machine-readable report.
     #[arg(long)]
     pub json: bool,
+    /// The largest event accepted, in bytes (an NDJSON line, or an event's
+    /// record and texts).
+    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
+    pub max_event_bytes: u64,
 }
 
 /// `export`
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// Conversation name, id or id prefix.
+    #[arg(add = conversations())]
     pub conversation: String,
     /// Output format.
     #[arg(long, value_enum)]
@@ -340,6 +425,7 @@ pub struct ExportArgs {
 #[derive(Debug, Args)]
 pub struct GenArgs {
     /// Name of the new conversation.
+    #[arg(add = conversations())]
     pub conversation: String,
     /// How many events, compactions included.
     #[arg(long, default_value_t = 10_000)]
@@ -373,6 +459,7 @@ pub enum Shape {
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Conversation name, id or id prefix.
+    #[arg(add = conversations())]
     pub conversation: String,
     /// Only records up to SEQ, or to the newest record at or before TIME
     /// (RFC 3339).
@@ -408,6 +495,7 @@ fn parse_as_of(text: &str) -> Result<AsOf, String> {
 #[derive(Debug, Args)]
 pub struct ForkArgs {
     /// The parent: name, id or id prefix.
+    #[arg(add = conversations())]
     pub conversation: String,
     /// Share the parent's turns up to and including turn T.
     #[arg(long, value_name = "T", conflicts_with = "at_seq")]
@@ -429,7 +517,9 @@ pub struct ForkArgs {
 /// `view`
 #[derive(Debug, Args)]
 pub struct ViewArgs {
-    /// Conversation name, id or id prefix.
+    /// Conversation name, full id or id:PREFIX (a command that writes
+    /// takes no bare id prefix).
+    #[arg(add = conversations())]
     pub conversation: String,
     /// The view's name: a conversation can have several.
     #[arg(long, default_value = "default")]
@@ -443,33 +533,68 @@ pub struct ViewArgs {
     pub format: Format,
     /// Write the view to FILE atomically (a temporary file renamed over
     /// it) instead of stdout.
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
+    #[arg(long, short, value_name = "FILE", visible_alias = "out")]
+    pub output: Option<PathBuf>,
     /// List the conversation's stored views instead.
-    #[arg(long, conflicts_with_all = ["profile", "out", "drop"])]
+    #[arg(long, conflicts_with_all = ["profile", "output", "drop"])]
     pub list: bool,
     /// Delete the stored view (the log is untouched).
-    #[arg(long, conflicts_with_all = ["profile", "out"])]
+    #[arg(long, conflicts_with_all = ["profile", "output"])]
     pub drop: bool,
+    /// Machine-readable output (with --list).
+    #[arg(long, requires = "list")]
+    pub json: bool,
 }
 
 /// `pin`
 #[derive(Debug, Args)]
 pub struct PinArgs {
-    /// Conversation name, id or id prefix.
+    /// Conversation name, full id or id:PREFIX (a command that writes
+    /// takes no bare id prefix).
+    #[arg(add = conversations())]
     pub conversation: String,
     /// The turns to pin: `A..B` (inclusive) or `N`.
     #[arg(long, value_name = "A..B", required_unless_present = "list")]
     pub turns: Option<String>,
     /// List the pinned turns instead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "turns")]
     pub list: bool,
+    /// Machine-readable output: the pinned ranges as `[[first, last], ...]`
+    /// (`last` null for an open range).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `unpin`
+#[derive(Debug, Args)]
+pub struct UnpinArgs {
+    /// Conversation name, full id or id:PREFIX.
+    #[arg(add = conversations())]
+    pub conversation: String,
+    /// The turns to unpin: `A..B` (inclusive), `A..` or `N`.
+    #[arg(long, value_name = "A..B", required_unless_present = "all")]
+    pub turns: Option<String>,
+    /// Unpin every turn.
+    #[arg(long, conflicts_with = "turns")]
+    pub all: bool,
+}
+
+/// `head`
+#[derive(Debug, Args)]
+pub struct HeadArgs {
+    /// Conversation name, id or id prefix.
+    #[arg(add = conversations())]
+    pub conversation: String,
+    /// Machine-readable output: id, name, head, events, turns.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `explain`
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// Conversation name, id or id prefix.
+    #[arg(add = conversations())]
     pub conversation: String,
     /// The turn to explain.
     #[arg(long, value_name = "T")]
@@ -486,6 +611,7 @@ pub struct ExplainArgs {
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// Only this conversation (default: all).
+    #[arg(add = conversations())]
     pub conversation: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
@@ -504,6 +630,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Conversation name, id or id prefix.
+    #[arg(add = conversations())]
     pub conversation: String,
     /// How tokens are counted: chars4 (four characters a token), cl100k or
     /// o200k (exact, offline).

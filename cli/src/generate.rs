@@ -89,6 +89,20 @@ pub fn generate(
     generate_shaped(store, name, events, compactions, seed, Shape::Small, BATCH)
 }
 
+/// Checks the generator's arguments (done before a database is opened).
+pub fn check(events: u64, compactions: u64, batch_size: usize) -> Result<()> {
+    if batch_size == 0 {
+        bail!("--batch must be at least 1");
+    }
+    if events == 0 {
+        bail!("--events must be at least 1");
+    }
+    if compactions > events {
+        bail!("--compactions {compactions} exceeds --events {events}");
+    }
+    Ok(())
+}
+
 /// [`generate`] in the shape `shape`, appending `batch_size` events at a
 /// time ([`BATCH`] by default; 1: as an agent that stores each event as it
 /// happens). The events, and so the head, do not depend on `batch_size`;
@@ -102,15 +116,7 @@ pub fn generate_shaped(
     shape: Shape,
     batch_size: usize,
 ) -> Result<ConversationId> {
-    if batch_size == 0 {
-        bail!("--batch must be at least 1");
-    }
-    if events == 0 {
-        bail!("--events must be at least 1");
-    }
-    if compactions > events {
-        bail!("--compactions cannot exceed --events");
-    }
+    check(events, compactions, batch_size)?;
     if store.find_name(name)?.is_some() {
         bail!("a conversation named \"{name}\" already exists");
     }
@@ -186,6 +192,7 @@ fn append(
         }
         None => *id = Some(store.create_and_append(Some(name), batch, options)?.0),
     }
+    store.advance(batch.len() as u64);
     batch.clear();
     Ok(())
 }

@@ -6,6 +6,7 @@
 
 mod args;
 pub mod auto;
+mod calls;
 mod cmd;
 pub mod generate;
 pub mod materialize;
@@ -22,6 +23,8 @@ pub use args::{AsOf, Cli};
 
 /// Runs the command line and returns its exit code.
 pub fn run() -> ExitCode {
+    // `COMPLETE=bash convstore -- WORDS`: the shell asking for completions.
+    clap_complete::CompleteEnv::with_factory(Cli::command).complete();
     let matches = match Cli::command().try_get_matches() {
         Ok(matches) => matches,
         Err(e) => {
@@ -47,7 +50,16 @@ pub fn run() -> ExitCode {
         Ok(code) => code,
         Err(error) if output::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            let message = format!("{error:#}").replace('\n', " ");
+            let mut message = format!("{error:#}").replace('\n', " ");
+            match error.downcast_ref::<convstore_store::StoreError>() {
+                Some(convstore_store::StoreError::NoDatabase { .. }) => {
+                    message.push_str(" (set --db or CONVSTORE_DB; `convstore append` creates one)");
+                }
+                Some(convstore_store::StoreError::Locked { waited, .. }) if waited.is_zero() => {
+                    message.push_str(" (--wait SECS waits for it)");
+                }
+                _ => {}
+            }
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }

@@ -42,6 +42,14 @@ impl Scope {
             },
         }
     }
+
+    /// How many turns the records in scope span.
+    pub fn turns(self, store: &Store, id: &ConversationId) -> Result<u64> {
+        if self.end == 0 {
+            return Ok(0);
+        }
+        Ok(store.turn_of(id, self.end - 1)? + 1)
+    }
 }
 
 /// The projector of the records in `scope`, plus `extra` (an event that
@@ -200,6 +208,7 @@ pub fn stream_range<T: Send>(
         for output in outputs {
             sink(output)?;
         }
+        store.advance(records as u64);
     }
 }
 

@@ -31,6 +31,49 @@ impl fmt::Display for BoundError {
 
 impl std::error::Error for BoundError {}
 
+/// Why [`Conversation::range`] found no range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RangeError {
+    /// The conversation has no turn.
+    NoTurns,
+    /// The `from` bound names no turn.
+    From(BoundError),
+    /// The `to` bound names no turn.
+    To(BoundError),
+    /// `from` resolved after `to`.
+    Empty {
+        /// The first turn `from` resolved to.
+        first: u64,
+        /// The last turn `to` resolved to.
+        end: u64,
+    },
+    /// `from` resolved after the last turn.
+    AfterLast {
+        /// The first turn `from` resolved to.
+        first: u64,
+        /// The conversation's last turn.
+        last: u64,
+    },
+}
+
+impl fmt::Display for RangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RangeError::NoTurns => f.write_str("the conversation has no turns"),
+            RangeError::From(e) => write!(f, "from: {e}"),
+            RangeError::To(e) => write!(f, "to: {e}"),
+            RangeError::Empty { first, end } => {
+                write!(f, "the range {first}..{end} is empty (from is after to)")
+            }
+            RangeError::AfterLast { first, last } => {
+                write!(f, "turn {first} is after the last turn ({last})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RangeError {}
+
 impl Bound {
     /// Parses `N`, `-N`, `last`, or a duration: a number and one of `s`,
     /// `m`, `h`, `d`, `w`.
@@ -91,7 +134,7 @@ impl Conversation {
             Bound::Turn(n) => Some(n),
             Bound::BeforeLast(n) => Some(last.checked_sub(n).ok_or_else(|| {
                 BoundError(format!(
-                    "-{n} is before the first turn (the last turn is {last})"
+                    "{n} turns before the last is before the first turn (the last turn is {last})"
                 ))
             })?),
             Bound::Last => Some(
@@ -139,34 +182,31 @@ impl Conversation {
             .ok_or_else(|| BoundError("no turn started that long ago".to_owned()))
     }
 
-    /// The range `--from`/`--to` give (defaults: turn 0 to the last turn),
-    /// or an error if it is empty or inverted.
+    /// The range `from`/`to` give (defaults: turn 0 to the last turn),
+    /// with its end clamped to the last turn (a compaction never covers
+    /// turns appended after it), or an error if it is empty or inverted.
     pub fn range(
         &self,
         from: Option<Bound>,
         to: Option<Bound>,
         now: Timestamp,
-    ) -> Result<(u64, u64), BoundError> {
-        let last = self.last_turn()?;
+    ) -> Result<(u64, u64), RangeError> {
+        let last = self.last_turn().map_err(|_| RangeError::NoTurns)?;
         let first = match from {
-            Some(b) => self.from_turn(b, now)?,
+            Some(b) => self.from_turn(b, now).map_err(RangeError::From)?,
             None => 0,
         };
         let end = match to {
-            Some(b) => self.to_turn(b, now)?,
+            Some(b) => self.to_turn(b, now).map_err(RangeError::To)?,
             None => last,
         };
         if first > end {
-            return Err(BoundError(format!(
-                "the range {first}..={end} is empty (from is after to)"
-            )));
+            return Err(RangeError::Empty { first, end });
         }
         if first > last {
-            return Err(BoundError(format!(
-                "the range {first}..={end} starts after the last turn ({last})"
-            )));
+            return Err(RangeError::AfterLast { first, last });
         }
-        Ok((first, end))
+        Ok((first, end.min(last)))
     }
 }
 

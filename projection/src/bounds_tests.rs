@@ -43,6 +43,8 @@ fn integers_and_negative_integers_resolve() {
         Ok((2, 6))
     );
     assert_eq!(c.range(None, None, now), Ok((0, 9)));
+    // An end past the last turn is clamped to it.
+    assert_eq!(c.range(None, Some(Bound::Turn(99)), now), Ok((0, 9)));
     assert!(c.range(None, Some(Bound::BeforeLast(10)), now).is_err());
 }
 

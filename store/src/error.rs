@@ -9,9 +9,18 @@ use crate::hash::Address;
 #[non_exhaustive]
 pub enum StoreError {
     /// Another process has the database open.
-    #[error("the database at {path} is in use by another process")]
+    #[error("the database at {} is {}", path.display(), if waited.is_zero() { "in use by another process".to_owned() } else { format!("still in use by another process after {} s", waited.as_secs_f64()) })]
     Locked {
         /// The database directory.
+        path: PathBuf,
+        /// How long the open waited for it.
+        waited: std::time::Duration,
+    },
+    /// There is no database at the path (and the open was not asked to
+    /// create one).
+    #[error("no database at {}", path.display())]
+    NoDatabase {
+        /// The path.
         path: PathBuf,
     },
     /// The database was written by a newer or unknown format version.
@@ -25,7 +34,7 @@ pub enum StoreError {
         supported: u32,
     },
     /// The directory holds a sled database that convstore did not create.
-    #[error("{path} is not a convstore database (it has data but no format version)")]
+    #[error("{} is not a convstore database", path.display())]
     NotConvstore {
         /// The database directory.
         path: PathBuf,
@@ -45,10 +54,20 @@ pub enum StoreError {
         what: String,
     },
     /// No conversation has this name, id or id prefix.
-    #[error("no conversation named or with an id starting with \"{query}\"")]
+    #[error("no conversation named \"{query}\"{}", hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
     NoSuchConversation {
         /// What was looked for.
         query: String,
+        /// What the caller may have meant.
+        hint: Option<String>,
+    },
+    /// A query that cannot name a conversation.
+    #[error("\"{query}\": {reason}")]
+    InvalidQuery {
+        /// What was looked for.
+        query: String,
+        /// Why it names nothing.
+        reason: &'static str,
     },
     /// An id prefix matches several conversations.
     #[error("\"{query}\" matches several conversations: {}", candidates.join(", "))]

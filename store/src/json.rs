@@ -178,7 +178,7 @@ fn compaction(fields: &mut Fields) -> Parse<Compaction> {
     if to_turn < from_turn {
         return Err(EventError::field(
             "to_turn",
-            format!("the range {from_turn}..={to_turn} is inverted (to_turn < from_turn)"),
+            format!("the range {from_turn}..{to_turn} is inverted (to_turn < from_turn)"),
         ));
     }
     let summary = fields.optional_string("summary")?;

@@ -67,8 +67,8 @@ pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
 pub use settings::AutoState;
 pub use store::{
-    ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_MIN_BYTES,
-    MIN_ID_PREFIX,
+    ConversationInfo, KindStats, OpenOptions, ProgressFn, Store, DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER, MIN_ID_PREFIX,
 };
 pub use verify::{Verified, VerifyFailure, VerifyReport};
 pub use views::{

@@ -42,8 +42,37 @@ impl Store {
         }
         self.db.insert(keys::pins(id), encode(&merged))?;
         drop(guard);
-        self.db.flush()?;
+        self.flush()?;
         Ok(merged)
+    }
+
+    /// Unpins turns `first..=last` of `id` (a pinned range that straddles
+    /// them keeps its other turns); returns the pins after it.
+    pub fn unpin(
+        &self,
+        id: &ConversationId,
+        first: u64,
+        last: u64,
+    ) -> StoreResult<Vec<(u64, u64)>> {
+        let (first, last) = (first.min(last), first.max(last));
+        let guard = self.lock_writes();
+        let mut kept = Vec::new();
+        for (a, b) in self.pins(id)? {
+            if b < first || a > last {
+                kept.push((a, b));
+                continue;
+            }
+            if a < first {
+                kept.push((a, first - 1));
+            }
+            if b > last {
+                kept.push((last + 1, b));
+            }
+        }
+        self.db.insert(keys::pins(id), encode(&kept))?;
+        drop(guard);
+        self.flush()?;
+        Ok(kept)
     }
 
     /// Automatic compaction's state for `id`.

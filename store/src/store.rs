@@ -49,7 +49,13 @@ pub struct Store {
     /// so a process that reads the overlays again and again (a server, the
     /// automatic compaction loop) decodes each once.
     pub(crate) overlay_cache: Mutex<HashMap<(ConversationId, u64), crate::log::StoredOverlay>>,
+    /// Told how many records long operations have got through.
+    progress: std::sync::RwLock<Option<ProgressFn>>,
 }
+
+/// A callback told how many more records a long operation (verify, a
+/// projection's windows) has got through.
+pub type ProgressFn = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
 
 /// Overlays kept decoded at most; past it the cache starts over.
 pub(crate) const OVERLAY_CACHE_MAX: usize = 100_000;
@@ -141,23 +147,148 @@ impl ConversationMeta {
     }
 }
 
+/// How [`Store::open_with`] opens a database.
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct OpenOptions {
+    /// Create the database when the path does not exist (its parent
+    /// directory must) or is an empty directory. Otherwise a missing
+    /// database is [`StoreError::NoDatabase`].
+    pub create: bool,
+    /// While another process has the database open, retry for this long
+    /// before failing with [`StoreError::Locked`].
+    pub wait: Duration,
+}
+
+impl OpenOptions {
+    /// Open an existing database only.
+    pub fn existing() -> Self {
+        Self::default()
+    }
+
+    /// Open a database, creating it if needed.
+    pub fn create() -> Self {
+        OpenOptions {
+            create: true,
+            ..Self::default()
+        }
+    }
+
+    /// Retry a database in use for up to `wait`.
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+}
+
+/// What is at a database path before it is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// sled's files: a database (a convstore one if it has the format key).
+    Database,
+    /// Nothing: the directory would be created.
+    Nothing,
+    /// An empty directory.
+    EmptyDirectory,
+}
+
+/// Looks at `path` without writing anything: refuses a file, a directory
+/// that holds something other than a database, and (unless `create`) a
+/// path with no database.
+fn inspect(path: &Path, create: bool) -> StoreResult<Found> {
+    let not_convstore = || StoreError::NotConvstore {
+        path: path.to_path_buf(),
+    };
+    let cannot = |e: std::io::Error| StoreError::Open {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !create {
+                return Err(StoreError::NoDatabase {
+                    path: path.to_path_buf(),
+                });
+            }
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(StoreError::Open {
+                    path: path.to_path_buf(),
+                    reason: format!("the directory {} does not exist", parent.display()),
+                });
+            }
+            Ok(Found::Nothing)
+        }
+        Err(e) => Err(cannot(e)),
+        Ok(meta) if !meta.is_dir() => Err(not_convstore()),
+        Ok(_) => {
+            if path.join("db").is_file() && path.join("conf").is_file() {
+                return Ok(Found::Database);
+            }
+            let empty = std::fs::read_dir(path).map_err(cannot)?.next().is_none();
+            match (empty, create) {
+                (true, true) => Ok(Found::EmptyDirectory),
+                (true, false) => Err(StoreError::NoDatabase {
+                    path: path.to_path_buf(),
+                }),
+                (false, _) => Err(not_convstore()),
+            }
+        }
+    }
+}
+
 impl Store {
-    /// Opens the database at `path`, creating it if the directory does not
-    /// exist or is empty.
-    ///
-    /// Fails with [`StoreError::Locked`] when another process has it open,
-    /// [`StoreError::UnsupportedFormat`] for a newer format and
-    /// [`StoreError::NotConvstore`] for another program's sled database.
+    /// Opens the database at `path`, creating it if the path does not exist
+    /// or is an empty directory (see [`Store::open_with`]).
     pub fn open(path: impl AsRef<Path>) -> StoreResult<Store> {
-        Self::open_waiting(path, Duration::ZERO)
+        Self::open_with(path, &OpenOptions::create())
     }
 
     /// Like [`Store::open`], but while another process has the database
     /// open, retries for up to `wait` before failing with
     /// [`StoreError::Locked`].
     pub fn open_waiting(path: impl AsRef<Path>, wait: Duration) -> StoreResult<Store> {
+        Self::open_with(path, &OpenOptions::create().wait(wait))
+    }
+
+    /// Opens the database at `path` as `options` say.
+    ///
+    /// Nothing is written before the path is known to hold a convstore
+    /// database, or (with [`OpenOptions::create`]) to be free for one: a
+    /// file, or a directory holding anything else, is
+    /// [`StoreError::NotConvstore`] and stays untouched. A database this
+    /// call created and then failed to set up is removed again.
+    ///
+    /// Fails with [`StoreError::Locked`] when another process has it open,
+    /// [`StoreError::UnsupportedFormat`] for a newer format,
+    /// [`StoreError::NotConvstore`] for anything that is not a convstore
+    /// database and [`StoreError::NoDatabase`] when there is none and
+    /// `options.create` is not set.
+    pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> StoreResult<Store> {
         let path = path.as_ref().to_path_buf();
-        let (db, discarded_snapshots) = open_sled(&path, wait.max(LOCK_GRACE))?;
+        let found = inspect(&path, options.create)?;
+        let opened = Self::open_inspected(&path, options, found);
+        if opened.is_err() && found != Found::Database {
+            // Leave the path as it was: absent, or an empty directory.
+            if found == Found::Nothing {
+                let _ = std::fs::remove_dir_all(&path);
+            } else if let Ok(entries) = std::fs::read_dir(&path) {
+                for entry in entries.flatten() {
+                    let _ = std::fs::remove_dir_all(entry.path())
+                        .or_else(|_| std::fs::remove_file(entry.path()));
+                }
+            }
+        }
+        opened
+    }
+
+    fn open_inspected(path: &Path, options: &OpenOptions, found: Found) -> StoreResult<Store> {
+        let path = path.to_path_buf();
+        let (db, discarded_snapshots) = open_sled(&path, options.wait)?;
         let format = match db.get(keys::FORMAT)? {
             Some(bytes) => {
                 let found =
@@ -171,7 +302,9 @@ impl Store {
                 }
                 found
             }
-            None if db.is_empty() => {
+            // A new database, or one whose creation was cut short before
+            // its format key was written.
+            None if db.is_empty() && (options.create || found != Found::Database) => {
                 db.insert(keys::FORMAT, &FORMAT_VERSION.to_be_bytes())?;
                 db.flush()?;
                 FORMAT_VERSION
@@ -191,7 +324,29 @@ impl Store {
             segment_min_bytes: AtomicU64::new(DEFAULT_SEGMENT_MIN_BYTES),
             settle_records: AtomicU64::new(crate::staging::SETTLE_RECORDS),
             overlay_cache: Mutex::new(HashMap::new()),
+            progress: std::sync::RwLock::new(None),
         })
+    }
+
+    /// Sets (or with `None` removes) the callback long operations report
+    /// their progress to, in records.
+    pub fn set_progress(&self, progress: Option<ProgressFn>) {
+        *self
+            .progress
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = progress;
+    }
+
+    /// Reports `records` more records done to the progress callback, if
+    /// one is set.
+    pub fn advance(&self, records: u64) {
+        let progress = self
+            .progress
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(progress) = progress.as_ref() {
+            progress(records);
+        }
     }
 
     /// Sets the largest event appends accept ([`DEFAULT_MAX_EVENT_BYTES`]
@@ -319,7 +474,10 @@ impl Store {
     pub(crate) fn meta(&self, id: &ConversationId) -> StoreResult<ConversationMeta> {
         match self.db.get(keys::conversation(id))? {
             Some(bytes) => decode(&bytes, &format!("metadata of conversation {id}")),
-            None => Err(StoreError::NoSuchConversation { query: id.hex() }),
+            None => Err(StoreError::NoSuchConversation {
+                query: id.hex(),
+                hint: None,
+            }),
         }
     }
 
@@ -354,18 +512,40 @@ impl Store {
         }
     }
 
-    /// Finds a conversation by name, full id or unambiguous id prefix of at
+    /// Finds a conversation the way commands that only read name one: by
+    /// name, full id, `id:PREFIX`, or a bare unambiguous id prefix of at
     /// least [`MIN_ID_PREFIX`] hex digits (in that order: a name shadows an
-    /// id prefix that spells the same).
+    /// id or prefix that spells the same).
     pub fn find(&self, query: &str) -> StoreResult<Option<ConversationId>> {
+        self.lookup(query, Lookup::Read)
+    }
+
+    /// Finds a conversation the way commands that write name one: by name,
+    /// full id (32 hex digits) or a marked prefix `id:PREFIX`, never by a
+    /// bare prefix. `append cafe` must create a conversation named `cafe`,
+    /// not append to the one whose id happens to start with `cafe`.
+    pub fn find_exact(&self, query: &str) -> StoreResult<Option<ConversationId>> {
+        self.lookup(query, Lookup::Write)
+    }
+
+    fn lookup(&self, query: &str, lookup: Lookup) -> StoreResult<Option<ConversationId>> {
         if let Some(id) = self.find_name(query)? {
             return Ok(Some(id));
         }
-        let hex = query.to_ascii_lowercase();
-        if hex.len() < MIN_ID_PREFIX
-            || hex.len() > 32
-            || !hex.bytes().all(|b| b.is_ascii_hexdigit())
-        {
+        let (hex, marked) = match query.strip_prefix(ID_MARKER) {
+            Some(rest) => (rest.to_ascii_lowercase(), true),
+            None => (query.to_ascii_lowercase(), false),
+        };
+        let is_hex =
+            !hex.is_empty() && hex.len() <= 32 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+        if marked && (!is_hex || hex.len() < MIN_ID_PREFIX) {
+            return Err(StoreError::InvalidQuery {
+                query: query.to_owned(),
+                reason: "id: takes 4 to 32 hex digits of a conversation id",
+            });
+        }
+        let full = is_hex && hex.len() == 32;
+        if !is_hex || hex.len() < MIN_ID_PREFIX || !(marked || full || lookup == Lookup::Read) {
             return Ok(None);
         }
         // Scan the ids that start with the whole bytes of the prefix, then
@@ -400,9 +580,41 @@ impl Store {
         self.find(query)?
             .ok_or_else(|| StoreError::NoSuchConversation {
                 query: query.to_owned(),
+                hint: None,
             })
     }
+
+    /// Like [`Store::find_exact`], but a conversation that is not found is
+    /// [`StoreError::NoSuchConversation`], with a hint when the query is a
+    /// bare prefix of an id.
+    pub fn resolve_exact(&self, query: &str) -> StoreResult<ConversationId> {
+        if let Some(id) = self.find_exact(query)? {
+            return Ok(id);
+        }
+        let hint = match self.find(query) {
+            Ok(Some(_)) | Err(StoreError::AmbiguousConversation { .. }) => Some(format!(
+                "commands that write take a name, a full id or id:PREFIX; did you mean id:{query}?"
+            )),
+            _ => None,
+        };
+        Err(StoreError::NoSuchConversation {
+            query: query.to_owned(),
+            hint,
+        })
+    }
 }
+
+/// How strictly a query names a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    /// Commands that only read: bare id prefixes too.
+    Read,
+    /// Commands that write: names, full ids and `id:PREFIX` only.
+    Write,
+}
+
+/// The mark of an id prefix (`id:3f2a`), accepted by every command.
+pub const ID_MARKER: &str = "id:";
 
 fn conversation_id_of(key: &[u8]) -> StoreResult<ConversationId> {
     key.get(1..17)
@@ -413,8 +625,10 @@ fn conversation_id_of(key: &[u8]) -> StoreResult<ConversationId> {
         })
 }
 
-/// Names are 1 to 200 bytes of printable text without surrounding spaces.
-fn validate_name(name: &str) -> StoreResult<()> {
+/// Names are 1 to 200 bytes of printable text without surrounding spaces,
+/// and read as names, never as ids: not 32 hex digits (a full id) and not
+/// starting with `id:`.
+pub(crate) fn validate_name(name: &str) -> StoreResult<()> {
     let reason = if name.is_empty() {
         Some("it is empty")
     } else if name.len() > 200 {
@@ -423,6 +637,10 @@ fn validate_name(name: &str) -> StoreResult<()> {
         Some("it contains a control character")
     } else if name.trim() != name {
         Some("it starts or ends with white space")
+    } else if name.starts_with(ID_MARKER) {
+        Some("id: marks an id prefix")
+    } else if name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Some("32 hex digits read as a conversation id")
     } else {
         None
     };
@@ -450,6 +668,9 @@ const LOCK_GRACE: Duration = Duration::from_millis(300);
 /// snapshot and its log). Returns the files moved.
 fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>)> {
     let started = Instant::now();
+    // A `Store` dropped an instant ago in this process may still hold the
+    // lock: retry for a moment even when the caller does not wait.
+    let retry = wait.max(LOCK_GRACE);
     let mut discarded = Vec::new();
     loop {
         let opened = sled::Config::new()
@@ -465,8 +686,11 @@ fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>
                 discarded = discard_unfinished_snapshots(path)?;
             }
             Err(error) => match open_error(path, error) {
-                StoreError::Locked { .. } if started.elapsed() < wait => {
+                StoreError::Locked { .. } if started.elapsed() < retry => {
                     std::thread::sleep(Duration::from_millis(10));
+                }
+                StoreError::Locked { path, .. } => {
+                    return Err(StoreError::Locked { path, waited: wait })
                 }
                 other => return Err(other),
             },
@@ -504,6 +728,7 @@ fn discard_unfinished_snapshots(path: &Path) -> StoreResult<Vec<PathBuf>> {
     if fs2::FileExt::try_lock_exclusive(&lock).is_err() {
         return Err(StoreError::Locked {
             path: path.to_path_buf(),
+            waited: Duration::ZERO,
         });
     }
     let target = path.join("discarded");
@@ -526,7 +751,10 @@ fn open_error(path: &Path, error: sled::Error) -> StoreError {
     let path = path.to_path_buf();
     match error {
         sled::Error::Io(e) if e.to_string().contains("could not acquire lock") => {
-            StoreError::Locked { path }
+            StoreError::Locked {
+                path,
+                waited: Duration::ZERO,
+            }
         }
         sled::Error::Corruption { .. } => {
             let reason = if unfinished_snapshots(&path).is_empty() {

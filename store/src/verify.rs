@@ -299,7 +299,9 @@ impl Checker<'_> {
                 .map(|item| self.check_chunk(item))
                 .collect();
             for check in checks {
+                let records = check.records.len() as u64;
                 self.fold_chunk(&mut fold, check)?;
+                self.store.advance(records);
             }
         }
         let Fold {

@@ -369,7 +369,7 @@ fn compact_reports_tokens_and_dry_run_shows_losses() {
     let out = env
         .run(&["compact", "chat", "--tool-calls", "omit", "--dry-run"])
         .ok();
-    assert!(out.stdout.contains("range: turns 0..=5"), "{}", out.stdout);
+    assert!(out.stdout.contains("range: turns 0..5"), "{}", out.stdout);
     assert!(out.stdout.contains("tool_call    6 -> 0"), "{}", out.stdout);
     assert!(out.stdout.contains("tokens: "), "{}", out.stdout);
     let json = env

@@ -25,8 +25,7 @@ fn verify_reports_what_it_checked() {
     let env = seeded();
     let run = env.run(&["verify"]).ok();
     assert!(
-        run.stdout
-            .contains("1 conversation(s), 7 record(s), 1 blob(s)"),
+        run.stdout.contains("1 conversation, 7 records, 1 blob"),
         "{}",
         run.stdout
     );

@@ -5,32 +5,22 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
-use convstore_store::{Address, AppendOptions, Event, EventKind, Store, StoreError, Timestamp};
+use convstore_store::{Address, AppendOptions, Event, EventKind, StoreError, Timestamp};
 
-use std::path::Path;
-
-use crate::args::AppendArgs;
+use crate::args::{AppendArgs, Cli};
+use crate::calls::CallCheck;
 use crate::output::{self, Notes};
-use crate::{auto, settings};
+use crate::{auto, cmd, settings};
 
 pub(crate) fn run(
-    store: &Store,
+    cli: &Cli,
     args: &AppendArgs,
     matches: &ArgMatches,
-    (config_path, db): (Option<&Path>, &Path),
     notes: &Notes,
 ) -> Result<ExitCode> {
+    // Everything is checked before the first write: an agent that retries
+    // a failed append must not store it twice.
     let now = Timestamp::now();
-    let mut events = events_from_flags(matches, now);
-    if events.is_empty() {
-        if output::stdin_is_terminal() {
-            notes.say("reading NDJSON events from stdin (end with Ctrl-D)");
-        }
-        events = read_ndjson(std::io::stdin().lock(), now, store.max_event_bytes())?;
-    }
-    if events.is_empty() {
-        bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
-    }
     let options =
         AppendOptions {
             expect_head: match &args.expect_head {
@@ -41,12 +31,61 @@ pub(crate) fn run(
             },
             no_sync: args.no_sync,
         };
-    let (id, appended) = if let Some(id) = store.find(&args.conversation)? {
+    let config = if args.auto {
+        let config = settings::load(cli.config.as_deref(), &cli.db)?;
+        if !config.compaction.auto.enabled {
+            notes.say(
+                "--auto: automatic compaction is off; set `[compaction.auto] enabled = true` in the configuration to turn it on",
+            );
+        }
+        Some(config)
+    } else {
+        None
+    };
+    let mut events = events_from_flags(matches, now);
+    let mut calls = CallCheck::default();
+    if events.is_empty() {
+        if output::stdin_is_terminal() {
+            notes.say("reading NDJSON events from stdin (end with Ctrl-D)");
+        }
+        let reading = output::Progress::counter(notes, "reading");
+        events = read_ndjson(
+            std::io::stdin().lock(),
+            now,
+            args.max_event_bytes,
+            &mut |line, event| {
+                calls.observe(line, event);
+                reading.inc(1);
+            },
+        )?;
+        reading.finish();
+    } else if output::stdin_has_input() {
+        bail!(
+            "events on stdin and --user/--assistant/--system/--turn flags: give one or the other"
+        );
+    }
+    if events.is_empty() {
+        bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
+    }
+    let store = cmd::open(cli, true)?;
+    store.set_max_event_bytes(args.max_event_bytes);
+    let existing = store.find_exact(&args.conversation)?;
+    if calls.needs_log() {
+        let log = match existing {
+            Some(id) => Some(store.tool_names(&id, store.info(&id)?.len)?),
+            None => None,
+        };
+        calls.report(log.as_ref(), "line", notes);
+    }
+    let (id, appended) = if let Some(id) = existing {
         (id, store.append(&id, &events, &options)?)
     } else {
-        if options.expect_head.is_some_and(|h| h != Address::ROOT) {
+        if names_an_id(&args.conversation)
+            || options.expect_head.is_some_and(|h| h != Address::ROOT)
+        {
             return Err(StoreError::NoSuchConversation {
                 query: args.conversation.clone(),
+                hint: None,
             }
             .into());
         }
@@ -59,35 +98,43 @@ pub(crate) fn run(
         (id, appended)
     };
     let mut head = appended.head;
-    if args.auto {
-        let config = settings::load(config_path, db)?;
-        if !config.compaction.auto.enabled {
-            notes.say(
-                "--auto: automatic compaction is not enabled ([compaction.auto] enabled = true)",
-            );
-        }
-        if let Some(report) = auto::run(store, &id, &config, args.no_sync)? {
-            if let Some(error) = &report.summarizer_error {
+    if let Some(config) = &config {
+        // The events are stored: from here on a failure is a warning, not
+        // an error an agent would retry.
+        match auto::run(&store, &id, config, args.no_sync) {
+            Ok(Some(report)) => {
+                if let Some(error) = &report.summarizer_error {
+                    notes.say(&format!(
+                        "auto-compaction: the summarizer failed ({error}); mechanical policies are used until a manual compaction succeeds"
+                    ));
+                }
                 notes.say(&format!(
-                    "auto-compaction: the summarizer failed ({error}); mechanical policies are used until a manual compaction succeeds"
+                    "auto-compaction{}: turns {}, profile {}, tokens {} -> {}",
+                    if report.fold { " (fold)" } else { "" },
+                    output::range(report.from, report.to),
+                    report.profile,
+                    report.tokens_before,
+                    report.tokens_after
                 ));
+                head = store.info(&id)?.head;
             }
-            notes.say(&format!(
-                "auto-compaction{}: turns {}..={}, profile {}, tokens {} -> {}",
-                if report.fold { " (fold)" } else { "" },
-                report.from,
-                report.to,
-                report.profile,
-                report.tokens_before,
-                report.tokens_after
-            ));
-            head = store.info(&id)?.head;
+            Ok(None) => {}
+            Err(error) => notes.warn(&format!(
+                "the events were stored, but automatic compaction failed: {error:#}"
+            )),
         }
     }
     let mut out = output::stdout();
     writeln!(out, "{head}")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a conversation argument names an id rather than a name
+/// (`id:PREFIX` or 32 hex digits): `append` never creates one from it.
+fn names_an_id(query: &str) -> bool {
+    query.starts_with(convstore_store::ID_MARKER)
+        || (query.len() == 32 && query.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The events the convenience flags describe, in command-line order.
@@ -119,9 +166,15 @@ fn events_from_flags(matches: &ArgMatches, now: Timestamp) -> Vec<Event> {
 
 /// Reads every line first: a bad line rejects the whole input before
 /// anything is stored. Blank lines are skipped.
-fn read_ndjson(input: impl BufRead, now: Timestamp, limit: u64) -> Result<Vec<Event>> {
+fn read_ndjson(
+    input: impl BufRead,
+    now: Timestamp,
+    limit: u64,
+    observe: &mut dyn FnMut(usize, &Event),
+) -> Result<Vec<Event>> {
     let mut events = Vec::new();
-    output::for_each_event(input, limit, now, |_, event| {
+    output::for_each_event(input, limit, now, |line, event| {
+        observe(line, &event);
         events.push(event);
         Ok(())
     })?;

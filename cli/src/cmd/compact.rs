@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use convstore_projection::bounds::{widen_summary_range, Bound, Conversation};
+use convstore_projection::bounds::{widen_summary_range, Bound, Conversation, RangeError};
 use convstore_projection::config::{Config, SummaryConfig};
 use convstore_projection::Tokenizer;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
@@ -14,6 +14,7 @@ use convstore_store::{
 use serde_json::{json, Map, Value};
 
 use crate::args::{CompactArgs, ReasoningArg, ToolCallsArg};
+use crate::cmd::project::turns_note;
 use crate::output::{self, Notes};
 use crate::summarizers;
 use crate::view::{tally_with, Scope};
@@ -24,7 +25,7 @@ pub(crate) fn run(
     config: &Config,
     notes: &Notes,
 ) -> Result<ExitCode> {
-    let id = store.resolve(&args.conversation)?;
+    let id = store.resolve_exact(&args.conversation)?;
     let info = store.info(&id)?;
     if info.len == 0 {
         bail!(
@@ -83,18 +84,46 @@ pub(crate) fn run(
     let from = args
         .from
         .as_deref()
-        .map(Bound::parse)
-        .transpose()
-        .context("--from")?;
-    let to = match (&args.to, args.keep_last) {
-        (Some(text), _) => Some(Bound::parse(text).context("--to")?),
-        (None, Some(n)) => Some(Bound::BeforeLast(n)),
+        .map(|text| Bound::parse(text).with_context(|| format!("--from {text}")))
+        .transpose()?;
+    let (to, to_flag) = match (&args.to, args.keep_last) {
+        (Some(text), _) => (
+            Some(Bound::parse(text).with_context(|| format!("--to {text}"))?),
+            format!("--to {text}"),
+        ),
+        (None, Some(n)) => (Some(Bound::BeforeLast(n)), format!("--keep-last {n}")),
         (None, None) if config.compaction.keep_last > 0 => {
-            Some(Bound::BeforeLast(config.compaction.keep_last))
+            let n = config.compaction.keep_last;
+            (
+                Some(Bound::BeforeLast(n)),
+                format!("keep_last = {n} (configuration)"),
+            )
         }
-        (None, None) => None,
+        (None, None) => (None, "the last turn".to_owned()),
     };
-    let asked = history.range(from, to, now)?;
+    let keeps = args.to.is_none() && to.is_some();
+    let from_flag = args
+        .from
+        .as_deref()
+        .map_or_else(|| "turn 0".to_owned(), |t| format!("--from {t}"));
+    let note = turns_note(info.turns);
+    let asked = history.range(from, to, now).map_err(|e| match e {
+        RangeError::NoTurns => anyhow::anyhow!("{} has no turns", info.label()),
+        RangeError::From(e) => anyhow::anyhow!("{from_flag}: {e}"),
+        RangeError::To(_) if keeps => {
+            anyhow::anyhow!("{to_flag} leaves no turn to compact ({note})")
+        }
+        RangeError::To(e) => anyhow::anyhow!("{to_flag}: {e}"),
+        RangeError::Empty { first, end } if keeps => anyhow::anyhow!(
+            "{from_flag} with {to_flag} leaves no turn to compact: turn {first} is after turn {end} ({note})"
+        ),
+        RangeError::Empty { first, end } => anyhow::anyhow!(
+            "{from_flag} {to_flag}: the range {first}..{end} is empty (from is after to)"
+        ),
+        RangeError::AfterLast { .. } => {
+            anyhow::anyhow!("{from_flag}: names no turn ({note})")
+        }
+    })?;
     let summarizes = args.summary.is_some() || summary_spec.is_some();
     let (from_turn, to_turn) = if summarizes {
         let summaries: Vec<(u64, u64)> = history
@@ -232,12 +261,16 @@ pub(crate) fn run(
             String::new()
         } else {
             format!(
-                " (widened from {}..={} to cover existing summaries)",
-                asked.0, asked.1
+                " (widened from {} to cover existing summaries)",
+                output::range(asked.0, asked.1)
             )
         };
         writeln!(out, "status: {}", status.as_str())?;
-        writeln!(out, "range: turns {from_turn}..={to_turn}{widened}")?;
+        writeln!(
+            out,
+            "range: turns {}{widened}",
+            output::range(from_turn, to_turn)
+        )?;
         let mut rows = vec![vec![
             "KIND".to_owned(),
             "EVENTS".to_owned(),

@@ -51,9 +51,9 @@ pub(crate) fn run(store: &Store, notes: &Notes) -> Result<ExitCode> {
     let (id, _) = store.create_and_append(Some(&name), &events, &AppendOptions::default())?;
     let info = store.info(&id)?;
     notes.say(&format!(
-        "stored the sample conversation as \"{name}\" ({} events, {} turns) in {}",
-        info.len,
-        info.turns,
+        "stored the sample conversation as \"{name}\" ({}, {}) in {}",
+        output::plural(info.len, "event"),
+        output::plural(info.turns, "turn"),
         store.path().display()
     ));
     let before = tally(store, &id, Scope { end: info.len }, None)?;

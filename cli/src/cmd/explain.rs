@@ -84,11 +84,10 @@ pub(crate) fn run(store: &Store, args: &ExplainArgs) -> Result<ExitCode> {
             for o in &covering {
                 writeln!(
                     out,
-                    "  record {:<8} {}  turns {}..={}  {}",
+                    "  record {:<8} {}  turns {}  {}",
                     o.seq,
                     o.timestamp,
-                    o.from_turn,
-                    o.to_turn,
+                    output::range(o.from_turn, o.to_turn),
                     describe(o)
                 )?;
             }
@@ -147,7 +146,10 @@ fn policy_text(o: &Overlay, kind: &str) -> String {
                 if tools.is_empty() {
                     what.to_owned()
                 } else {
-                    format!("{what} with {} per-tool hint(s)", tools.len())
+                    format!(
+                        "{what} with {}",
+                        crate::output::plural(tools.len() as u64, "per-tool hint")
+                    )
                 }
             }
             None => "-".to_owned(),

@@ -19,8 +19,14 @@ use crate::view::{self, Scope};
 pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
     let scope = Scope::as_of(store, &id, args.as_of)?;
+    let file = match args.output.as_deref() {
+        None | Some("-") => None,
+        Some(path) => Some(output::OutputFile::create(Path::new(path))?),
+    };
     let end = scope.end;
 
+    let progress = output::Progress::bar(notes, end, "exporting");
+    progress.attach(store);
     // The events to write: the raw records, or the view.
     let mut write = |out: &mut dyn Write| -> Result<()> {
         let each = |f: &mut dyn FnMut(&ViewEvent) -> Result<()>| -> Result<()> {
@@ -30,6 +36,7 @@ pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<Exi
             } else {
                 for record in store.scan(&id, 0..end)? {
                     let record = record?;
+                    progress.inc(1);
                     f(&ViewEvent {
                         seq: record.seq,
                         turn: record.turn,
@@ -74,13 +81,12 @@ pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<Exi
         Ok(())
     };
 
-    match args.output.as_deref() {
-        None | Some("-") => {
-            let mut out = output::stdout();
-            write(&mut out)?;
-            out.flush()?;
-        }
-        Some(path) => output::write_atomically(Path::new(path), &mut write)?,
+    if let Some(file) = file {
+        file.write_with(&mut write)?;
+    } else {
+        let mut out = output::stdout();
+        write(&mut out)?;
+        out.flush()?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -22,9 +22,8 @@ pub(crate) fn run(
     let info = store.info(&parent)?;
     let at = match (args.at_turn, args.at_seq) {
         (Some(turn), _) if turn >= info.turns => bail!(
-            "--at-turn: turn {turn} does not exist ({} has {} turns)",
-            info.label(),
-            info.turns
+            "--at-turn {turn}: names no turn ({})",
+            crate::cmd::project::turns_note(info.turns)
         ),
         // Everything up to the next turn's first record.
         (Some(turn), _) => store.turn_records(&parent, 0, turn, info.len)?.end,
@@ -75,10 +74,10 @@ pub(crate) fn run(
         writeln!(out, "{value}")?;
     } else {
         notes.say(&format!(
-            "forked {} at record {} ({} records shared{})",
+            "forked {} at record {} ({} shared{})",
             info.label(),
             at.saturating_sub(1),
-            at,
+            output::plural(at, "record"),
             if events.is_empty() {
                 String::new()
             } else {

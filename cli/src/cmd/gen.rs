@@ -4,17 +4,21 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use convstore_store::Store;
 
-use crate::args::{GenArgs, Shape};
+use crate::args::{Cli, GenArgs, Shape};
+use crate::cmd;
 use crate::generate;
 use crate::output::{self, Notes};
 
-pub(crate) fn run(store: &Store, args: &GenArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(cli: &Cli, args: &GenArgs, notes: &Notes) -> Result<ExitCode> {
     let shape = match args.shape {
         Shape::Small => generate::Shape::Small,
         Shape::Jp => generate::Shape::Jp,
     };
+    generate::check(args.events, args.compactions, args.batch)?;
+    let store = &cmd::open(cli, true)?;
+    let progress = output::Progress::bar(notes, args.events, "generating");
+    progress.attach(store);
     let id = generate::generate_shaped(
         store,
         &args.conversation,
@@ -24,10 +28,13 @@ pub(crate) fn run(store: &Store, args: &GenArgs, notes: &Notes) -> Result<ExitCo
         shape,
         args.batch,
     )?;
+    progress.finish();
     let info = store.info(&id)?;
     notes.say(&format!(
-        "generated {} events ({} compactions) in {} turns",
-        info.len, args.compactions, info.turns
+        "generated {} ({}) in {}",
+        output::plural(info.len, "event"),
+        output::plural(args.compactions, "compaction"),
+        output::plural(info.turns, "turn")
     ));
     let mut out = output::stdout();
     writeln!(out, "{}", info.head)?;

@@ -15,19 +15,19 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use convstore_store::interop::{jp, openai};
-use convstore_store::{
-    AppendOptions, ConversationId, Event, EventType, Store, Timestamp, TurnTracker,
-};
+use convstore_store::{AppendOptions, ConversationId, Event, EventType, Timestamp, TurnTracker};
 use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
 use serde_json::{json, Value};
 
-use crate::args::{ImportArgs, InteropFormat};
+use crate::args::{Cli, ImportArgs, InteropFormat};
+use crate::calls::CallCheck;
+use crate::cmd;
 use crate::output::{self, Notes};
 
 /// Events appended per batch in the second pass.
 const BATCH: usize = 10_000;
 
-pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCode> {
     let mut input = open_input(&args.file)?;
     let now = Timestamp::now();
 
@@ -36,12 +36,16 @@ pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<Exi
     let mut turns = TurnTracker::new();
     let mut total = 0u64;
     let mut unmapped: BTreeMap<String, u64> = BTreeMap::new();
+    let mut calls = CallCheck::default();
+    let checking = output::Progress::counter(notes, "checking");
     each_event(
         args.format,
         &mut input,
         now,
-        store.max_event_bytes(),
+        args.max_event_bytes,
         &mut |event, kept| {
+            calls.observe(total as usize, &event);
+            checking.inc(1);
             kinds[event.kind.event_type().index()] += 1;
             turns.next(event.kind.event_type());
             total += 1;
@@ -50,10 +54,17 @@ pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<Exi
             }
             Ok(())
         },
-    )?;
+    )
+    .with_context(|| shown(&args.file))?;
     if total == 0 {
-        bail!("{}: no events to import", args.file);
+        bail!("{}: no events to import", shown(&args.file));
     }
+    checking.finish();
+    calls.report(None, "event", notes);
+    // The whole input is sound: only now is the database opened (and
+    // created, if need be).
+    let store = &cmd::open(cli, true)?;
+    store.set_max_event_bytes(args.max_event_bytes);
     let name = match &args.name {
         Some(name) => Some(name.clone()),
         None => default_name(&args.file),
@@ -64,6 +75,7 @@ pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<Exi
         }
     }
 
+    let importing = output::Progress::bar(notes, total, "importing");
     // Pass 2: append in batches.
     input.rewind().context("cannot reread the input")?;
     let mut id: Option<ConversationId> = None;
@@ -86,8 +98,9 @@ pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<Exi
         args.format,
         &mut input,
         now,
-        store.max_event_bytes(),
+        args.max_event_bytes,
         &mut |event, _| {
+            importing.inc(1);
             batch.push(event);
             if batch.len() == BATCH {
                 flush(&mut batch, &mut id)?;
@@ -119,8 +132,9 @@ pub(crate) fn run(store: &Store, args: &ImportArgs, notes: &Notes) -> Result<Exi
     } else {
         writeln!(
             out,
-            "imported {total} events in {} turns into {} ({id})",
-            turns.turn_count(total),
+            "imported {} in {} into {} ({id})",
+            output::plural(total, "event"),
+            output::plural(turns.turn_count(total), "turn"),
             info.label()
         )?;
         for kind in EventType::ALL {
@@ -147,7 +161,20 @@ fn open_input(path: &str) -> Result<File> {
         spool.rewind()?;
         Ok(spool)
     } else {
-        File::open(path).with_context(|| format!("cannot open {path}"))
+        let file = File::open(path).with_context(|| format!("cannot open {path}"))?;
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            bail!("cannot read {path}: it is a directory");
+        }
+        Ok(file)
+    }
+}
+
+/// How errors name the input: its path, or `stdin`.
+fn shown(path: &str) -> String {
+    if path == "-" {
+        "stdin".to_owned()
+    } else {
+        path.to_owned()
     }
 }
 

@@ -8,7 +8,7 @@ use convstore_store::json::{write_event_fields, ObjectWriter};
 use convstore_store::Store;
 use serde_json::json;
 
-use crate::args::LogArgs;
+use crate::args::{HeadArgs, LogArgs};
 use crate::output::{self, Notes};
 use crate::view::Scope;
 
@@ -54,6 +54,28 @@ pub(crate) fn run(store: &Store, args: &LogArgs, notes: &Notes) -> Result<ExitCo
         object.end();
         line.push(b'\n');
         out.write_all(&line)?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `convstore head`: the head from the conversation's metadata (no record
+/// is read).
+pub(crate) fn head(store: &Store, args: &HeadArgs) -> Result<ExitCode> {
+    let id = store.resolve(&args.conversation)?;
+    let info = store.info(&id)?;
+    let mut out = output::stdout();
+    if args.json {
+        let value = json!({
+            "id": id.hex(),
+            "name": info.name,
+            "head": info.head.hex(),
+            "events": info.len,
+            "turns": info.turns,
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(out, "{}", info.head)?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)

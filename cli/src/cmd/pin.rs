@@ -1,32 +1,67 @@
-//! `convstore pin`: turns automatic compaction never covers.
+//! `convstore pin` and `convstore unpin`: turns automatic compaction never
+//! covers.
 
 use std::io::Write;
+use std::ops::RangeInclusive;
 use std::process::ExitCode;
 
-use anyhow::Result;
-use convstore_store::Store;
+use anyhow::{bail, Result};
+use convstore_store::{ConversationId, Store};
+use serde_json::{json, Value};
 
-use crate::args::PinArgs;
+use crate::args::{PinArgs, UnpinArgs};
 use crate::cmd::project::parse_turns;
 use crate::output;
 
 pub(crate) fn run(store: &Store, args: &PinArgs) -> Result<ExitCode> {
-    let id = store.resolve(&args.conversation)?;
+    let id = store.resolve_exact(&args.conversation)?;
     let pins = match &args.turns {
-        Some(text) if !args.list => {
-            let range = parse_turns(text)?;
+        Some(text) => {
+            let range = existing_turns(store, &id, text)?;
             store.pin(&id, *range.start(), *range.end())?
         }
-        _ => store.pins(&id)?,
+        None => store.pins(&id)?,
     };
+    print(&pins, args.json)
+}
+
+pub(crate) fn unpin(store: &Store, args: &UnpinArgs) -> Result<ExitCode> {
+    let id = store.resolve_exact(&args.conversation)?;
+    let pins = match &args.turns {
+        Some(text) => {
+            let range = existing_turns(store, &id, text)?;
+            store.unpin(&id, *range.start(), *range.end())?
+        }
+        None => store.unpin(&id, 0, u64::MAX)?,
+    };
+    print(&pins, false)
+}
+
+/// The turns `text` names, refused when it names none that exist (an open
+/// end, `A..`, also covers turns appended later).
+fn existing_turns(store: &Store, id: &ConversationId, text: &str) -> Result<RangeInclusive<u64>> {
+    let range = parse_turns(text)?;
+    let turns = store.info(id)?.turns;
+    if *range.start() >= turns {
+        bail!(
+            "--turns {text}: names no turn ({})",
+            crate::cmd::project::turns_note(turns)
+        );
+    }
+    Ok(range)
+}
+
+fn print(pins: &[(u64, u64)], json: bool) -> Result<ExitCode> {
     let mut out = output::stdout();
-    for (a, b) in pins {
-        if a == b {
-            writeln!(out, "{a}")?;
-        } else if b == u64::MAX {
-            writeln!(out, "{a}..")?;
-        } else {
-            writeln!(out, "{a}..={b}")?;
+    if json {
+        let ranges: Vec<Value> = pins
+            .iter()
+            .map(|&(a, b)| json!([a, (b != u64::MAX).then_some(b)]))
+            .collect();
+        writeln!(out, "{}", Value::Array(ranges))?;
+    } else {
+        for &(a, b) in pins {
+            writeln!(out, "{}", output::range(a, b))?;
         }
     }
     out.flush()?;

@@ -18,7 +18,14 @@ pub(crate) fn run(store: &Store, args: &ProjectArgs, notes: &Notes) -> Result<Ex
     let id = store.resolve(&args.conversation)?;
     let scope = Scope::as_of(store, &id, args.as_of)?;
     let turns = match &args.turns {
-        Some(text) => Some(parse_turns(text)?),
+        Some(text) => {
+            let range = parse_turns(text)?;
+            let count = scope.turns(store, &id)?;
+            if *range.start() >= count {
+                bail!("--turns {text}: names no turn ({})", turns_note(count));
+            }
+            Some(range)
+        }
         None => None,
     };
     let projector = view::plan(store, &id, scope, None)?;
@@ -91,8 +98,9 @@ pub(crate) fn write_openai(out: &mut dyn Write, events: &[ViewEvent], notes: &No
     out.write_all(b"\n]\n")?;
     if messages.dropped_calls + messages.dropped_results > 0 {
         notes.say(&format!(
-            "openai: left out {} tool call(s) without a following result and {} result(s) without a preceding call",
-            messages.dropped_calls, messages.dropped_results
+            "openai: left out {} without a following result and {} without a preceding call",
+            output::plural(messages.dropped_calls as u64, "tool call"),
+            output::plural(messages.dropped_results as u64, "tool result")
         ));
     }
     Ok(())
@@ -139,12 +147,21 @@ pub(crate) fn text_line(v: &ViewEvent) -> String {
     format!("[turn {}] {}", v.turn, body.replace('\n', " ⏎ "))
 }
 
+/// `the conversation has 6 turns, 0..5`, for errors about turn ranges.
+pub(crate) fn turns_note(turns: u64) -> String {
+    match turns {
+        0 => "the conversation has no turn".to_owned(),
+        1 => "the conversation has 1 turn, 0".to_owned(),
+        n => format!("the conversation has {n} turns, 0..{}", n - 1),
+    }
+}
+
 /// `A..B` (both inclusive), `A..`, `..B` or `N`.
 pub(crate) fn parse_turns(text: &str) -> Result<RangeInclusive<u64>> {
     let number = |s: &str| -> Result<u64> {
         s.trim()
             .parse()
-            .with_context(|| format!("--turns: \"{s}\" is not a turn number"))
+            .with_context(|| format!("--turns {text}: \"{s}\" is not a turn number"))
     };
     let range = if let Some((a, b)) = text.split_once("..") {
         let a = if a.is_empty() { 0 } else { number(a)? };
@@ -159,7 +176,7 @@ pub(crate) fn parse_turns(text: &str) -> Result<RangeInclusive<u64>> {
         n..=n
     };
     if range.is_empty() {
-        bail!("--turns: the range {text} is empty");
+        bail!("--turns {text}: the range is empty (from is after to)");
     }
     Ok(range)
 }

@@ -9,7 +9,7 @@ use convstore_store::{ConversationId, ConversationInfo, EventKind, EventType, St
 use serde_json::{json, Map, Value};
 
 use crate::args::{ListArgs, StatsArgs};
-use crate::output;
+use crate::output::{self, Notes};
 use crate::view::{tally_with, Scope, Tally};
 
 pub(crate) fn list(store: &Store, args: &ListArgs) -> Result<ExitCode> {
@@ -81,7 +81,7 @@ fn summary_json(c: &ConversationInfo) -> Value {
     })
 }
 
-pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
+pub(crate) fn run(store: &Store, args: &StatsArgs, notes: &Notes) -> Result<ExitCode> {
     let id = store.resolve(&args.conversation)?;
     let mut info = store.info(&id)?;
     // A fork's counts include the records it shares with its parent.
@@ -93,11 +93,15 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
     // Tokens as a model would read them: of the raw history, and of the view.
     let tokenizer =
         Tokenizer::named(&args.tokenizer).map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?;
+    let progress = output::Progress::bar(notes, 2 * info.len, "counting");
+    progress.attach(store);
     let mut raw = Tally::default();
     for record in store.scan(&id, 0..info.len)? {
         raw.add_counted(&record?.event, &tokenizer);
+        progress.inc(1);
     }
     let view = tally_with(store, &id, Scope { end: info.len }, None, &tokenizer)?;
+    progress.finish();
     let compactions = compaction_rows(store, &id, info.len)?;
     let mut out = output::stdout();
     let total_bytes: u64 = info.kinds.iter().map(|k| k.bytes).sum();
@@ -211,7 +215,10 @@ pub(crate) fn run(store: &Store, args: &StatsArgs) -> Result<ExitCode> {
             for c in &compactions[skipped..] {
                 rows.push(vec![
                     c["seq"].to_string(),
-                    format!("{}..={}", c["from_turn"], c["to_turn"]),
+                    output::range(
+                        c["from_turn"].as_u64().unwrap_or(0),
+                        c["to_turn"].as_u64().unwrap_or(0),
+                    ),
                     text(&c["profile"]),
                     text(&c["summarizer"]),
                     text(&c["model"]),

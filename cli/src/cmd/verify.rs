@@ -9,9 +9,21 @@ use serde_json::json;
 
 use crate::args::VerifyArgs;
 use crate::materialize;
-use crate::output;
+use crate::output::{self, Notes};
 
-pub(crate) fn run(store: &Store, args: &VerifyArgs) -> Result<ExitCode> {
+pub(crate) fn run(store: &Store, args: &VerifyArgs, notes: &Notes) -> Result<ExitCode> {
+    let conversations = store.conversations()?;
+    let total = match &args.conversation {
+        Some(_) => None,
+        None => Some(
+            conversations
+                .iter()
+                .map(|c| c.len - c.fork.map_or(0, |p| p.at))
+                .sum(),
+        ),
+    };
+    let progress = output::Progress::bar(notes, total.unwrap_or(0), "verifying");
+    progress.attach(store);
     let (verified, ids) = match &args.conversation {
         Some(query) => {
             let id = store.resolve(query)?;
@@ -19,9 +31,10 @@ pub(crate) fn run(store: &Store, args: &VerifyArgs) -> Result<ExitCode> {
         }
         None => (
             store.verify_all()?,
-            store.conversations()?.iter().map(|c| c.id).collect(),
+            conversations.iter().map(|c| c.id).collect(),
         ),
     };
+    progress.finish();
     // Then each stored view against a fresh projection of its head.
     let mut views = 0;
     let verified = match verified {
@@ -61,8 +74,11 @@ pub(crate) fn run(store: &Store, args: &VerifyArgs) -> Result<ExitCode> {
             } else {
                 writeln!(
                     out,
-                    "ok: {} conversation(s), {} record(s), {} blob(s), {views} view(s) verified",
-                    report.conversations, report.records, report.blobs
+                    "ok: {}, {}, {}, {} verified",
+                    output::plural(report.conversations, "conversation"),
+                    output::plural(report.records, "record"),
+                    output::plural(report.blobs, "blob"),
+                    output::plural(views, "view")
                 )?;
             }
             out.flush()?;

@@ -2,7 +2,6 @@
 //! and read without re-projecting.
 
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
@@ -15,9 +14,27 @@ use crate::materialize::{self, Refresh};
 use crate::output::{self, Notes};
 
 pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitCode> {
-    let id = store.resolve(&args.conversation)?;
+    let id = store.resolve_exact(&args.conversation)?;
     if args.list {
+        let views = store.views(&id)?;
         let mut out = output::stdout();
+        if args.json {
+            let items: Vec<serde_json::Value> = views
+                .iter()
+                .map(|state| {
+                    serde_json::json!({
+                        "name": state.name,
+                        "profile": state.profile,
+                        "events": state.events,
+                        "records": state.len,
+                        "head": state.head.hex(),
+                    })
+                })
+                .collect();
+            writeln!(out, "{}", serde_json::Value::Array(items))?;
+            out.flush()?;
+            return Ok(ExitCode::SUCCESS);
+        }
         let mut rows = vec![vec![
             "VIEW".to_owned(),
             "PROFILE".to_owned(),
@@ -25,7 +42,7 @@ pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitC
             "RECORDS".to_owned(),
             "HEAD".to_owned(),
         ]];
-        for state in store.views(&id)? {
+        for state in &views {
             rows.push(vec![
                 state.name.clone(),
                 state.profile.clone().unwrap_or_else(|| "-".to_owned()),
@@ -45,12 +62,28 @@ pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitC
         notes.say(&format!("dropped view \"{}\"", args.name));
         return Ok(ExitCode::SUCCESS);
     }
+    // The output file is created before the view is stored or updated: a
+    // path that cannot be written fails the command before it writes.
+    let file = args
+        .output
+        .as_deref()
+        .map(output::OutputFile::create)
+        .transpose()?;
+    let progress = match store.view_state(&id, &args.name)? {
+        None => output::Progress::bar(notes, store.info(&id)?.len, "building the view"),
+        Some(_) => output::Progress::bar(&Notes { quiet: true }, 0, ""),
+    };
+    progress.attach(store);
     let (state, refresh) = materialize::refresh(store, &id, &args.name, args.profile.as_deref())?;
+    progress.finish();
+    store.set_progress(None);
     notes.say(&match refresh {
         Refresh::Current => format!("view \"{}\" is current", state.name),
         Refresh::Built => format!(
-            "view \"{}\" built: {} events from {} records",
-            state.name, state.events, state.len
+            "view \"{}\" built: {} from {}",
+            state.name,
+            output::plural(state.events, "event"),
+            output::plural(state.len, "record")
         ),
         Refresh::Updated(ranges) => format!(
             "view \"{}\" updated to record {}: recomputed turns {}",
@@ -58,11 +91,7 @@ pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitC
             state.len.saturating_sub(1),
             ranges
                 .iter()
-                .map(|(a, b)| if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a}..={b}")
-                })
+                .map(|&(a, b)| output::range(a, b))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -72,8 +101,8 @@ pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitC
             materialize::read(store, &id, &state.name, sink)
         })
     };
-    if let Some(path) = &args.out {
-        output::write_atomically(Path::new(path), &mut write)?;
+    if let Some(file) = file {
+        file.write_with(&mut write)?;
     } else {
         let mut out = output::stdout();
         write(&mut out)?;

@@ -1,0 +1,86 @@
+//! Warnings about tool call ids: a `tool_result` whose id no `tool_call`
+//! ever had, and a `tool_call` that reuses an id. Neither is refused (the
+//! projection names such results `unknown`, and a later call with an id
+//! renames its earlier results, SPEC §4), but both are usually mistakes.
+
+use std::collections::HashMap;
+
+use convstore_store::{Event, EventKind, ToolNames};
+
+use crate::output::Notes;
+
+/// The tool calls and results of an input, in order, by position (an
+/// NDJSON line, an event index).
+#[derive(Default)]
+pub(crate) struct CallCheck {
+    /// Each call id of the input, with the position of its first call.
+    calls: HashMap<String, usize>,
+    /// Calls that reuse an id called earlier in the input.
+    repeated: Vec<(usize, String)>,
+    /// Results whose id no earlier call of the input had.
+    unmatched: Vec<(usize, String)>,
+}
+
+/// Examples named before the rest are counted.
+const SHOWN: usize = 3;
+
+impl CallCheck {
+    /// Notes the call or result `event` at `position`.
+    pub(crate) fn observe(&mut self, position: usize, event: &Event) {
+        match &event.kind {
+            EventKind::ToolCall { id, .. } => {
+                if self.calls.contains_key(id) {
+                    self.repeated.push((position, id.clone()));
+                } else {
+                    self.calls.insert(id.clone(), position);
+                }
+            }
+            EventKind::ToolResult { id, .. } if !self.calls.contains_key(id) => {
+                self.unmatched.push((position, id.clone()));
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether the log's calls are needed to finish the check.
+    pub(crate) fn needs_log(&self) -> bool {
+        !self.calls.is_empty() || !self.unmatched.is_empty()
+    }
+
+    /// Warns (`what` names a position: `line`, `event`) about results
+    /// whose id was never called, in the input or in `log`, and calls that
+    /// reuse an id of the input or of `log`.
+    pub(crate) fn report(self, log: Option<&ToolNames>, what: &str, notes: &Notes) {
+        let in_log = |id: &str| log.is_some_and(|l| l.get(id).is_some());
+        let mut repeated = self.repeated;
+        repeated.extend(
+            self.calls
+                .iter()
+                .filter(|(id, _)| in_log(id))
+                .map(|(id, &at)| (at, id.clone())),
+        );
+        repeated.sort_unstable();
+        let orphans: Vec<(usize, String)> = self
+            .unmatched
+            .into_iter()
+            .filter(|(_, id)| !self.calls.contains_key(id) && !in_log(id))
+            .collect();
+        warn_each(&orphans, notes, |(at, id)| {
+            format!("{what} {at}: tool_result for call id \"{id}\", which no tool_call has")
+        });
+        warn_each(&repeated, notes, |(at, id)| {
+            format!(
+                "{what} {at}: tool_call reuses the call id \"{id}\" (results name the latest call)"
+            )
+        });
+    }
+}
+
+fn warn_each(items: &[(usize, String)], notes: &Notes, say: impl Fn(&(usize, String)) -> String) {
+    for item in items.iter().take(SHOWN) {
+        notes.warn(&say(item));
+    }
+    if items.len() > SHOWN {
+        notes.warn(&format!("... and {} more like it", items.len() - SHOWN));
+    }
+}
