@@ -7,6 +7,8 @@ mod test_append;
 mod test_compact;
 mod test_errors;
 mod test_lineage;
+mod test_new_user;
 mod test_project;
 mod test_read;
 mod test_segments;
+mod test_tour;

@@ -1,0 +1,736 @@
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+//! What a new user meets: where data goes, where databases are created,
+//! failures that store nothing, and the rough edges around them. One test
+//! (or more) per item of the new-user review, through the binary.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+
+use crate::support::TestEnv;
+
+fn conversations(env: &TestEnv) -> Vec<serde_json::Value> {
+    env.run(&["list", "--json"]).ok().lines()[0]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn events(env: &TestEnv, conversation: &str) -> u64 {
+    conversations(env)
+        .iter()
+        .find(|c| c["name"] == conversation || c["id"] == conversation)
+        .map_or(0, |c| c["events"].as_u64().unwrap())
+}
+
+/// A conversation `chat` of `turns` turns, each a user message and an
+/// answer.
+fn chat(env: &TestEnv, turns: usize) {
+    for i in 0..turns {
+        env.run(&[
+            "append",
+            "chat",
+            "--turn",
+            "--user",
+            &format!("question {i}"),
+            "--assistant",
+            &format!("answer {i}, with enough words to be worth compacting"),
+        ])
+        .ok();
+    }
+}
+
+// 1. Data never goes to a conversation the user did not name.
+
+#[test]
+fn append_to_a_hex_looking_name_never_falls_back_to_an_id_prefix() {
+    let env = TestEnv::new();
+    env.run(&["append", "first", "--user", "x"]).ok();
+    let id = conversations(&env)[0]["id"].as_str().unwrap().to_owned();
+    let prefix = &id[..6];
+    // A name that happens to be a prefix of first's id creates its own
+    // conversation.
+    env.run(&["append", prefix, "--user", "y"]).ok();
+    assert_eq!(events(&env, "first"), 1);
+    assert_eq!(events(&env, prefix), 1);
+    // id:PREFIX and the full id name first, on every command.
+    env.run(&["append", &format!("id:{}", &id[..5]), "--user", "z"])
+        .ok();
+    env.run(&["append", &id, "--user", "z"]).ok();
+    assert_eq!(events(&env, "first"), 3);
+    // A bare prefix works where a command only reads...
+    let log = env.run(&["log", &id[..7]]).ok();
+    assert_eq!(log.lines().len(), 3);
+    // ... and is refused, with a hint, where a command writes.
+    let run = env
+        .run(&["compact", &id[..7], "--reasoning", "strip"])
+        .fails();
+    assert!(
+        run.stderr.contains(&format!("id:{}", &id[..7])),
+        "{}",
+        run.stderr
+    );
+    env.run(&["pin", &id[..7], "--turns", "0"]).fails();
+    // An id: that names nothing, or a full id that names nothing, is never
+    // created.
+    let run = env.run(&["append", "id:abcd0000", "--user", "x"]).fails();
+    assert!(run.stderr.contains("no conversation"), "{}", run.stderr);
+    env.run(&["append", &"0".repeat(32), "--user", "x"]).fails();
+    assert_eq!(conversations(&env).len(), 2);
+    // Names that would read as ids cannot be created.
+    let run = env
+        .run_with_stdin(
+            &["import", "--format", "ndjson", "-", "--name", "id:x"],
+            "{\"type\":\"user\",\"text\":\"x\"}\n",
+        )
+        .fails();
+    assert!(
+        run.stderr.contains("invalid conversation name"),
+        "{}",
+        run.stderr
+    );
+}
+
+// 2. Databases are created only by commands that create, only where
+// nothing is.
+
+fn listing(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_directory_that_is_not_a_database_is_refused_and_left_untouched() {
+    let env = TestEnv::new();
+    for (name, files) in [
+        ("notes", vec!["a.txt"]),
+        ("repo", vec![".git"]),
+        ("empty", vec![]),
+    ] {
+        let dir = env.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        for file in &files {
+            std::fs::write(dir.join(file), "x").unwrap();
+        }
+        let before = listing(&dir);
+        for args in [
+            vec!["verify"],
+            vec!["list"],
+            vec!["log", "chat"],
+            vec!["project", "chat"],
+        ] {
+            let mut argv = vec!["--db", name];
+            argv.extend(args);
+            let run = env.run(&argv).fails();
+            let expected = if files.is_empty() {
+                format!("no database at {name}")
+            } else {
+                format!("{name} is not a convstore database")
+            };
+            assert!(run.stderr.contains(&expected), "{argv:?}: {}", run.stderr);
+            assert_eq!(listing(&dir), before, "{argv:?} wrote into {name}");
+        }
+        let run = env.run(&["--db", name, "append", "chat", "--user", "x"]);
+        if files.is_empty() {
+            // An empty directory it was pointed at: a command that
+            // creates makes the database there.
+            run.ok();
+            env.run(&["--db", name, "verify"]).ok();
+        } else {
+            assert!(run.stderr.contains("is not a convstore database"));
+            assert_eq!(listing(&dir), before);
+        }
+    }
+}
+
+#[test]
+fn read_commands_create_nothing_and_urls_are_not_paths() {
+    let env = TestEnv::new();
+    for args in [
+        vec!["list"],
+        vec!["verify"],
+        vec!["log", "c"],
+        vec!["stats", "c"],
+    ] {
+        let run = env.run(&args).fails();
+        assert!(run.stderr.contains("no database at"), "{}", run.stderr);
+        assert!(!env.db().exists());
+    }
+    let run = env
+        .run(&[
+            "--db",
+            "postgres://me@host/db",
+            "append",
+            "c",
+            "--user",
+            "x",
+        ])
+        .fails();
+    assert!(
+        run.stderr.contains("a URL, not a directory"),
+        "{}",
+        run.stderr
+    );
+    assert!(listing(env.path()).is_empty(), "{:?}", listing(env.path()));
+    // A path whose parent does not exist is not created either.
+    let run = env
+        .run(&["--db", "no/such/dir", "append", "c", "--user", "x"])
+        .fails();
+    assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
+    assert!(listing(env.path()).is_empty());
+}
+
+// 3. Everything is checked before the first write.
+
+#[test]
+fn a_bad_configuration_fails_append_auto_before_it_stores() {
+    let env = TestEnv::new();
+    chat(&env, 1);
+    std::fs::write(
+        env.path().join("bad.toml"),
+        "[compaction.auto]\nenabld = true\n",
+    )
+    .unwrap();
+    let run = env
+        .run(&[
+            "--config", "bad.toml", "append", "chat", "--auto", "--user", "x",
+        ])
+        .fails();
+    assert!(run.stderr.contains("enabld"), "{}", run.stderr);
+    assert_eq!(events(&env, "chat"), 3);
+    // The configuration beside the database counts the same.
+    std::fs::write(
+        env.path().join("convstore.toml"),
+        "[compaction]\nkeep_lst = 1\n",
+    )
+    .unwrap();
+    env.run(&["append", "chat", "--auto", "--user", "x"])
+        .fails();
+    assert_eq!(events(&env, "chat"), 3);
+}
+
+#[test]
+fn a_view_written_to_a_missing_directory_is_not_stored() {
+    let env = TestEnv::new();
+    chat(&env, 2);
+    let run = env
+        .run(&["view", "chat", "--output", "/no/such/dir/x.json"])
+        .fails();
+    assert!(run.stderr.contains("/no/such/dir"), "{}", run.stderr);
+    let list = env.run(&["view", "chat", "--list", "--json"]).ok();
+    assert_eq!(list.lines()[0], serde_json::json!([]));
+}
+
+// 4. A compaction never covers turns appended after it.
+
+#[test]
+fn compact_past_the_last_turn_stores_the_turns_that_exist() {
+    let env = TestEnv::new();
+    chat(&env, 5);
+    let dry = env
+        .run(&[
+            "compact",
+            "chat",
+            "--reasoning",
+            "strip",
+            "--to",
+            "99",
+            "--force",
+            "--dry-run",
+            "--json",
+        ])
+        .ok();
+    assert_eq!(dry.lines()[0]["to_turn"], 4);
+    env.run(&["compact", "chat", "--summary", "s", "--to", "99"])
+        .ok();
+    let log = env.run(&["log", "chat"]).ok().lines();
+    let compaction = log.last().unwrap();
+    assert_eq!(compaction["type"], "compaction");
+    assert_eq!(compaction["to_turn"], 4);
+    let run = env
+        .run(&[
+            "compact",
+            "chat",
+            "--keep-last",
+            "9",
+            "--reasoning",
+            "strip",
+        ])
+        .fails();
+    assert!(
+        run.stderr.contains(
+            "--keep-last 9 leaves no turn to compact (the conversation has 5 turns, 0..4)"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
+// 5. Two inputs at once are refused.
+
+#[test]
+fn stdin_and_event_flags_together_are_an_error() {
+    let env = TestEnv::new();
+    let run = env
+        .run_with_stdin(
+            &["append", "chat", "--user", "x"],
+            "{\"type\":\"user\",\"text\":\"from stdin\"}\n",
+        )
+        .fails();
+    assert!(
+        run.stderr.contains("give one or the other"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.db().exists());
+    // An empty stdin is no second input.
+    env.run_with_stdin(&["append", "chat", "--user", "x"], "")
+        .ok();
+}
+
+// 6. A closed stdout ends a command quietly.
+
+#[test]
+fn a_reader_that_stops_early_is_not_an_error_in_any_format() {
+    let env = TestEnv::new();
+    env.run(&["gen", "big", "--events", "20000", "--seed", "3"])
+        .ok();
+    for args in [
+        vec!["project", "big", "--format", "openai"],
+        vec!["project", "big", "--format", "json"],
+        vec!["project", "big", "--format", "text"],
+        vec!["export", "big", "--format", "jp"],
+        vec!["export", "big", "--format", "openai"],
+        vec!["view", "big", "--format", "openai"],
+        vec!["log", "big"],
+    ] {
+        let mut child = env
+            .command(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 100];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        // The reader is gone (dropped above).
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("error"), "{args:?}: {stderr}");
+    }
+}
+
+// 7. An explicit configuration file must exist, for every command.
+
+#[test]
+fn a_missing_config_file_is_an_error_everywhere() {
+    let env = TestEnv::new();
+    chat(&env, 1);
+    for args in [
+        vec!["list"],
+        vec!["log", "chat"],
+        vec!["project", "chat"],
+        vec!["view", "chat"],
+        vec!["append", "chat", "--user", "x"],
+    ] {
+        let mut argv = vec!["--config", "nosuch.toml"];
+        argv.extend(args.iter().copied());
+        let run = env.run(&argv).fails();
+        assert!(
+            run.stderr.contains("nosuch.toml"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    assert_eq!(events(&env, "chat"), 3);
+}
+
+// 8. Ranges that name no turn are refused; pins can be removed.
+
+#[test]
+fn turn_ranges_must_name_a_turn_and_pins_can_be_listed_and_removed() {
+    let env = TestEnv::new();
+    chat(&env, 6);
+    let run = env.run(&["pin", "chat", "--turns", "99"]).fails();
+    assert!(
+        run.stderr
+            .contains("--turns 99: names no turn (the conversation has 6 turns, 0..5)"),
+        "{}",
+        run.stderr
+    );
+    let run = env.run(&["project", "chat", "--turns", "50..60"]).fails();
+    assert!(run.stderr.contains("names no turn"), "{}", run.stderr);
+    // A range that reaches past the end names the turns that exist.
+    let view = env.run(&["project", "chat", "--turns", "4..60"]).ok();
+    assert!(!view.lines().is_empty());
+    env.run(&["pin", "chat", "--turns", "1..3"]).ok();
+    env.run(&["pin", "chat", "--turns", "5.."]).ok();
+    let pins = env.run(&["pin", "chat", "--list", "--json"]).ok();
+    assert_eq!(pins.lines()[0], serde_json::json!([[1, 3], [5, null]]));
+    let after = env.run(&["unpin", "chat", "--turns", "2"]).ok();
+    assert_eq!(after.stdout, "1\n3\n5..\n");
+    env.run(&["unpin", "chat", "--all"]).ok();
+    let pins = env.run(&["pin", "chat", "--list", "--json"]).ok();
+    assert_eq!(pins.lines()[0], serde_json::json!([]));
+}
+
+// 9. Exit codes: 0 success, 1 failure, 2 usage.
+
+#[test]
+fn exit_codes_are_two_for_usage_and_one_for_failures() {
+    let env = TestEnv::new();
+    assert_eq!(env.run(&[]).code, 2);
+    assert_eq!(env.run(&["list", "--bogus"]).code, 2);
+    assert_eq!(env.run(&["project"]).code, 2);
+    assert_eq!(env.run(&["project", "x", "--as-of", "yesterday"]).code, 2);
+    assert_eq!(env.run(&["list"]).code, 1);
+    chat(&env, 1);
+    assert_eq!(env.run(&["project", "nope"]).code, 1);
+    assert_eq!(env.run(&["--help"]).code, 0);
+    assert_eq!(env.run(&["--version"]).code, 0);
+}
+
+// 10. A database in use says how to wait, and how long it waited.
+
+#[test]
+fn a_database_in_use_says_how_to_wait_and_how_long_it_did() {
+    let env = TestEnv::new();
+    chat(&env, 1);
+    let _held = convstore_store::Store::open(env.db()).unwrap();
+    let run = env.run(&["list"]).fails();
+    assert!(
+        run.stderr
+            .contains("in use by another process (--wait SECS waits for it)"),
+        "{}",
+        run.stderr
+    );
+    let run = env.run(&["--wait", "0.5", "list"]).fails();
+    assert!(
+        run.stderr
+            .contains("still in use by another process after 0.5 s"),
+        "{}",
+        run.stderr
+    );
+}
+
+// 12. Progress bars on a terminal only.
+
+#[test]
+fn progress_shows_on_a_terminal_and_never_in_a_pipe() {
+    let env = TestEnv::new();
+    let piped = env.run(&["gen", "big", "--events", "200000"]).ok();
+    assert!(!piped.stderr.contains("records/s"), "{}", piped.stderr);
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipping the terminal half: `script` (util-linux) is absent");
+        return;
+    }
+    // `script` gives the command a terminal.
+    let command = format!(
+        "CONVSTORE_DB={} {} verify",
+        env.db().display(),
+        env!("CARGO_BIN_EXE_convstore")
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("verifying"), "{shown}");
+    let quiet = Command::new("script")
+        .args(["-qec", &format!("{command} --quiet"), "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&quiet.stdout).contains("verifying"));
+}
+
+// 13. One flag for one idea; --json wherever a table is printed.
+
+#[test]
+fn output_flags_and_json_tables() {
+    let env = TestEnv::new();
+    chat(&env, 3);
+    env.run(&["view", "chat", "--out", "a.ndjson"]).ok();
+    env.run(&["view", "chat", "-o", "b.ndjson"]).ok();
+    env.run(&[
+        "export", "chat", "--format", "ndjson", "--output", "c.ndjson",
+    ])
+    .ok();
+    for file in ["a.ndjson", "b.ndjson", "c.ndjson"] {
+        assert!(env.path().join(file).is_file(), "{file}");
+    }
+    let views = env.run(&["view", "chat", "--list", "--json"]).ok().lines();
+    assert_eq!(views[0][0]["name"], "default");
+    env.run(&["explain", "chat", "--turn", "0", "--json"])
+        .ok()
+        .lines();
+    env.run(&["compact", "chat", "--dry-run", "--json", "--force"])
+        .ok()
+        .lines();
+    env.run(&["pin", "chat", "--list", "--json"]).ok().lines();
+    env.run(&["head", "chat", "--json"]).ok().lines();
+}
+
+// 14. --help: global options apart, examples everywhere.
+
+#[test]
+fn help_has_global_options_apart_and_examples_for_every_command() {
+    let env = TestEnv::new();
+    let top = env.run(&["--help"]).ok().stdout;
+    assert!(top.contains("Global options:"), "{top}");
+    let commands = [
+        "demo",
+        "append",
+        "project",
+        "compact",
+        "import",
+        "export",
+        "gen",
+        "log",
+        "head",
+        "fork",
+        "view",
+        "pin",
+        "unpin",
+        "explain",
+        "verify",
+        "list",
+        "stats",
+        "completions",
+    ];
+    for command in commands {
+        let help = env.run(&[command, "--help"]).ok().stdout;
+        assert!(
+            help.contains("Examples:"),
+            "{command} --help has no examples"
+        );
+        assert_eq!(
+            help.contains("--max-event-bytes"),
+            command == "append" || command == "import",
+            "{command}"
+        );
+        // Defaults are said once: in the text or in brackets.
+        let wait = help
+            .lines()
+            .find(|l| l.contains("--wait"))
+            .unwrap_or_default();
+        assert!(!wait.contains("[default"), "{command}: {wait}");
+    }
+}
+
+// 15. Output files: the umask, an existing file's mode, symbolic links.
+
+#[test]
+fn output_files_respect_modes_and_links() {
+    let env = TestEnv::new();
+    chat(&env, 1);
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let export = |target: &str, umask: &str| {
+        let command = format!(
+            "umask {umask} && exec {} export chat --format ndjson --output {target}",
+            env!("CARGO_BIN_EXE_convstore")
+        );
+        let out = Command::new("sh")
+            .args(["-c", &command])
+            .current_dir(env.path())
+            .env("CONVSTORE_DB", env.db())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    export("new.ndjson", "022");
+    assert_eq!(mode(&env.path().join("new.ndjson")), 0o644);
+    export("private.ndjson", "077");
+    assert_eq!(mode(&env.path().join("private.ndjson")), 0o600);
+    // An existing file keeps its mode.
+    std::fs::set_permissions(
+        env.path().join("new.ndjson"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    export("new.ndjson", "022");
+    assert_eq!(mode(&env.path().join("new.ndjson")), 0o640);
+    // A link is followed: the target is written, the link stays a link.
+    std::fs::create_dir(env.path().join("out")).unwrap();
+    std::os::unix::fs::symlink("out/target.ndjson", env.path().join("link.ndjson")).unwrap();
+    export("link.ndjson", "022");
+    assert!(std::fs::symlink_metadata(env.path().join("link.ndjson"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let written = std::fs::read_to_string(env.path().join("out/target.ndjson")).unwrap();
+    assert_eq!(written.lines().count(), 3);
+    // No temporary file is left behind.
+    assert_eq!(listing(&env.path().join("out")), vec!["target.ndjson"]);
+    // A directory is named in the error.
+    let run = env
+        .run(&["export", "chat", "--format", "ndjson", "--output", "out"])
+        .fails();
+    assert!(
+        run.stderr.contains("cannot write out: it is a directory"),
+        "{}",
+        run.stderr
+    );
+}
+
+// 16. Messages name what they are about.
+
+#[test]
+fn messages_name_the_file_and_count_in_words() {
+    let env = TestEnv::new();
+    std::fs::write(
+        env.path().join("in.ndjson"),
+        "{\"type\":\"user\",\"text\":\"a\"}\n{\"type\":\"usr\"}\n",
+    )
+    .unwrap();
+    let run = env
+        .run(&["import", "--format", "ndjson", "in.ndjson"])
+        .fails();
+    assert!(
+        run.stderr.contains("error: in.ndjson: line 2:"),
+        "{}",
+        run.stderr
+    );
+    std::fs::write(
+        env.path().join("one.ndjson"),
+        "{\"type\":\"user\",\"text\":\"a\"}\n",
+    )
+    .unwrap();
+    let run = env
+        .run(&["import", "--format", "ndjson", "one.ndjson"])
+        .ok();
+    assert!(
+        run.stdout.contains("imported 1 event in 1 turn"),
+        "{}",
+        run.stdout
+    );
+    let run = env.run(&["verify"]).ok();
+    assert!(
+        run.stdout
+            .contains("1 conversation, 1 record, 0 blobs, 0 views"),
+        "{}",
+        run.stdout
+    );
+    let run = env.run(&["append", "one", "--auto", "--user", "b"]).ok();
+    assert!(
+        run.stderr
+            .contains("set `[compaction.auto] enabled = true`"),
+        "{}",
+        run.stderr
+    );
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/bad-input.md")).unwrap();
+    assert!(!doc.contains("versions 1 to 2 only"));
+}
+
+// 18. Warnings about call ids.
+
+#[test]
+fn results_without_a_call_and_reused_call_ids_are_warned_about() {
+    let env = TestEnv::new();
+    let call = |id: &str| {
+        format!("{{\"type\":\"tool_call\",\"id\":\"{id}\",\"name\":\"t\",\"arguments\":{{}}}}\n")
+    };
+    let result = |id: &str| {
+        format!(
+            "{{\"type\":\"tool_result\",\"id\":\"{id}\",\"content\":\"ok\",\"is_error\":false}}\n"
+        )
+    };
+    let run = env
+        .run_with_stdin(&["append", "chat"], &(call("a") + &result("a")))
+        .ok();
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    // A result for a call in an earlier append is fine; one for no call,
+    // and a call that reuses an id of the log, are warned about (and
+    // stored).
+    let run = env
+        .run_with_stdin(
+            &["append", "chat"],
+            &(result("a") + &result("zz") + &call("a")),
+        )
+        .ok();
+    assert!(
+        run.stderr
+            .contains("warning: line 2: tool_result for call id \"zz\""),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("warning: line 3: tool_call reuses the call id \"a\""),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(events(&env, "chat"), 5);
+    let run = env
+        .run_with_stdin(
+            &["import", "--format", "ndjson", "-", "--name", "i"],
+            &result("q"),
+        )
+        .ok();
+    assert!(
+        run.stderr.contains("tool_result for call id \"q\""),
+        "{}",
+        run.stderr
+    );
+}
+
+// 19. Completions complete conversation names.
+
+#[test]
+fn completions_complete_conversation_names() {
+    let env = TestEnv::new();
+    chat(&env, 1);
+    env.run(&["append", "other-chat", "--user", "x"]).ok();
+    let script = env.run(&["completions", "bash"]).ok().stdout;
+    let program = format!(
+        "{script}\nCOMP_WORDS=(convstore project ''); COMP_CWORD=2; COMP_TYPE=9\n\
+         _clap_complete_convstore convstore '' project\nprintf '%s\\n' \"${{COMPREPLY[@]}}\""
+    );
+    let out = Command::new("bash")
+        .args(["-c", &program])
+        .env("CONVSTORE_DB", env.db())
+        .output()
+        .unwrap();
+    let offered = String::from_utf8_lossy(&out.stdout);
+    assert!(offered.lines().any(|l| l == "chat"), "{offered}");
+    assert!(offered.lines().any(|l| l == "other-chat"), "{offered}");
+}
+
+// 20. The head, fast.
+
+#[test]
+fn head_prints_the_last_records_address() {
+    let env = TestEnv::new();
+    chat(&env, 3);
+    let head = env.run(&["head", "chat"]).ok().stdout;
+    let log = env.run(&["log", "chat"]).ok().lines();
+    assert_eq!(head.trim(), log.last().unwrap()["address"]);
+    env.run(&[
+        "append",
+        "chat",
+        "--expect-head",
+        head.trim(),
+        "--user",
+        "x",
+    ])
+    .ok();
+    env.run(&[
+        "append",
+        "chat",
+        "--expect-head",
+        head.trim(),
+        "--user",
+        "x",
+    ])
+    .fails();
+}
