@@ -152,6 +152,9 @@ fn try_refresh(
 ) -> Result<(ViewState, Refresh)> {
     let info = store.info(id)?;
     let old = store.view_state(id, name)?;
+    if old.is_none() {
+        convstore_store::validate_view_name(name)?;
+    }
     if let (Some(old), Some(asked)) = (&old, profile) {
         if old.profile.as_deref() != Some(asked) {
             bail!(

@@ -84,12 +84,27 @@ pub enum StoreError {
         name: String,
     },
     /// The name cannot be used.
-    #[error("invalid conversation name \"{name}\": {reason}")]
+    #[error("invalid {what} name \"{}\": {reason}", shorten(name))]
     InvalidName {
+        /// What it would name: `conversation` or `view`.
+        what: &'static str,
         /// The name.
         name: String,
         /// Why not.
         reason: &'static str,
+    },
+    /// Two view names of a conversation share a key (the first 8 bytes of
+    /// the name's hash): the second cannot be created.
+    #[error(
+        "view \"{}\" cannot be stored beside view \"{}\" (their keys collide); choose another name",
+        shorten(name),
+        shorten(other)
+    )]
+    ViewKeyCollision {
+        /// The view asked for.
+        name: String,
+        /// The stored view with the same key.
+        other: String,
     },
     /// `--expect-head` did not match: someone else appended first.
     #[error("conflict: the head is {actual}, not the expected {expected}; nothing was stored")]
@@ -127,6 +142,16 @@ pub enum StoreError {
     /// The database failed.
     #[error("database error: {0}")]
     Sled(sled::Error),
+}
+
+/// A name as errors show it: at most 60 characters.
+fn shorten(name: &str) -> String {
+    if name.chars().count() <= 60 {
+        name.to_owned()
+    } else {
+        let head: String = name.chars().take(57).collect();
+        format!("{head}... ({} bytes)", name.len())
+    }
 }
 
 /// An I/O error in words: sled hands some of them on with their debug form

@@ -87,7 +87,8 @@ type Parse<T> = Result<T, EventError>;
 /// Reads one event from JSON text. `default_timestamp` is used when the event
 /// carries none.
 pub fn parse_event(text: &str, default_timestamp: Timestamp) -> Parse<Event> {
-    let value: Value = serde_json::from_str(text).map_err(|e| EventError::Syntax(e.to_string()))?;
+    let value: Value =
+        crate::strict::from_str(text).map_err(|e| EventError::Syntax(e.to_string()))?;
     event_from_value(value, default_timestamp)
 }
 

@@ -48,6 +48,7 @@ mod segments;
 mod settings;
 mod staging;
 mod store;
+pub mod strict;
 #[doc(hidden)]
 pub mod testing;
 mod verify;
@@ -67,8 +68,8 @@ pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
 pub use settings::AutoState;
 pub use store::{
-    ConversationInfo, KindStats, OpenOptions, ProgressFn, Store, DEFAULT_MAX_EVENT_BYTES,
-    DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER, MIN_ID_PREFIX,
+    validate_view_name, ConversationInfo, KindStats, OpenOptions, ProgressFn, Store,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER, MIN_ID_PREFIX,
 };
 pub use verify::{Verified, VerifyFailure, VerifyReport};
 pub use views::{

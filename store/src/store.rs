@@ -625,18 +625,12 @@ fn conversation_id_of(key: &[u8]) -> StoreResult<ConversationId> {
         })
 }
 
-/// Names are 1 to 200 bytes of printable text without surrounding spaces,
-/// and read as names, never as ids: not 32 hex digits (a full id) and not
-/// starting with `id:`.
+/// Conversation names are 1 to 200 bytes of printable text without
+/// surrounding spaces, and read as names, never as ids: not 32 hex digits
+/// (a full id) and not starting with `id:`.
 pub(crate) fn validate_name(name: &str) -> StoreResult<()> {
-    let reason = if name.is_empty() {
-        Some("it is empty")
-    } else if name.len() > 200 {
-        Some("it is longer than 200 bytes")
-    } else if name.chars().any(char::is_control) {
-        Some("it contains a control character")
-    } else if name.trim() != name {
-        Some("it starts or ends with white space")
+    let reason = if let Err(reason) = printable(name) {
+        Some(reason)
     } else if name.starts_with(ID_MARKER) {
         Some("id: marks an id prefix")
     } else if name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -646,10 +640,36 @@ pub(crate) fn validate_name(name: &str) -> StoreResult<()> {
     };
     match reason {
         Some(reason) => Err(StoreError::InvalidName {
+            what: "conversation",
             name: name.to_owned(),
             reason,
         }),
         None => Ok(()),
+    }
+}
+
+/// Checks a view name: 1 to 200 bytes of printable text without
+/// surrounding spaces, as a conversation name.
+pub fn validate_view_name(name: &str) -> StoreResult<()> {
+    printable(name).map_err(|reason| StoreError::InvalidName {
+        what: "view",
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+/// 1 to 200 bytes, no control character, no surrounding white space.
+fn printable(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        Err("it is empty")
+    } else if name.len() > 200 {
+        Err("it is longer than 200 bytes")
+    } else if name.chars().any(char::is_control) {
+        Err("it contains a control character")
+    } else if name.trim() != name {
+        Err("it starts or ends with white space")
+    } else {
+        Ok(())
     }
 }
 

@@ -272,13 +272,15 @@ impl Store {
             Some(bytes) => Some(decode(&bytes, "view state")?),
             None => None,
         };
-        if let Some(other) = &current {
-            if other.name != *name {
-                return Err(StoreError::InvalidName {
+        match &current {
+            Some(other) if other.name != *name => {
+                return Err(StoreError::ViewKeyCollision {
                     name: name.clone(),
-                    reason: "its key collides with another view's; choose another name",
+                    other: other.name.clone(),
                 });
             }
+            Some(_) => {}
+            None => crate::store::validate_view_name(name)?,
         }
         if current.as_ref().map(|c| c.len) != update.expected_len {
             return Err(StoreError::HeadMismatch {

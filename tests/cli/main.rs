@@ -8,6 +8,7 @@ mod test_compact;
 mod test_errors;
 mod test_lineage;
 mod test_new_user;
+mod test_no_panic;
 mod test_project;
 mod test_read;
 mod test_segments;

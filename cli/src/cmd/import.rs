@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use convstore_store::interop::{jp, openai};
+use convstore_store::strict::StrictValue;
 use convstore_store::{AppendOptions, ConversationId, Event, EventType, Timestamp, TurnTracker};
 use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
 use serde_json::{json, Value};
@@ -213,7 +214,11 @@ fn each_event(
             sink(event, kept).map_err(|e| format!("event {index}: {e:#}"))
         }),
         InteropFormat::Openai => {
-            let value: Value = serde_json::from_reader(reader).context("invalid JSON")?;
+            let mut de = serde_json::Deserializer::from_reader(reader);
+            let value: Value = StrictValue
+                .deserialize(&mut de)
+                .and_then(|v| de.end().map(|()| v))
+                .context("invalid JSON")?;
             let mut ignored = Vec::new();
             let messages = match value {
                 Value::Array(messages) => messages,
@@ -267,7 +272,7 @@ fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
             let mut index = 0;
-            while let Some(value) = seq.next_element::<Value>()? {
+            while let Some(value) = seq.next_element_seed(StrictValue)? {
                 (self.0)(index, value).map_err(A::Error::custom)?;
                 index += 1;
             }
