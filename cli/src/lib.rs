@@ -12,6 +12,7 @@ pub mod generate;
 pub mod materialize;
 mod output;
 pub mod settings;
+mod stdout;
 pub mod summarizers;
 pub mod view;
 
@@ -46,7 +47,13 @@ pub fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cmd::dispatch(&cli, &matches) {
+    // The command has released the database when it returns: only then
+    // does what a slow reader has not taken yet get written.
+    let done = cmd::dispatch(&cli, &matches).and_then(|code| {
+        stdout::drain()?;
+        Ok(code)
+    });
+    match done {
         Ok(code) => code,
         Err(error) if output::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {

@@ -1,55 +1,22 @@
 //! Writing to stdout and stderr.
 
-use std::io::{self, BufWriter, IsTerminal, StdoutLock, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
 use convstore_store::json;
 use convstore_store::{Event, Timestamp};
 
-/// Buffered stdout that remembers when its reader went away.
-pub(crate) fn stdout() -> BufWriter<Stdout> {
-    BufWriter::with_capacity(1 << 16, Stdout(io::stdout().lock()))
-}
-
-/// Set once a write to stdout failed because the reader closed it.
-static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
-
-/// Standard output; a write that meets a closed pipe is remembered, so
-/// that however the error travels (through serde_json, a store error, a
-/// context), the command ends quietly.
-pub(crate) struct Stdout(StdoutLock<'static>);
-
-impl Stdout {
-    fn note<T>(result: io::Result<T>) -> io::Result<T> {
-        if let Err(e) = &result {
-            if e.kind() == io::ErrorKind::BrokenPipe {
-                STDOUT_CLOSED.store(true, Ordering::Relaxed);
-            }
-        }
-        result
-    }
-}
-
-impl Write for Stdout {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        Self::note(self.0.write(buf))
-    }
-
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        Self::note(self.0.write_all(buf))
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Self::note(self.0.flush())
-    }
+/// Buffered stdout, paced so that a slow reader never keeps the database
+/// held (see `stdout.rs`).
+pub(crate) fn stdout() -> BufWriter<crate::stdout::Stdout> {
+    BufWriter::with_capacity(1 << 16, crate::stdout::Stdout)
 }
 
 /// Whether `error` is stdout closing under us (`convstore log x | head`),
 /// which is not a failure: the reader has what it wanted.
 pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    STDOUT_CLOSED.load(Ordering::Relaxed)
+    crate::stdout::closed()
         || error.chain().any(|cause| {
             cause
                 .downcast_ref::<io::Error>()

@@ -74,7 +74,22 @@ impl Drop for Store {
     /// `--no-sync` writes are durable) once a `Store` is gone.
     fn drop(&mut self) {
         let _ = self.db.flush();
+        let mut dropped = DROPPED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        dropped.retain(|(_, at)| at.elapsed() < LOCK_GRACE);
+        dropped.push((lock_key(&self.path), Instant::now()));
     }
+}
+
+/// Databases this process closed lately, and when: sled's lock may outlive
+/// a `Store` for a moment (its last I/O jobs), and only an open of one of
+/// these waits that moment out.
+static DROPPED: Mutex<Vec<(PathBuf, Instant)>> = Mutex::new(Vec::new());
+
+/// A database path as [`DROPPED`] keeps it.
+fn lock_key(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Counts for one kind of event in a conversation.
@@ -688,9 +703,16 @@ const LOCK_GRACE: Duration = Duration::from_millis(300);
 /// snapshot and its log). Returns the files moved.
 fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>)> {
     let started = Instant::now();
-    // A `Store` dropped an instant ago in this process may still hold the
-    // lock: retry for a moment even when the caller does not wait.
-    let retry = wait.max(LOCK_GRACE);
+    // A `Store` this process dropped an instant ago may still hold the
+    // lock: then retry for a moment even when the caller does not wait.
+    // Another process's lock is reported at once.
+    let key = lock_key(path);
+    let recent = DROPPED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .any(|(p, at)| *p == key && at.elapsed() < LOCK_GRACE);
+    let retry = if recent { wait.max(LOCK_GRACE) } else { wait };
     let mut discarded = Vec::new();
     loop {
         let opened = sled::Config::new()

@@ -11,5 +11,6 @@ mod test_new_user;
 mod test_no_panic;
 mod test_project;
 mod test_read;
+mod test_reliability;
 mod test_segments;
 mod test_tour;
