@@ -16,7 +16,7 @@ mod support;
 use std::hint::black_box;
 use std::path::Path;
 
-use convstore_cli::generate::generate;
+use convstore_engine::generate::generate;
 use convstore_projection::{project, LogEvent};
 use convstore_store::json::{event_to_string, parse_event};
 use convstore_store::{AppendOptions, Event, Store, Timestamp};

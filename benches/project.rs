@@ -12,7 +12,7 @@ mod support;
 
 use std::hint::black_box;
 
-use convstore_cli::generate::generate;
+use convstore_engine::generate::generate;
 use convstore_projection::reference::naive_project;
 use convstore_projection::{project, resolve, LogEvent, Overlay};
 use convstore_store::{EventKind, Store};

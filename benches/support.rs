@@ -2,7 +2,7 @@
 
 use std::hint::black_box;
 
-use convstore_cli::view::{plan, stream, Scope};
+use convstore_engine::pipeline::{plan, stream, Scope};
 use convstore_store::{ConversationId, Store};
 
 /// 10^4 and 10^5 events; with `CONVSTORE_BENCH_FULL` set, also 10^6.

@@ -12,8 +12,8 @@ mod support;
 
 use std::hint::black_box;
 
-use convstore_cli::generate::generate;
-use convstore_cli::materialize;
+use convstore_engine::generate::generate;
+use convstore_engine::views;
 use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Store, Timestamp};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use support::{project_from_store, sizes};
@@ -27,7 +27,7 @@ fn fixture(n: u64, m: u64) -> (tempfile::TempDir, Store, ConversationId) {
 
 fn read_view(store: &Store, id: &ConversationId) -> u64 {
     let mut count = 0u64;
-    materialize::read(store, id, "v", |_| {
+    views::read(store, id, "v", |_| {
         count += 1;
         Ok(())
     })
@@ -45,7 +45,7 @@ fn reads(c: &mut Criterion) {
                 continue;
             }
             let (_dir, store, id) = fixture(n, m);
-            materialize::refresh(&store, &id, "v", None).expect("build");
+            views::refresh(&store, &id, "v", None).expect("build");
             group.throughput(Throughput::Elements(n));
             let label = format!("{n}x{m}");
             group.bench_function(BenchmarkId::new("project", &label), |b| {
@@ -76,7 +76,7 @@ fn updates(c: &mut Criterion) {
         .collect();
     for n in sizes() {
         let (_dir, store, id) = fixture(n, 100);
-        materialize::refresh(&store, &id, "v", None).expect("build");
+        views::refresh(&store, &id, "v", None).expect("build");
         group.bench_function(BenchmarkId::new("append_turn", n), |b| {
             b.iter_batched(
                 || {
@@ -86,7 +86,7 @@ fn updates(c: &mut Criterion) {
                     };
                     store.append(&id, &turn, &options).expect("append");
                 },
-                |()| materialize::refresh(&store, &id, "v", None).expect("refresh"),
+                |()| views::refresh(&store, &id, "v", None).expect("refresh"),
                 BatchSize::PerIteration,
             );
         });

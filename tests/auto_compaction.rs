@@ -1,8 +1,8 @@
 //! Automatic compaction on a long conversation appended turn by turn.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use convstore_cli::auto::{self, automatic_ranges};
-use convstore_cli::materialize;
+use convstore_engine::auto::{self, automatic_ranges};
+use convstore_engine::views;
 use convstore_projection::config::Config;
 use convstore_projection::{estimate_chars, tokens_for_chars};
 use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Store, Timestamp};
@@ -71,7 +71,7 @@ fn turn(i: u64) -> Vec<Event> {
 
 fn view_tokens(store: &Store, id: &ConversationId) -> u64 {
     let mut chars = 0;
-    materialize::read(store, id, auto::VIEW, |v| {
+    views::read(store, id, auto::VIEW, |v| {
         chars += estimate_chars(&v.event);
         Ok(())
     })
@@ -109,7 +109,15 @@ fn auto_compaction_keeps_the_view_under_the_window() {
     let mut folds = 0;
     for i in 0..turn_count() {
         store.append(&id, &turn(i), &options).unwrap();
-        if let Some(report) = auto::run(&store, &id, &config, true).unwrap() {
+        if let Some(report) = auto::run(
+            &store,
+            &id,
+            &config,
+            &convstore_engine::Secrets::none(),
+            true,
+        )
+        .unwrap()
+        {
             compactions += 1;
             folds += u64::from(report.fold);
             assert!(report.tokens_after < report.tokens_before, "{report:?}");
@@ -150,7 +158,7 @@ fn auto_compaction_keeps_the_view_under_the_window() {
     }
     // The view kept along the way equals a fresh projection.
     let state = store.view_state(&id, auto::VIEW).unwrap().unwrap();
-    assert_eq!(materialize::check(&store, &id, &state).unwrap(), None);
+    assert_eq!(views::check(&store, &id, &state).unwrap(), None);
 }
 
 /// A failing summarizer: the automatic compaction uses mechanical policies,
@@ -177,7 +185,15 @@ fn a_failed_summarizer_falls_back_to_mechanical_policies() {
             },
         ));
         store.append(&id, &events, &options).unwrap();
-        if let Some(report) = auto::run(&store, &id, &config, false).unwrap() {
+        if let Some(report) = auto::run(
+            &store,
+            &id,
+            &config,
+            &convstore_engine::Secrets::none(),
+            false,
+        )
+        .unwrap()
+        {
             reports.push(report);
         }
     }

@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use convstore_cli::materialize;
+use convstore_engine::views;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp};
 
@@ -131,7 +131,7 @@ fn child(db: &Path) {
                     .expect("child: fork");
             }
         }
-        materialize::refresh(&store, &id, VIEW, None).expect("child: view");
+        views::refresh(&store, &id, VIEW, None).expect("child: view");
         println!("ack {k}");
         k += 1;
     }
@@ -193,7 +193,7 @@ fn check_forks_and_view(
         );
     }
     if let Some(state) = store.view_state(id, VIEW).expect("view state") {
-        let problem = materialize::check(store, id, &state).expect("check view");
+        let problem = views::check(store, id, &state).expect("check view");
         assert_eq!(problem, None, "iteration {iteration}: the view");
     }
 }

@@ -2,7 +2,7 @@
 //! it embeds.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use convstore_cli::generate::{generate_shaped, jp_shape, Shape, BATCH};
+use convstore_engine::generate::{generate_shaped, jp_shape, Shape, BATCH};
 use convstore_store::{EventKind, Store};
 
 fn median(mut xs: Vec<u64>) -> u64 {
@@ -67,7 +67,7 @@ fn the_log_read_back_does_not_depend_on_how_it_was_appended() {
     // One event per append (an agent storing each event as it happens),
     // seven, and the generator's large batches: the same events, head,
     // turns, tool calls and view, whatever the chunks.
-    use convstore_cli::view::{plan, stream, Scope};
+    use convstore_engine::pipeline::{plan, stream, Scope};
 
     let read = |batch: usize| {
         let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 
 mod support;
 
-use convstore_cli::materialize::{self, BlockLimits, RefreshOptions};
+use convstore_engine::views::{self, BlockLimits, RefreshOptions};
 use convstore_projection::{project, LogEvent, ViewEvent};
 use convstore_store::{AppendOptions, ConversationId, Event, Store};
 use proptest::prelude::*;
@@ -38,7 +38,7 @@ fn model_view(events: &[Event]) -> Vec<ViewEvent> {
 
 fn stored_view(store: &Store, id: &ConversationId, name: &str) -> Vec<ViewEvent> {
     let mut out = Vec::new();
-    materialize::read(store, id, name, |v| {
+    views::read(store, id, name, |v| {
         out.push(v);
         Ok(())
     })
@@ -98,12 +98,12 @@ proptest! {
                     .collect();
                 prop_assert_eq!(&records, model);
 
-                materialize::refresh_with(&store, id, "plain", None, SMALL).unwrap();
+                views::refresh_with(&store, id, "plain", None, SMALL).unwrap();
                 prop_assert_eq!(stored_view(&store, id, "plain"), model_view(model));
 
                 let (state, _) =
-                    materialize::refresh_with(&store, id, "light", Some("light"), SMALL).unwrap();
-                prop_assert_eq!(materialize::check(&store, id, &state).unwrap(), None);
+                    views::refresh_with(&store, id, "light", Some("light"), SMALL).unwrap();
+                prop_assert_eq!(views::check(&store, id, &state).unwrap(), None);
 
                 let verified = store.verify(id).unwrap();
                 prop_assert!(verified.is_ok(), "{:?}", verified);
@@ -143,17 +143,17 @@ fn an_append_recomputes_only_the_last_blocks() {
         },
         no_sync: false,
     };
-    let (_, built) = materialize::refresh_with(&store, &id, "v", None, limits).unwrap();
-    assert_eq!(built, materialize::Refresh::Built);
+    let (_, built) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
+    assert_eq!(built, views::Refresh::Built);
     store
         .append(&id, &turn(100), &AppendOptions::default())
         .unwrap();
-    let (state, updated) = materialize::refresh_with(&store, &id, "v", None, limits).unwrap();
+    let (state, updated) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
     // Turn 99 sits in the block of turns 96..=99; turn 100 is new.
-    assert_eq!(updated, materialize::Refresh::Updated(vec![(96, 100)]));
-    assert_eq!(materialize::check(&store, &id, &state).unwrap(), None);
-    let (_, again) = materialize::refresh_with(&store, &id, "v", None, limits).unwrap();
-    assert_eq!(again, materialize::Refresh::Current);
+    assert_eq!(updated, views::Refresh::Updated(vec![(96, 100)]));
+    assert_eq!(views::check(&store, &id, &state).unwrap(), None);
+    let (_, again) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
+    assert_eq!(again, views::Refresh::Current);
 }
 
 /// A stored view that differs from a fresh projection is reported by
@@ -175,8 +175,8 @@ fn check_finds_a_view_that_differs_from_the_log() {
     let (id, _) = store
         .create_and_append(Some("c"), &events, &AppendOptions::default())
         .unwrap();
-    let (state, _) = materialize::refresh(&store, &id, "v", None).unwrap();
-    assert_eq!(materialize::check(&store, &id, &state).unwrap(), None);
+    let (state, _) = views::refresh(&store, &id, "v", None).unwrap();
+    assert_eq!(views::check(&store, &id, &state).unwrap(), None);
 
     // Rewrite its one block with a changed text.
     let mut block = store
@@ -203,7 +203,7 @@ fn check_finds_a_view_that_differs_from_the_log() {
         )
         .unwrap();
     let state = store.view_state(&id, "v").unwrap().unwrap();
-    let problem = materialize::check(&store, &id, &state).unwrap().unwrap();
+    let problem = views::check(&store, &id, &state).unwrap().unwrap();
     assert!(problem.contains("event 1 differs"), "{problem}");
 
     // A write computed from a state that is no longer stored is refused.

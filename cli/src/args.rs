@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use convstore_engine::AsOf;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -287,6 +288,17 @@ pub enum Format {
     Text,
 }
 
+impl From<Format> for convstore_engine::format::Format {
+    fn from(format: Format) -> Self {
+        match format {
+            Format::Ndjson => Self::Ndjson,
+            Format::Json => Self::Json,
+            Format::Openai => Self::Openai,
+            Format::Text => Self::Text,
+        }
+    }
+}
+
 /// `compact`
 #[derive(Debug, Args)]
 #[allow(clippy::struct_excessive_bools)] // one per flag
@@ -441,7 +453,7 @@ pub struct GenArgs {
     pub shape: Shape,
     /// Events per append: 1 writes the log as an agent storing each event
     /// as it happens (same events and head; more, smaller chunks).
-    #[arg(long, default_value_t = crate::generate::BATCH)]
+    #[arg(long, default_value_t = convstore_engine::generate::BATCH)]
     pub batch: usize,
 }
 
@@ -471,24 +483,12 @@ pub struct LogArgs {
     pub lineage: bool,
 }
 
-/// A point in a log's history: a record's seq or a time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AsOf {
-    /// Records `0..=SEQ`.
-    Seq(u64),
-    /// Records up to the newest one at or before this time.
-    Time(convstore_store::Timestamp),
-}
-
 fn parse_as_of(text: &str) -> Result<AsOf, String> {
-    if let Ok(seq) = text.parse::<u64>() {
-        return Ok(AsOf::Seq(seq));
-    }
-    convstore_store::Timestamp::parse_rfc3339(text)
-        .map(AsOf::Time)
-        .ok_or_else(|| {
-            format!("\"{text}\" is neither a record seq nor an RFC 3339 time (e.g. 2026-03-01T12:00:00Z)")
-        })
+    AsOf::parse(text).ok_or_else(|| {
+        format!(
+            "\"{text}\" is neither a record seq nor an RFC 3339 time (e.g. 2026-03-01T12:00:00Z)"
+        )
+    })
 }
 
 /// `fork`

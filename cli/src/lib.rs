@@ -1,26 +1,20 @@
 //! The `convstore` command line. Thin: it parses arguments, calls the
-//! store and projection libraries, formats their answers and turns errors
-//! into one `error:` line and an exit code (0 success, 1 failure, 2 usage).
+//! engine (`convstore_engine`), formats its answers and turns errors into
+//! one `error:` line and an exit code (0 success, 1 failure, 2 usage).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod args;
-pub mod auto;
 mod calls;
 mod cmd;
-pub mod generate;
-pub mod materialize;
 mod output;
-pub mod settings;
 mod stdout;
-pub mod summarizers;
-pub mod view;
 
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-pub use args::{AsOf, Cli};
+pub use args::Cli;
 
 /// Runs the command line and returns its exit code.
 pub fn run() -> ExitCode {
@@ -58,11 +52,20 @@ pub fn run() -> ExitCode {
         Err(error) if output::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             let mut message = format!("{error:#}").replace('\n', " ");
-            match error.downcast_ref::<convstore_store::StoreError>() {
-                Some(convstore_store::StoreError::NoDatabase { .. }) => {
+            let store_error = error
+                .downcast_ref::<convstore_engine::Error>()
+                .and_then(|e| match e {
+                    convstore_engine::Error::Store(e) => Some(e),
+                    _ => None,
+                })
+                .or_else(|| error.downcast_ref::<convstore_engine::store::StoreError>());
+            match store_error {
+                Some(convstore_engine::store::StoreError::NoDatabase { .. }) => {
                     message.push_str(" (set --db or CONVSTORE_DB; `convstore append` creates one)");
                 }
-                Some(convstore_store::StoreError::Locked { waited, .. }) if waited.is_zero() => {
+                Some(convstore_engine::store::StoreError::Locked { waited, .. })
+                    if waited.is_zero() =>
+                {
                     message.push_str(" (--wait SECS waits for it)");
                 }
                 _ => {}

@@ -5,7 +5,7 @@
 //! `project` over the model, and everything verifies.
 #![no_main]
 
-use convstore_cli::materialize::{self, BlockLimits, RefreshOptions};
+use convstore_engine::views::{self, BlockLimits, RefreshOptions};
 use convstore_projection::{project, LogEvent, ViewEvent};
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp};
@@ -134,9 +134,9 @@ fuzz_target!(|data: &[u8]| {
                 .map(|r| r.expect("record").event)
                 .collect();
             assert_eq!(&stored, model);
-            materialize::refresh_with(&store, id, "v", None, SMALL).expect("view");
+            views::refresh_with(&store, id, "v", None, SMALL).expect("view");
             let mut view = Vec::new();
-            materialize::read(&store, id, "v", |v| {
+            views::read(&store, id, "v", |v| {
                 view.push(v);
                 Ok(())
             })

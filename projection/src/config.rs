@@ -314,15 +314,52 @@ impl Profile {
     }
 }
 
+/// Why a configuration cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// Not TOML of the expected shape (a syntax error, an unknown key, a
+    /// value of the wrong type): toml's message, on one line, with the
+    /// position.
+    #[error("{0}")]
+    Syntax(String),
+    /// A value out of range, or settings that do not go together.
+    #[error("{key}: {problem}")]
+    Value {
+        /// The key, as `compaction.auto.trigger_ratio`.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// No profile has this name.
+    #[error("no profile named \"{name}\" (known: {})", known.join(", "))]
+    NoProfile {
+        /// The name asked for.
+        name: String,
+        /// The profiles there are.
+        known: Vec<String>,
+    },
+}
+
+impl ConfigError {
+    fn value(key: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError::Value {
+            key: key.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
 impl Config {
     /// Parses a configuration file's text. Errors name the key and the line.
-    pub fn parse(text: &str) -> Result<Config, String> {
-        let config: Config = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(one_line(&e.to_string())))?;
         config.check()?;
         Ok(config)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ConfigError> {
         let auto = &self.compaction.auto;
         for (key, value) in [
             ("trigger_ratio", auto.trigger_ratio),
@@ -330,13 +367,17 @@ impl Config {
             ("fold_ratio", auto.fold_ratio),
         ] {
             if !(value > 0.0 && value <= 1.0) {
-                return Err(format!(
-                    "compaction.auto.{key}: {value} is not a ratio in (0, 1]"
+                return Err(ConfigError::value(
+                    format!("compaction.auto.{key}"),
+                    format!("{value} is not a ratio in (0, 1]"),
                 ));
             }
         }
         if auto.context_window == Some(0) {
-            return Err("compaction.auto.context_window: must be positive".to_owned());
+            return Err(ConfigError::value(
+                "compaction.auto.context_window",
+                "must be positive",
+            ));
         }
         for (name, profile) in &self.compaction.profiles {
             if let Some(summary) = &profile.summary {
@@ -344,23 +385,34 @@ impl Config {
                 if summary.summarizer == SummarizerKind::Command
                     && summary.command.as_ref().is_none_or(Vec::is_empty)
                 {
-                    return Err(format!(
-                        "{key}.command: the command summarizer needs a program to run"
+                    return Err(ConfigError::value(
+                        format!("{key}.command"),
+                        "the command summarizer needs a program to run",
                     ));
                 }
                 if summary.timeout_secs == Some(0) {
-                    return Err(format!("{key}.timeout_secs: must be positive"));
+                    return Err(ConfigError::value(
+                        format!("{key}.timeout_secs"),
+                        "must be positive",
+                    ));
                 }
             }
         }
-        for name in [&self.compaction.default_profile, &auto.profile] {
-            self.profile(name).map_err(|e| format!("compaction: {e}"))?;
+        for (key, name) in [
+            (
+                "compaction.default_profile",
+                &self.compaction.default_profile,
+            ),
+            ("compaction.auto.profile", &auto.profile),
+        ] {
+            self.profile(name)
+                .map_err(|e| ConfigError::value(key, e.to_string()))?;
         }
         Ok(())
     }
 
     /// The profile `name`: from the file, else built in.
-    pub fn profile(&self, name: &str) -> Result<Profile, String> {
+    pub fn profile(&self, name: &str) -> Result<Profile, ConfigError> {
         if let Some(p) = self.compaction.profiles.get(name) {
             return Ok(Profile {
                 name: name.to_owned(),
@@ -404,10 +456,10 @@ impl Config {
                 known.extend(self.compaction.profiles.keys().map(String::as_str));
                 known.sort_unstable();
                 known.dedup();
-                return Err(format!(
-                    "no profile named \"{other}\" (known: {})",
-                    known.join(", ")
-                ));
+                return Err(ConfigError::NoProfile {
+                    name: other.to_owned(),
+                    known: known.into_iter().map(str::to_owned).collect(),
+                });
             }
         };
         Ok(Profile {

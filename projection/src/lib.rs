@@ -47,5 +47,5 @@ mod view;
 pub use overlay::{Overlay, Summary, ToolPolicy};
 pub use project::project;
 pub use resolve::{resolve, ContentType, Resolution, Run, Segment};
-pub use tokens::{estimate_chars, tokens_for_chars, Tokenizer};
+pub use tokens::{estimate_chars, tokens_for_chars, Tokenizer, TokenizerError};
 pub use view::{LogEvent, Plan, Projector, ViewEvent, SUMMARY_HEADER};

@@ -19,7 +19,38 @@ pub trait Summarizer {
     /// summary.
     fn prompt(&self) -> String;
     /// The summary of `events`, the raw events of the range in log order.
-    fn summarize(&self, events: &[LogEvent]) -> Result<String, String>;
+    fn summarize(&self, events: &[LogEvent]) -> Result<String, SummarizeError>;
+}
+
+/// Why a summarizer wrote no summary.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummarizeError {
+    /// It could not be started or reached: a program that does not run, a
+    /// connection refused.
+    #[error("{0}")]
+    Unavailable(String),
+    /// It did not answer in time.
+    #[error("{what} did not finish within {secs} s")]
+    Timeout {
+        /// The program or URL.
+        what: String,
+        /// The time it had.
+        secs: u64,
+    },
+    /// It answered with a failure: an exit status, an HTTP status.
+    #[error("{what} {status}: {said}")]
+    Failed {
+        /// The program or URL.
+        what: String,
+        /// `exited with exit status: 3`, `answered 500`.
+        status: String,
+        /// The last line it wrote on stderr, or the body of its answer.
+        said: String,
+    },
+    /// Its answer cannot be used: not UTF-8, not JSON, without content.
+    #[error("{0}")]
+    BadAnswer(String),
 }
 
 /// The default instructions for summarizers that take instructions.
@@ -72,7 +103,7 @@ impl Summarizer for Extractive {
         format!("extractive state snapshot, budget {}", self.budget)
     }
 
-    fn summarize(&self, events: &[LogEvent]) -> Result<String, String> {
+    fn summarize(&self, events: &[LogEvent]) -> Result<String, SummarizeError> {
         Ok(self.snapshot(events))
     }
 }

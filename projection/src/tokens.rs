@@ -57,21 +57,37 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// Why a tokenizer is not available.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenizerError {
+    /// No tokenizer has this name.
+    #[error("no tokenizer named \"{0}\" (chars4, cl100k, o200k)")]
+    Unknown(String),
+    /// Its tables did not load.
+    #[error("cannot load {name}: {reason}")]
+    Load {
+        /// The tokenizer.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
 impl Tokenizer {
     /// The tokenizer named `chars4`, `cl100k` (cl100k_base) or `o200k`
     /// (o200k_base).
-    pub fn named(name: &str) -> Result<Tokenizer, String> {
+    pub fn named(name: &str) -> Result<Tokenizer, TokenizerError> {
         let (name, bpe) = match name {
             "chars4" => return Ok(Tokenizer::Chars4),
             "cl100k" | "cl100k_base" => ("cl100k", tiktoken_rs::cl100k_base()),
             "o200k" | "o200k_base" => ("o200k", tiktoken_rs::o200k_base()),
-            other => {
-                return Err(format!(
-                    "no tokenizer named \"{other}\" (chars4, cl100k, o200k)"
-                ))
-            }
+            other => return Err(TokenizerError::Unknown(other.to_owned())),
         };
-        let bpe = bpe.map_err(|e| format!("cannot load {name}: {e}"))?;
+        let bpe = bpe.map_err(|e| TokenizerError::Load {
+            name,
+            reason: e.to_string(),
+        })?;
         Ok(Tokenizer::Bpe {
             name,
             bpe: Box::new(bpe),

@@ -9,8 +9,8 @@ use convstore_store::{Address, AppendOptions, Event, EventKind, StoreError, Time
 
 use crate::args::{AppendArgs, Cli};
 use crate::calls::CallCheck;
+use crate::cmd;
 use crate::output::{self, Notes};
-use crate::{auto, cmd, settings};
 
 pub(crate) fn run(
     cli: &Cli,
@@ -32,7 +32,7 @@ pub(crate) fn run(
             no_sync: args.no_sync,
         };
     let config = if args.auto {
-        let config = settings::load(cli.config.as_deref(), &cli.db)?;
+        let config = cmd::config(cli)?;
         if !config.compaction.auto.enabled {
             notes.say(
                 "--auto: automatic compaction is off; set `[compaction.auto] enabled = true` in the configuration to turn it on",
@@ -67,7 +67,11 @@ pub(crate) fn run(
     if events.is_empty() {
         bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
     }
-    let store = cmd::open(cli, true)?;
+    let mut engine = cmd::open(cli, true)?;
+    if let Some(config) = config {
+        engine = engine.with_config(config);
+    }
+    let store = engine.store();
     store.set_max_event_bytes(args.max_event_bytes);
     let existing = store.find_exact(&args.conversation)?;
     if calls.needs_log() {
@@ -98,10 +102,10 @@ pub(crate) fn run(
         (id, appended)
     };
     let mut head = appended.head;
-    if let Some(config) = &config {
+    if args.auto {
         // The events are stored: from here on a failure is a warning, not
         // an error an agent would retry.
-        match auto::run(&store, &id, config, args.no_sync) {
+        match engine.auto_compact(&id, args.no_sync) {
             Ok(Some(report)) => {
                 if let Some(error) = &report.summarizer_error {
                     notes.say(&format!(

@@ -7,13 +7,14 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use convstore_projection::config::Config;
-use convstore_projection::tokens_for_chars;
-use convstore_store::{json, AppendOptions, Event, EventKind, Store, Timestamp};
+use convstore_engine::format::text_line;
+use convstore_engine::pipeline::{self as view, tally, Scope};
+use convstore_engine::projection::config::Config;
+use convstore_engine::projection::tokens_for_chars;
+use convstore_engine::store::{json, AppendOptions, Event, EventKind, Store, Timestamp};
+use convstore_engine::Engine;
 
-use crate::cmd::project::text_line;
 use crate::output::{self, Notes};
-use crate::view::{self, tally, Scope};
 
 const SAMPLE: &str = include_str!("../demo/sample.ndjson");
 
@@ -45,7 +46,8 @@ fn free_name(store: &Store) -> Result<String> {
     }
 }
 
-pub(crate) fn run(store: &Store, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
     let events = sample_events()?;
     let name = free_name(store)?;
     let (id, _) = store.create_and_append(Some(&name), &events, &AppendOptions::default())?;

@@ -3,70 +3,42 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
-use convstore_projection::{ContentType, Overlay, Summary, ToolPolicy};
-use convstore_store::event::ReasoningPolicy;
-use convstore_store::{OverlayIndex, Store};
+use anyhow::Result;
+use convstore_engine::projection::{ContentType, Overlay, Summary, ToolPolicy};
+use convstore_engine::store::event::ReasoningPolicy;
+use convstore_engine::Engine;
 use serde_json::{json, Value};
 
 use crate::args::ExplainArgs;
 use crate::output;
-use crate::view::{self, Scope};
 
-pub(crate) fn run(store: &Store, args: &ExplainArgs) -> Result<ExitCode> {
-    let id = store.resolve(&args.conversation)?;
-    let scope = Scope::as_of(store, &id, args.as_of)?;
-    let turn = args.turn;
-    let last_turn = match scope.end {
-        0 => bail!("the conversation is empty: it has no turn {turn}"),
-        end => store.turn_of(&id, end - 1)?,
+pub(crate) fn run(engine: &Engine, args: &ExplainArgs) -> Result<ExitCode> {
+    let id = engine.store().resolve(&args.conversation)?;
+    let explanation = engine.explain(&id, args.as_of, args.turn)?;
+    let turn = explanation.turn;
+    let name = |kind: ContentType| match kind {
+        ContentType::Summary => "summary",
+        ContentType::Reasoning => "reasoning",
+        ContentType::ToolCalls => "tool_calls",
     };
-    if turn > last_turn {
-        bail!("turn {turn} does not exist (the last turn is {last_turn})");
-    }
-    let overlays = view::overlays_under(store, &id, scope.end, None)?;
-    // The interval index answers which overlays cover the turn; each covers
-    // from..=min(to, last turn).
-    let ranges: Vec<(u64, u64)> = overlays
-        .iter()
-        .map(|o| o.covered(last_turn).unwrap_or((1, 0)))
-        .collect();
-    let index = OverlayIndex::new(&ranges);
-    let mut covering: Vec<&Overlay> = index
-        .covering(turn)
-        .into_iter()
-        .map(|i| &overlays[i])
-        .collect();
-    covering.sort_by_key(|o| o.precedence());
-    let winner = |kind: ContentType| {
-        covering
-            .iter()
-            .rev()
-            .find(|o| match kind {
-                ContentType::Summary => o.summary.is_some(),
-                ContentType::Reasoning => o.reasoning.is_some(),
-                ContentType::ToolCalls => o.tool_calls.is_some(),
-            })
-            .map(|o| o.seq)
-    };
-    let winners = [
-        ("summary", winner(ContentType::Summary)),
-        ("reasoning", winner(ContentType::Reasoning)),
-        ("tool_calls", winner(ContentType::ToolCalls)),
-    ];
     let mut out = output::stdout();
     if args.json {
         let value = json!({
             "turn": turn,
-            "as_of": scope.end.checked_sub(1),
-            "winners": winners.iter().map(|(k, w)| ((*k).to_owned(), json!(w))).collect::<serde_json::Map<String, Value>>(),
-            "covering": covering.iter().map(|o| overlay_json(o)).collect::<Vec<_>>(),
+            "as_of": explanation.as_of,
+            "winners": explanation.winners.iter().map(|(k, w)| (name(*k).to_owned(), json!(w.as_ref().map(|o| o.seq)))).collect::<serde_json::Map<String, Value>>(),
+            "covering": explanation.covering.iter().map(overlay_json).collect::<Vec<_>>(),
         });
         writeln!(out, "{value}")?;
     } else {
-        writeln!(out, "turn {turn} (as of record {})", scope.end - 1)?;
-        for (kind, seq) in winners {
-            match seq.and_then(|s| covering.iter().find(|o| o.seq == s)) {
+        writeln!(
+            out,
+            "turn {turn} (as of record {})",
+            explanation.as_of.unwrap_or(0)
+        )?;
+        for (kind, winner) in &explanation.winners {
+            let kind = name(*kind);
+            match winner {
                 Some(o) => writeln!(
                     out,
                     "  {kind:<10} won by the compaction at record {} ({}): {}",
@@ -77,11 +49,11 @@ pub(crate) fn run(store: &Store, args: &ExplainArgs) -> Result<ExitCode> {
                 None => writeln!(out, "  {kind:<10} no compaction sets it: raw")?,
             }
         }
-        if covering.is_empty() {
+        if explanation.covering.is_empty() {
             writeln!(out, "no compaction covers turn {turn}")?;
         } else {
             writeln!(out, "covering compactions, oldest first:")?;
-            for o in &covering {
+            for o in &explanation.covering {
                 writeln!(
                     out,
                     "  record {:<8} {}  turns {}  {}",

@@ -5,20 +5,21 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Result;
-use convstore_projection::ViewEvent;
-use convstore_store::interop::jp::to_jp;
-use convstore_store::json::write_event;
-use convstore_store::Store;
+use anyhow::{Context, Result};
+use convstore_engine::pipeline::{self as view, Scope};
+use convstore_engine::projection::ViewEvent;
+use convstore_engine::store::interop::jp::to_jp;
+use convstore_engine::store::json::write_event;
+use convstore_engine::{Engine, Result as EngineResult};
 
 use crate::args::{ExportArgs, InteropFormat};
 use crate::cmd::project::write_openai;
 use crate::output::{self, Notes};
-use crate::view::{self, Scope};
 
-pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, args: &ExportArgs, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
     let id = store.resolve(&args.conversation)?;
-    let scope = Scope::as_of(store, &id, args.as_of)?;
+    let scope = Scope::as_of(store, &id, args.as_of).context("--as-of")?;
     let file = match args.output.as_deref() {
         None | Some("-") => None,
         Some(path) => Some(output::OutputFile::create(Path::new(path))?),
@@ -29,7 +30,7 @@ pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<Exi
     progress.attach(store);
     // The events to write: the raw records, or the view.
     let mut write = |out: &mut dyn Write| -> Result<()> {
-        let each = |f: &mut dyn FnMut(&ViewEvent) -> Result<()>| -> Result<()> {
+        let each = |f: &mut dyn FnMut(&ViewEvent) -> EngineResult<()>| -> EngineResult<()> {
             if args.projected {
                 let projector = view::plan(store, &id, scope, None)?;
                 view::stream(store, &id, scope, &projector, f)
@@ -64,7 +65,8 @@ pub(crate) fn run(store: &Store, args: &ExportArgs, notes: &Notes) -> Result<Exi
                 each(&mut |v| {
                     out.write_all(if first { b"\n" } else { b",\n" })?;
                     first = false;
-                    serde_json::to_writer(&mut *out, &to_jp(&v.event))?;
+                    serde_json::to_writer(&mut *out, &to_jp(&v.event))
+                        .map_err(std::io::Error::from)?;
                     Ok(())
                 })?;
                 out.write_all(b"\n]\n")?;

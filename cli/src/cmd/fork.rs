@@ -3,91 +3,63 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
-use convstore_projection::config::Config;
-use convstore_store::{Event, EventKind, Store, StoreError, Timestamp};
+use anyhow::Result;
+use convstore_engine::fork::ForkAt;
+use convstore_engine::{Engine, Error};
 use serde_json::json;
 
 use crate::args::ForkArgs;
 use crate::output::{self, Notes};
-use crate::summarizers;
 
-pub(crate) fn run(
-    store: &Store,
-    args: &ForkArgs,
-    config: &Config,
-    notes: &Notes,
-) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, args: &ForkArgs, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
     let parent = store.resolve(&args.conversation)?;
     let info = store.info(&parent)?;
     let at = match (args.at_turn, args.at_seq) {
-        (Some(turn), _) if turn >= info.turns => bail!(
-            "--at-turn {turn}: names no turn ({})",
-            crate::cmd::project::turns_note(info.turns)
-        ),
-        // Everything up to the next turn's first record.
-        (Some(turn), _) => store.turn_records(&parent, 0, turn, info.len)?.end,
-        (None, Some(seq)) if seq >= info.len => {
-            return Err(
-                anyhow::Error::from(StoreError::NoSuchRecord { seq, len: info.len })
-                    .context("--at-seq"),
-            )
-        }
-        (None, Some(seq)) => seq + 1,
-        (None, None) => info.len,
+        (Some(turn), _) => ForkAt::Turn(turn),
+        (None, Some(seq)) => ForkAt::Seq(seq),
+        (None, None) => ForkAt::End,
     };
-    // The compaction, if asked for, is stored with the fork in one write.
-    let mut events = Vec::new();
-    if let Some(name) = &args.compact {
-        let profile = config.profile(name).map_err(anyhow::Error::msg)?;
-        if at == 0 {
-            bail!("--compact: the fork would be empty: there is nothing to compact");
-        }
-        let last_turn = store.turn_of(&parent, at - 1)?;
-        let summary = match &profile.summary {
-            // The summary is written from the parent's raw events: the
-            // fork's are the same.
-            Some(spec) => {
-                let summarizer = summarizers::make(spec, None)?;
-                let raw = summarizers::raw_events(store, &parent, 0, last_turn, at)?;
-                Some(summarizers::run(&*summarizer, &raw)?)
+    let forked = engine
+        .fork(&parent, at, args.name.as_deref(), args.compact.as_deref())
+        .map_err(|e| match (e, at) {
+            (e @ Error::NoSuchTurn { .. }, ForkAt::Turn(turn)) => {
+                anyhow::Error::from(e).context(format!("--at-turn {turn}"))
             }
-            None => None,
-        };
-        events.push(Event::new(
-            Timestamp::now(),
-            EventKind::Compaction(profile.compaction(0, last_turn, summary, config)),
-        ));
-    }
-    let (id, head) = store.fork(&parent, at, args.name.as_deref(), &events)?;
-    let fork = store.info(&id)?;
+            (e @ Error::Store(_), ForkAt::Seq(seq)) => {
+                anyhow::Error::from(e).context(format!("--at-seq {seq}"))
+            }
+            (e @ Error::EmptyFork, _) => anyhow::Error::from(e).context("--compact"),
+            (e, _) => e.into(),
+        })?;
+    let fork = store.info(&forked.id)?;
     let mut out = output::stdout();
     if args.json {
         let value = json!({
-            "id": id.hex(),
+            "id": forked.id.hex(),
             "name": fork.name,
             "parent": parent.hex(),
-            "at": at,
+            "at": forked.at,
             "events": fork.len,
-            "head": head.hex(),
+            "head": forked.head.hex(),
         });
         writeln!(out, "{value}")?;
     } else {
         notes.say(&format!(
             "forked {} at record {} ({} shared{})",
             info.label(),
-            at.saturating_sub(1),
-            output::plural(at, "record"),
-            if events.is_empty() {
-                String::new()
-            } else {
+            forked.at.saturating_sub(1),
+            output::plural(forked.at, "record"),
+            if forked.compacted {
                 format!(
                     ", compacted with profile {}",
                     args.compact.as_deref().unwrap_or("")
                 )
+            } else {
+                String::new()
             }
         ));
-        writeln!(out, "{} {}", fork.label(), head)?;
+        writeln!(out, "{} {}", fork.label(), forked.head)?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)

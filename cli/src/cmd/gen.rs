@@ -7,16 +7,31 @@ use anyhow::Result;
 
 use crate::args::{Cli, GenArgs, Shape};
 use crate::cmd;
-use crate::generate;
 use crate::output::{self, Notes};
+use convstore_engine::generate;
 
 pub(crate) fn run(cli: &Cli, args: &GenArgs, notes: &Notes) -> Result<ExitCode> {
     let shape = match args.shape {
         Shape::Small => generate::Shape::Small,
         Shape::Jp => generate::Shape::Jp,
     };
-    generate::check(args.events, args.compactions, args.batch)?;
-    let store = &cmd::open(cli, true)?;
+    // The same checks as the generator's, in the flags' words, before a
+    // database is opened.
+    if args.batch == 0 {
+        anyhow::bail!("--batch must be at least 1");
+    }
+    if args.events == 0 {
+        anyhow::bail!("--events must be at least 1");
+    }
+    if args.compactions > args.events {
+        anyhow::bail!(
+            "--compactions {} exceeds --events {}",
+            args.compactions,
+            args.events
+        );
+    }
+    let engine = cmd::open(cli, true)?;
+    let store = engine.store();
     let progress = output::Progress::bar(notes, args.events, "generating");
     progress.attach(store);
     let id = generate::generate_shaped(

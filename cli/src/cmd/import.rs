@@ -64,7 +64,8 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
     calls.report(None, "event", notes);
     // The whole input is sound: only now is the database opened (and
     // created, if need be).
-    let store = &cmd::open(cli, true)?;
+    let engine = cmd::open(cli, true)?;
+    let store = engine.store();
     store.set_max_event_bytes(args.max_event_bytes);
     let name = match &args.name {
         Some(name) => Some(name.clone()),

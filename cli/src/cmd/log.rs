@@ -3,16 +3,17 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Result;
-use convstore_store::json::{write_event_fields, ObjectWriter};
-use convstore_store::Store;
+use anyhow::{Context, Result};
+use convstore_engine::pipeline::Scope;
+use convstore_engine::store::json::{write_event_fields, ObjectWriter};
+use convstore_engine::Engine;
 use serde_json::json;
 
 use crate::args::{HeadArgs, LogArgs};
 use crate::output::{self, Notes};
-use crate::view::Scope;
 
-pub(crate) fn run(store: &Store, args: &LogArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, args: &LogArgs, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
     let id = store.resolve(&args.conversation)?;
     let mut out = output::stdout();
     if args.lineage {
@@ -41,7 +42,7 @@ pub(crate) fn run(store: &Store, args: &LogArgs, notes: &Notes) -> Result<ExitCo
             point.at
         ));
     }
-    let scope = Scope::as_of(store, &id, args.as_of)?;
+    let scope = Scope::as_of(store, &id, args.as_of).context("--as-of")?;
     let mut line = Vec::with_capacity(1024);
     for record in store.scan(&id, 0..scope.end)? {
         let record = record?;
@@ -61,7 +62,8 @@ pub(crate) fn run(store: &Store, args: &LogArgs, notes: &Notes) -> Result<ExitCo
 
 /// `convstore head`: the head from the conversation's metadata (no record
 /// is read).
-pub(crate) fn head(store: &Store, args: &HeadArgs) -> Result<ExitCode> {
+pub(crate) fn head(engine: &Engine, args: &HeadArgs) -> Result<ExitCode> {
+    let store = engine.store();
     let id = store.resolve(&args.conversation)?;
     let info = store.info(&id)?;
     let mut out = output::stdout();

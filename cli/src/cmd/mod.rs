@@ -15,29 +15,30 @@ mod stats;
 mod verify;
 mod view;
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use std::path::Path;
-
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
-use convstore_store::{OpenOptions, Store};
+use convstore_engine::config_file;
+use convstore_engine::projection::config::Config;
+use convstore_engine::{Engine, Location, OpenOptions, Secrets};
 
 use crate::args::{Cli, Command};
 use crate::output::Notes;
-use crate::settings;
 
 /// Runs the subcommand `cli` names.
 pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
     let notes = Notes { quiet: cli.quiet };
-    check_location(&cli.db)?;
+    location(cli)?;
     // An explicit configuration file must exist and parse, whatever the
     // command (and before anything is written).
     if cli.config.is_some() {
-        settings::load(cli.config.as_deref(), &cli.db)?;
+        config(cli)?;
     }
-    let config = || settings::load(cli.config.as_deref(), &cli.db);
+    let read = || open(cli, false);
+    let configured = || Ok::<_, anyhow::Error>(open(cli, false)?.with_config(config(cli)?));
     match &cli.command {
         Command::Append(args) => {
             let sub = matches
@@ -46,55 +47,43 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
             append::run(cli, args, sub, &notes)
         }
         Command::Demo => demo::run(&open(cli, true)?, &notes),
-        Command::Compact(args) => {
-            let config = config()?;
-            compact::run(&open(cli, false)?, args, &config, &notes)
-        }
+        Command::Compact(args) => compact::run(&configured()?, args, &notes),
         Command::Import(args) => import::run(cli, args, &notes),
-        Command::Export(args) => export::run(&open(cli, false)?, args, &notes),
+        Command::Export(args) => export::run(&read()?, args, &notes),
         Command::Gen(args) => gen::run(cli, args, &notes),
-        Command::Project(args) => project::run(&open(cli, false)?, args, &notes),
-        Command::Log(args) => log::run(&open(cli, false)?, args, &notes),
-        Command::Head(args) => log::head(&open(cli, false)?, args),
-        Command::Fork(args) => {
-            let config = config()?;
-            fork::run(&open(cli, false)?, args, &config, &notes)
-        }
-        Command::View(args) => view::run(&open(cli, false)?, args, &notes),
-        Command::Explain(args) => explain::run(&open(cli, false)?, args),
-        Command::Pin(args) => pin::run(&open(cli, false)?, args),
-        Command::Unpin(args) => pin::unpin(&open(cli, false)?, args),
-        Command::Verify(args) => verify::run(&open(cli, false)?, args, &notes),
-        Command::List(args) => stats::list(&open(cli, false)?, args),
-        Command::Stats(args) => stats::run(&open(cli, false)?, args, &notes),
+        Command::Project(args) => project::run(&read()?, args, &notes),
+        Command::Log(args) => log::run(&read()?, args, &notes),
+        Command::Head(args) => log::head(&read()?, args),
+        Command::Fork(args) => fork::run(&configured()?, args, &notes),
+        Command::View(args) => view::run(&read()?, args, &notes),
+        Command::Explain(args) => explain::run(&read()?, args),
+        Command::Pin(args) => pin::run(&read()?, args),
+        Command::Unpin(args) => pin::unpin(&read()?, args),
+        Command::Verify(args) => verify::run(&read()?, args, &notes),
+        Command::List(args) => stats::list(&read()?, args),
+        Command::Stats(args) => stats::run(&read()?, args, &notes),
         Command::Completions { shell } => completions(*shell),
     }
 }
 
-/// Refuses a `--db` that names no directory this build can use: a URL
-/// (`postgres://...`) is never taken for a path.
-fn check_location(db: &Path) -> Result<()> {
-    let text = db.to_string_lossy();
-    if let Some((scheme, _)) = text.split_once("://") {
-        if !scheme.is_empty()
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-        {
-            bail!(
-                "--db {text}: a URL, not a directory; this convstore stores conversations in a \
-                 directory only (no {scheme}:// backend)"
-            );
-        }
-    }
-    Ok(())
+/// Where the database is: `--db` (or `$CONVSTORE_DB`) as a [`Location`];
+/// a URL (`postgres://...`) is never taken for a path.
+pub(crate) fn location(cli: &Cli) -> Result<Location> {
+    Ok(Location::parse(&cli.db.to_string_lossy())?)
+}
+
+/// The configuration: `--config FILE`, else `convstore.toml` beside the
+/// database, else the defaults.
+pub(crate) fn config(cli: &Cli) -> Result<Config> {
+    Ok(config_file::load(cli.config.as_deref(), &cli.db)?)
 }
 
 /// Opens the database. Only commands that create (`append`, `import`,
 /// `gen`, `demo`) pass `create`: they may create it where nothing is, or
 /// in an empty directory. No command writes into a directory that holds
-/// anything but a convstore database.
-pub(crate) fn open(cli: &Cli, create: bool) -> Result<Store> {
+/// anything but a convstore database. Summarizers find API keys in the
+/// environment.
+pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
     let wait = Duration::try_from_secs_f64(cli.wait.max(0.0))
         .map_err(|_| anyhow::anyhow!("--wait: {} is not a number of seconds", cli.wait))?;
     let options = if create {
@@ -103,15 +92,16 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Store> {
         OpenOptions::existing()
     }
     .wait(wait);
-    let store = Store::open_with(&cli.db, &options)?;
-    for file in store.discarded_snapshots() {
+    let engine = Engine::open(&location(cli)?, &options)?
+        .with_secrets(Secrets::from_fn(|name| std::env::var(name).ok()));
+    for file in engine.store().discarded_snapshots() {
         Notes { quiet: cli.quiet }.say(&format!(
             "note: a crash had left an unfinished sled snapshot; moved it to {} and \
              recovered from the previous snapshot and the log",
             file.display()
         ));
     }
-    Ok(store)
+    Ok(engine)
 }
 
 /// Prints the script that registers `convstore` for completion in `shell`:

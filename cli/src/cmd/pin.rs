@@ -6,14 +6,16 @@ use std::ops::RangeInclusive;
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
-use convstore_store::{ConversationId, Store};
+use convstore_engine::store::{ConversationId, Store};
+use convstore_engine::Engine;
 use serde_json::{json, Value};
 
 use crate::args::{PinArgs, UnpinArgs};
 use crate::cmd::project::parse_turns;
 use crate::output;
 
-pub(crate) fn run(store: &Store, args: &PinArgs) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, args: &PinArgs) -> Result<ExitCode> {
+    let store = engine.store();
     let id = store.resolve_exact(&args.conversation)?;
     let pins = match &args.turns {
         Some(text) => {
@@ -25,7 +27,8 @@ pub(crate) fn run(store: &Store, args: &PinArgs) -> Result<ExitCode> {
     print(&pins, args.json)
 }
 
-pub(crate) fn unpin(store: &Store, args: &UnpinArgs) -> Result<ExitCode> {
+pub(crate) fn unpin(engine: &Engine, args: &UnpinArgs) -> Result<ExitCode> {
+    let store = engine.store();
     let id = store.resolve_exact(&args.conversation)?;
     let pins = match &args.turns {
         Some(text) => {

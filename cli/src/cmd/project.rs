@@ -5,18 +5,18 @@ use std::ops::RangeInclusive;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use convstore_projection::openai::to_messages;
-use convstore_projection::ViewEvent;
-use convstore_store::json::{write_event_fields, ObjectWriter};
-use convstore_store::{EventKind, Store};
+use convstore_engine::format::{self, text_line, write_view_event, Dropped};
+use convstore_engine::pipeline::{self as view, Scope};
+use convstore_engine::projection::ViewEvent;
+use convstore_engine::Engine;
 
 use crate::args::{Format, ProjectArgs};
 use crate::output::{self, Notes};
-use crate::view::{self, Scope};
 
-pub(crate) fn run(store: &Store, args: &ProjectArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, args: &ProjectArgs, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
     let id = store.resolve(&args.conversation)?;
-    let scope = Scope::as_of(store, &id, args.as_of)?;
+    let scope = Scope::as_of(store, &id, args.as_of).context("--as-of")?;
     let turns = match &args.turns {
         Some(text) => {
             let range = parse_turns(text)?;
@@ -86,75 +86,26 @@ pub(crate) fn run(store: &Store, args: &ProjectArgs, notes: &Notes) -> Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes view events as a Chat Completions `messages` array, one message a
-/// line, and says on stderr what had to be left out to keep it valid.
+/// Writes view events as a Chat Completions `messages` array, and says on
+/// stderr what had to be left out to keep it valid.
 pub(crate) fn write_openai(out: &mut dyn Write, events: &[ViewEvent], notes: &Notes) -> Result<()> {
-    let messages = to_messages(events);
-    out.write_all(b"[")?;
-    for (i, message) in messages.messages.iter().enumerate() {
-        out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
-        serde_json::to_writer(&mut *out, message)?;
-    }
-    out.write_all(b"\n]\n")?;
-    if messages.dropped_calls + messages.dropped_results > 0 {
-        notes.say(&format!(
-            "openai: left out {} without a following result and {} without a preceding call",
-            output::plural(messages.dropped_calls as u64, "tool call"),
-            output::plural(messages.dropped_results as u64, "tool result")
-        ));
-    }
+    let dropped = format::write_openai(out, events)?;
+    note_dropped(dropped, notes);
     Ok(())
 }
 
-/// A view event as one JSON object: `seq`, `turn`, `summary_of` (for
-/// injected summary events), then the event's fields.
-pub(crate) fn write_view_event(v: &ViewEvent, out: &mut Vec<u8>) {
-    let mut object = ObjectWriter::begin(out);
-    object.u64("seq", v.seq);
-    object.u64("turn", v.turn);
-    if let Some((from, to)) = v.summary_of {
-        object.raw("summary_of", &format!("[{from},{to}]"));
-    }
-    write_event_fields(&v.event, &mut object);
-    object.end();
-}
-
-/// `[turn 3] user: text`, one line (newlines shown as ⏎).
-pub(crate) fn text_line(v: &ViewEvent) -> String {
-    let body = match &v.event.kind {
-        EventKind::TurnStart => "── turn start ──".to_owned(),
-        EventKind::User { text } => format!("user: {text}"),
-        EventKind::Assistant { text } => format!("assistant: {text}"),
-        EventKind::Reasoning { text } => format!("reasoning: {text}"),
-        EventKind::System { text } => format!("system: {text}"),
-        EventKind::ToolCall {
-            id,
-            name,
-            arguments,
-        } => format!("tool call {name} ({id}): {}", arguments.as_str()),
-        EventKind::ToolResult {
-            id,
-            content,
-            is_error,
-        } => format!(
-            "tool result ({id}{}): {content}",
-            if *is_error { ", error" } else { "" }
-        ),
-        EventKind::Config { delta } => format!("config: {}", delta.as_str()),
-        EventKind::Extension { name, payload } => format!("extension {name}: {}", payload.as_str()),
-        EventKind::Compaction(_) => "compaction".to_owned(),
-    };
-    format!("[turn {}] {}", v.turn, body.replace('\n', " ⏎ "))
-}
-
-/// `the conversation has 6 turns, 0..5`, for errors about turn ranges.
-pub(crate) fn turns_note(turns: u64) -> String {
-    match turns {
-        0 => "the conversation has no turn".to_owned(),
-        1 => "the conversation has 1 turn, 0".to_owned(),
-        n => format!("the conversation has {n} turns, 0..{}", n - 1),
+/// Says on stderr what a `messages` array left out.
+pub(crate) fn note_dropped(dropped: Dropped, notes: &Notes) {
+    if dropped.calls + dropped.results > 0 {
+        notes.say(&format!(
+            "openai: left out {} without a following result and {} without a preceding call",
+            output::plural(dropped.calls, "tool call"),
+            output::plural(dropped.results, "tool result")
+        ));
     }
 }
+
+pub(crate) use convstore_engine::error::turns_note;
 
 /// `A..B` (both inclusive), `A..`, `..B` or `N`.
 pub(crate) fn parse_turns(text: &str) -> Result<RangeInclusive<u64>> {

@@ -4,15 +4,17 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use convstore_projection::Tokenizer;
-use convstore_store::{ConversationId, ConversationInfo, EventKind, EventType, Store};
+use convstore_engine::pipeline::{tally_with, Scope, Tally};
+use convstore_engine::projection::Tokenizer;
+use convstore_engine::store::{ConversationId, ConversationInfo, EventKind, EventType, Store};
+use convstore_engine::Engine;
 use serde_json::{json, Map, Value};
 
 use crate::args::{ListArgs, StatsArgs};
 use crate::output::{self, Notes};
-use crate::view::{tally_with, Scope, Tally};
 
-pub(crate) fn list(store: &Store, args: &ListArgs) -> Result<ExitCode> {
+pub(crate) fn list(engine: &Engine, args: &ListArgs) -> Result<ExitCode> {
+    let store = engine.store();
     let mut conversations = store.conversations()?;
     conversations.sort_by_key(|c| (c.created, c.id));
     let mut out = output::stdout();
@@ -81,7 +83,8 @@ fn summary_json(c: &ConversationInfo) -> Value {
     })
 }
 
-pub(crate) fn run(store: &Store, args: &StatsArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, args: &StatsArgs, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
     let id = store.resolve(&args.conversation)?;
     let mut info = store.info(&id)?;
     // A fork's counts include the records it shares with its parent.

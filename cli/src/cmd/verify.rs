@@ -4,14 +4,14 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
-use convstore_store::{Store, VerifyFailure};
+use convstore_engine::Engine;
 use serde_json::json;
 
 use crate::args::VerifyArgs;
-use crate::materialize;
 use crate::output::{self, Notes};
 
-pub(crate) fn run(store: &Store, args: &VerifyArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
     let conversations = store.conversations()?;
     let total = match &args.conversation {
         Some(_) => None,
@@ -24,40 +24,17 @@ pub(crate) fn run(store: &Store, args: &VerifyArgs, notes: &Notes) -> Result<Exi
     };
     let progress = output::Progress::bar(notes, total.unwrap_or(0), "verifying");
     progress.attach(store);
-    let (verified, ids) = match &args.conversation {
-        Some(query) => {
-            let id = store.resolve(query)?;
-            (store.verify(&id)?, vec![id])
-        }
-        None => (
-            store.verify_all()?,
-            conversations.iter().map(|c| c.id).collect(),
-        ),
+    let id = match &args.conversation {
+        Some(query) => Some(store.resolve(query)?),
+        None => None,
     };
+    // Every record, then each stored view against a fresh projection of
+    // its head.
+    let verified = engine.verify(id.as_ref())?;
     progress.finish();
-    // Then each stored view against a fresh projection of its head.
-    let mut views = 0;
-    let verified = match verified {
-        Ok(report) => {
-            let mut outcome = Ok(report);
-            'all: for id in &ids {
-                for state in store.views(id)? {
-                    if let Some(problem) = materialize::check(store, id, &state)? {
-                        let info = store.info(id)?;
-                        outcome = Err(VerifyFailure {
-                            conversation: *id,
-                            name: info.name,
-                            seq: None,
-                            problem: format!("view \"{}\": {problem}", state.name),
-                        });
-                        break 'all;
-                    }
-                    views += 1;
-                }
-            }
-            outcome
-        }
-        failed => failed,
+    let (verified, views) = match verified {
+        Ok((report, views)) => (Ok(report), views),
+        Err(failure) => (Err(failure), 0),
     };
     let mut out = output::stdout();
     match verified {

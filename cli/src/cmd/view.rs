@@ -5,15 +5,16 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
-use convstore_projection::ViewEvent;
-use convstore_store::Store;
+use convstore_engine::format::write_events;
+use convstore_engine::views::{self as materialize, Refresh};
+use convstore_engine::Engine;
 
-use crate::args::{Format, ViewArgs};
-use crate::cmd::project::{text_line, write_openai, write_view_event};
-use crate::materialize::{self, Refresh};
+use crate::args::ViewArgs;
+use crate::cmd::project::note_dropped;
 use crate::output::{self, Notes};
 
-pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn run(engine: &Engine, args: &ViewArgs, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
     let id = store.resolve_exact(&args.conversation)?;
     if args.list {
         let views = store.views(&id)?;
@@ -74,7 +75,14 @@ pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitC
         Some(_) => output::Progress::bar(&Notes { quiet: true }, 0, ""),
     };
     progress.attach(store);
-    let (state, refresh) = materialize::refresh(store, &id, &args.name, args.profile.as_deref())?;
+    let (state, refresh) = engine
+        .refresh_view(&id, &args.name, args.profile.as_deref())
+        .map_err(|e| match e {
+            convstore_engine::Error::ViewProfile { name, existing } => anyhow::anyhow!(
+                "view \"{name}\" exists with {existing}; drop it (view --drop) to change its profile"
+            ),
+            e => e.into(),
+        })?;
     progress.finish();
     store.set_progress(None);
     notes.say(&match refresh {
@@ -97,9 +105,11 @@ pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitC
         ),
     });
     let mut write = |out: &mut dyn Write| -> Result<()> {
-        write_events(out, args.format, notes, &mut |sink| {
+        let dropped = write_events(out, args.format.into(), &mut |sink| {
             materialize::read(store, &id, &state.name, sink)
-        })
+        })?;
+        note_dropped(dropped, notes);
+        Ok(())
     };
     if let Some(file) = file {
         file.write_with(&mut write)?;
@@ -109,53 +119,4 @@ pub(crate) fn run(store: &Store, args: &ViewArgs, notes: &Notes) -> Result<ExitC
         out.flush()?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-type Source<'a> = dyn FnMut(&mut dyn FnMut(ViewEvent) -> Result<()>) -> Result<()> + 'a;
-
-/// Writes the view events `source` yields in `format`, as `project` does.
-fn write_events(
-    out: &mut dyn Write,
-    format: Format,
-    notes: &Notes,
-    source: &mut Source<'_>,
-) -> Result<()> {
-    let mut line = Vec::with_capacity(4096);
-    match format {
-        Format::Ndjson => source(&mut |v| {
-            line.clear();
-            write_view_event(&v, &mut line);
-            line.push(b'\n');
-            out.write_all(&line)?;
-            Ok(())
-        })?,
-        Format::Json => {
-            let mut first = true;
-            out.write_all(b"[")?;
-            source(&mut |v| {
-                line.clear();
-                if !first {
-                    line.push(b',');
-                }
-                first = false;
-                write_view_event(&v, &mut line);
-                out.write_all(&line)?;
-                Ok(())
-            })?;
-            out.write_all(b"]\n")?;
-        }
-        Format::Openai => {
-            let mut events = Vec::new();
-            source(&mut |v| {
-                events.push(v);
-                Ok(())
-            })?;
-            write_openai(out, &events, notes)?;
-        }
-        Format::Text => source(&mut |v| {
-            writeln!(out, "{}", text_line(&v))?;
-            Ok(())
-        })?,
-    }
-    Ok(())
 }

@@ -24,15 +24,15 @@
 
 use std::collections::{btree_map, BTreeMap, HashMap, HashSet};
 
-use anyhow::{bail, Context, Result};
 use convstore_projection::config::Config;
 use convstore_projection::{resolve, Overlay, Plan, Projector, Run, ViewEvent};
 use convstore_store::{
-    call_bucket, Address, CallEntry, ConversationId, EventKind, EventType, Store, StoreError,
-    StoredViewEvent, Timestamp, ToolNames, ViewBlock, ViewState, ViewUpdate,
+    call_bucket, Address, CallEntry, ConversationId, EventKind, EventType, Store, StoredViewEvent,
+    Timestamp, ToolNames, ViewBlock, ViewState, ViewUpdate,
 };
 
-use crate::view::{self, Scope};
+use crate::error::{Error, Result};
+use crate::pipeline::{self as view, Scope};
 
 /// Where blocks of a stored view close: at the first turn boundary after
 /// `events` view events or `turns` turns. An update rewrites whole blocks,
@@ -72,11 +72,9 @@ fn base_overlay(profile: Option<&str>) -> Result<Option<Overlay>> {
         return Ok(None);
     };
     let config = Config::default();
-    let profile = config.profile(name).map_err(anyhow::Error::msg)?;
+    let profile = config.profile(name)?;
     if !profile.is_mechanical() {
-        bail!(
-            "profile \"{name}\" writes a summary; a view applies profiles that strip or omit only"
-        );
+        return Err(Error::SummaryProfile(name.to_owned()));
     }
     Ok(Some(Overlay::from_compaction(
         0,
@@ -133,14 +131,11 @@ pub fn refresh_with(
             other => return other,
         }
     }
-    bail!("view \"{name}\" keeps changing under this update; try again")
+    Err(Error::ViewBusy(name.to_owned()))
 }
 
-fn is_conflict(error: &anyhow::Error) -> bool {
-    matches!(
-        error.downcast_ref::<StoreError>(),
-        Some(StoreError::HeadMismatch { .. })
-    )
+fn is_conflict(error: &Error) -> bool {
+    error.is_conflict()
 }
 
 fn try_refresh(
@@ -157,12 +152,13 @@ fn try_refresh(
     }
     if let (Some(old), Some(asked)) = (&old, profile) {
         if old.profile.as_deref() != Some(asked) {
-            bail!(
-                "view \"{name}\" exists with {}; drop it (view --drop) to change its profile",
-                old.profile
+            return Err(Error::ViewProfile {
+                name: name.to_owned(),
+                existing: old
+                    .profile
                     .as_deref()
-                    .map_or("no profile".to_owned(), |p| format!("profile {p}"))
-            );
+                    .map_or("no profile".to_owned(), |p| format!("profile {p}")),
+            });
         }
     }
     if let Some(old) = &old {
@@ -207,7 +203,7 @@ fn try_refresh(
 fn stored_state(store: &Store, id: &ConversationId, name: &str) -> Result<ViewState> {
     store
         .view_state(id, name)?
-        .with_context(|| format!("view \"{name}\" vanished while being written"))
+        .ok_or_else(|| Error::ViewVanished(name.to_owned()))
 }
 
 /// Inclusive turn ranges.

@@ -1,10 +1,11 @@
-//! Where the configuration comes from: `--config FILE`, else
+//! Where the configuration comes from: a file named explicitly, else
 //! `convstore.toml` beside the database, else the built-in defaults.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use convstore_projection::config::Config;
+
+use crate::error::{Error, Result};
 
 /// The file name looked for beside the database.
 pub const CONFIG_FILE: &str = "convstore.toml";
@@ -18,9 +19,9 @@ pub fn load(explicit: Option<&Path>, db: &Path) -> Result<Config> {
         None => (beside(db), false),
     };
     match std::fs::read_to_string(&path) {
-        Ok(text) => Config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display())),
+        Ok(text) => Config::parse(&text).map_err(|source| Error::ConfigIn { path, source }),
         Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        Err(source) => Err(Error::ConfigFile { path, source }),
     }
 }
 

@@ -6,13 +6,33 @@
 //! hands the view events, in order, to a sink. Memory is bounded by the
 //! window, not by the log.
 
-use anyhow::{Context, Result};
-
-use crate::args::AsOf;
 use convstore_projection::{
     estimate_chars, tokens_for_chars, LogEvent, Overlay, Plan, Projector, Tokenizer, ViewEvent,
 };
-use convstore_store::{ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError};
+use convstore_store::{
+    ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError, Timestamp,
+};
+
+use crate::error::{Error, Result};
+
+/// A point in a log's history: a record's seq or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    /// Records `0..=SEQ`.
+    Seq(u64),
+    /// Records up to the newest one at or before this time.
+    Time(Timestamp),
+}
+
+impl AsOf {
+    /// A seq (digits) or an RFC 3339 time; `None` for anything else.
+    pub fn parse(text: &str) -> Option<AsOf> {
+        if let Ok(seq) = text.parse::<u64>() {
+            return Some(AsOf::Seq(seq));
+        }
+        Timestamp::parse_rfc3339(text).map(AsOf::Time)
+    }
+}
 
 /// Records read before their chunks are decoded and transformed together.
 const WINDOW_RECORDS: usize = 16 * 1024;
@@ -25,20 +45,18 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// The whole log, or with `--as-of` the records up to a seq (an error if
-    /// there is no such record) or up to the newest record at or before a
-    /// time (an error if every record is newer).
+    /// The whole log, or as of a point: the records up to a seq (an error
+    /// if there is no such record) or up to the newest record at or before
+    /// a time (an error if every record is newer).
     pub fn as_of(store: &Store, id: &ConversationId, as_of: Option<AsOf>) -> Result<Scope> {
         let len = store.info(id)?.len;
         match as_of {
             None => Ok(Scope { end: len }),
-            Some(AsOf::Seq(seq)) if seq >= len => {
-                Err(StoreError::NoSuchRecord { seq, len }).context("--as-of")
-            }
+            Some(AsOf::Seq(seq)) if seq >= len => Err(StoreError::NoSuchRecord { seq, len }.into()),
             Some(AsOf::Seq(seq)) => Ok(Scope { end: seq + 1 }),
             Some(AsOf::Time(time)) => match store.newest_at_or_before(id, time)? {
                 Some(seq) => Ok(Scope { end: seq + 1 }),
-                None => anyhow::bail!("--as-of: no record is at or before {time}"),
+                None => Err(Error::NothingAsOf(time)),
             },
         }
     }

@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
 use convstore_projection::auto::{decide, AutoInput, Decision};
 use convstore_projection::bounds::widen_summary_range;
 use convstore_projection::config::{Config, Profile, SummarizerKind};
@@ -25,8 +24,9 @@ use convstore_store::{
 };
 use serde_json::{json, Map, Value};
 
-use crate::materialize::{self, RefreshOptions};
-use crate::summarizers;
+use crate::error::Result;
+use crate::summarizers::{self, Secrets};
+use crate::views::{self as materialize, RefreshOptions};
 
 /// The materialized view automatic compaction measures.
 pub const VIEW: &str = "auto";
@@ -109,6 +109,7 @@ pub fn run(
     store: &Store,
     id: &ConversationId,
     config: &Config,
+    secrets: &Secrets,
     no_sync: bool,
 ) -> Result<Option<AutoReport>> {
     let auto = &config.compaction.auto;
@@ -150,7 +151,7 @@ pub fn run(
         return Ok(None);
     };
 
-    let mut profile = config.profile(&auto.profile).map_err(anyhow::Error::msg)?;
+    let mut profile = config.profile(&auto.profile)?;
     let state = store.auto_state(id)?;
     let mut summarizer_error = None;
     let mut provenance = Map::new();
@@ -167,7 +168,7 @@ pub fn run(
                     budget: budget.max(100),
                 })
             } else {
-                summarizers::make(&spec, None)?
+                summarizers::make(&spec, None, secrets)?
             };
             let raw = summarizers::raw_events(store, id, from, to, info.len)?;
             match summarizers::run(&*summarizer, &raw) {

@@ -21,10 +21,13 @@
 //! twenty-quantiles (tool results: median 1 KB, 10% over 12 KB); tool
 //! names by their real frequency.
 
-use anyhow::{bail, Result};
 use convstore_projection::bounds::widen_summary_range;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
-use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp};
+use convstore_store::{
+    AppendOptions, ConversationId, Event, EventKind, Json, Store, StoreError, Timestamp,
+};
+
+use crate::error::{Error, Result};
 
 /// Events appended per batch, unless told otherwise.
 pub const BATCH: usize = 10_000;
@@ -89,16 +92,20 @@ pub fn generate(
     generate_shaped(store, name, events, compactions, seed, Shape::Small, BATCH)
 }
 
-/// Checks the generator's arguments (done before a database is opened).
-pub fn check(events: u64, compactions: u64, batch_size: usize) -> Result<()> {
+/// Checks the generator's arguments.
+fn check(events: u64, compactions: u64, batch_size: usize) -> Result<()> {
     if batch_size == 0 {
-        bail!("--batch must be at least 1");
+        return Err(Error::Invalid(
+            "the batch size must be at least 1".to_owned(),
+        ));
     }
     if events == 0 {
-        bail!("--events must be at least 1");
+        return Err(Error::Invalid("at least 1 event is needed".to_owned()));
     }
     if compactions > events {
-        bail!("--compactions {compactions} exceeds --events {events}");
+        return Err(Error::Invalid(format!(
+            "{compactions} compactions exceed {events} events"
+        )));
     }
     Ok(())
 }
@@ -118,7 +125,10 @@ pub fn generate_shaped(
 ) -> Result<ConversationId> {
     check(events, compactions, batch_size)?;
     if store.find_name(name)?.is_some() {
-        bail!("a conversation named \"{name}\" already exists");
+        return Err(StoreError::NameTaken {
+            name: name.to_owned(),
+        }
+        .into());
     }
     let mut rng = Rng(seed);
     // Where the compactions go: distinct seqs, after the first few turns
@@ -176,7 +186,7 @@ pub fn generate_shaped(
         append(store, &mut id, name, &mut batch, &no_sync)?;
     }
     store.flush()?;
-    id.ok_or_else(|| anyhow::anyhow!("nothing generated"))
+    id.ok_or_else(|| Error::Invalid("nothing was generated".to_owned()))
 }
 
 fn append(

@@ -6,13 +6,57 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use std::sync::Arc;
+
 use convstore_projection::config::{SummarizerKind, SummaryConfig};
-use convstore_projection::summarize::{Extractive, Summarizer, DEFAULT_INSTRUCTIONS};
+use convstore_projection::summarize::{
+    Extractive, SummarizeError, Summarizer, DEFAULT_INSTRUCTIONS,
+};
 use convstore_projection::LogEvent;
 use convstore_store::json::{write_event_fields, ObjectWriter};
 use convstore_store::{ConversationId, EventKind, Store};
 use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+
+/// Where summarizers find secrets such as API keys, by name (the
+/// `api_key_env` of a summarizer's configuration). The engine reads no
+/// environment: the command line passes one that reads it, a server its
+/// own store of keys.
+#[derive(Clone)]
+pub struct Secrets(Arc<Lookup>);
+
+/// How [`Secrets`] finds a secret by name.
+type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+impl Secrets {
+    /// No secrets at all.
+    pub fn none() -> Secrets {
+        Secrets(Arc::new(|_| None))
+    }
+
+    /// Secrets looked up by `lookup`.
+    pub fn from_fn(lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Secrets {
+        Secrets(Arc::new(lookup))
+    }
+
+    /// The secret named `name`, if there is one.
+    pub fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name)
+    }
+}
+
+impl Default for Secrets {
+    fn default() -> Self {
+        Secrets::none()
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(..)")
+    }
+}
 
 /// Seconds before a `command` or `openai` summarizer is given up.
 const DEFAULT_TIMEOUT: u64 = 120;
@@ -21,8 +65,13 @@ const DEFAULT_TIMEOUT: u64 = 120;
 /// in.
 pub const INSTRUCTIONS_ENV: &str = "CONVSTORE_INSTRUCTIONS";
 
-/// The summarizer `spec` describes; `extra` adds to its instructions.
-pub fn make(spec: &SummaryConfig, extra: Option<&str>) -> Result<Box<dyn Summarizer>> {
+/// The summarizer `spec` describes; `extra` adds to its instructions; an
+/// `openai` summarizer takes its API key from `secrets`.
+pub fn make(
+    spec: &SummaryConfig,
+    extra: Option<&str>,
+    secrets: &Secrets,
+) -> Result<Box<dyn Summarizer>> {
     let mut instructions = spec
         .instructions
         .clone()
@@ -37,25 +86,25 @@ pub fn make(spec: &SummaryConfig, extra: Option<&str>) -> Result<Box<dyn Summari
     let timeout = Duration::from_secs(spec.timeout_secs.unwrap_or(DEFAULT_TIMEOUT));
     Ok(match spec.summarizer {
         SummarizerKind::Extractive => Box::new(Extractive::default()),
-        SummarizerKind::Command => Box::new(CommandSummarizer {
-            argv: spec
-                .command
-                .clone()
-                .filter(|c| !c.is_empty())
-                .context("the command summarizer needs `command`")?,
-            instructions,
-            model: spec.model.clone(),
-            timeout,
-        }),
+        SummarizerKind::Command => {
+            Box::new(CommandSummarizer {
+                argv: spec.command.clone().filter(|c| !c.is_empty()).ok_or(
+                    Error::SummarizerSetup {
+                        summarizer: "command",
+                        what: "`command`",
+                    },
+                )?,
+                instructions,
+                model: spec.model.clone(),
+                timeout,
+            })
+        }
         SummarizerKind::Openai => Box::new(OpenAiSummarizer {
             base_url: spec
                 .base_url
                 .clone()
                 .unwrap_or_else(|| "https://api.openai.com/v1".to_owned()),
-            api_key_env: spec
-                .api_key_env
-                .clone()
-                .unwrap_or_else(|| "OPENAI_API_KEY".to_owned()),
+            api_key: secrets.get(spec.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY")),
             model: spec
                 .model
                 .clone()
@@ -70,13 +119,13 @@ pub fn make(spec: &SummaryConfig, extra: Option<&str>) -> Result<Box<dyn Summari
 pub fn run(summarizer: &dyn Summarizer, events: &[LogEvent]) -> Result<String> {
     let text = summarizer
         .summarize(events)
-        .map_err(|e| anyhow!("the {} summarizer failed: {e}", summarizer.name()))?;
+        .map_err(|source| Error::Summarizer {
+            summarizer: summarizer.name(),
+            source,
+        })?;
     let text = text.trim().to_owned();
     if text.is_empty() {
-        bail!(
-            "the {} summarizer wrote an empty summary",
-            summarizer.name()
-        );
+        return Err(Error::EmptySummary(summarizer.name()));
     }
     Ok(text)
 }
@@ -152,25 +201,27 @@ impl Summarizer for CommandSummarizer {
         format!("{}\n{}", self.argv.join(" "), self.instructions)
     }
 
-    fn summarize(&self, events: &[LogEvent]) -> Result<String, String> {
-        let mut child = Command::new(&self.argv[0])
+    fn summarize(&self, events: &[LogEvent]) -> Result<String, SummarizeError> {
+        let program = &self.argv[0];
+        let mut child = Command::new(program)
             .args(&self.argv[1..])
             .env(INSTRUCTIONS_ENV, &self.instructions)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", self.argv[0]))?;
+            .map_err(|e| SummarizeError::Unavailable(format!("cannot run {program}: {e}")))?;
         // Feed stdin and drain the pipes on threads, so a program that
         // writes before it has read everything cannot block us.
         let input = ndjson(events);
-        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        let piped = || SummarizeError::Unavailable(format!("{program}: no pipe"));
+        let mut stdin = child.stdin.take().ok_or_else(piped)?;
         let feeder = std::thread::spawn(move || {
             // A program that exits without reading all of it is fine.
             let _ = stdin.write_all(&input);
         });
-        let mut stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut stdout = child.stdout.take().ok_or_else(piped)?;
+        let mut stderr = child.stderr.take().ok_or_else(piped)?;
         let out_reader = std::thread::spawn(move || {
             let mut buf = Vec::new();
             let _ = stdout.read_to_end(&mut buf);
@@ -183,17 +234,19 @@ impl Summarizer for CommandSummarizer {
         });
         let started = Instant::now();
         let status = loop {
-            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            if let Some(status) = child
+                .try_wait()
+                .map_err(|e| SummarizeError::Unavailable(format!("{program}: {e}")))?
+            {
                 break status;
             }
             if started.elapsed() > self.timeout {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "{} did not finish within {} s",
-                    self.argv[0],
-                    self.timeout.as_secs()
-                ));
+                return Err(SummarizeError::Timeout {
+                    what: program.clone(),
+                    secs: self.timeout.as_secs(),
+                });
             }
             std::thread::sleep(Duration::from_millis(10));
         };
@@ -202,17 +255,22 @@ impl Summarizer for CommandSummarizer {
         let err = err_reader.join().unwrap_or_default();
         if !status.success() {
             let said = err.lines().last().unwrap_or("").trim();
-            return Err(format!("{} exited with {status}: {said}", self.argv[0]));
+            return Err(SummarizeError::Failed {
+                what: program.clone(),
+                status: format!("exited with {status}"),
+                said: said.to_owned(),
+            });
         }
-        String::from_utf8(out)
-            .map_err(|_| format!("{} wrote output that is not UTF-8", self.argv[0]))
+        String::from_utf8(out).map_err(|_| {
+            SummarizeError::BadAnswer(format!("{program} wrote output that is not UTF-8"))
+        })
     }
 }
 
 /// An OpenAI-compatible Chat Completions endpoint.
 struct OpenAiSummarizer {
     base_url: String,
-    api_key_env: String,
+    api_key: Option<String>,
     model: String,
     instructions: String,
     timeout: Duration,
@@ -231,7 +289,7 @@ impl Summarizer for OpenAiSummarizer {
         self.instructions.clone()
     }
 
-    fn summarize(&self, events: &[LogEvent]) -> Result<String, String> {
+    fn summarize(&self, events: &[LogEvent]) -> Result<String, SummarizeError> {
         let transcript = String::from_utf8_lossy(&ndjson(events)).into_owned();
         let body = json!({
             "model": self.model,
@@ -245,24 +303,32 @@ impl Summarizer for OpenAiSummarizer {
         let url = format!("{}/chat/completions", self.base_url.trim_end_matches('/'));
         let agent = ureq::AgentBuilder::new().timeout(self.timeout).build();
         let mut request = agent.post(&url);
-        if let Ok(key) = std::env::var(&self.api_key_env) {
+        if let Some(key) = &self.api_key {
             request = request.set("Authorization", &format!("Bearer {key}"));
         }
         let response = match request.send_json(body) {
             Ok(response) => response,
             Err(ureq::Error::Status(code, response)) => {
                 let text = response.into_string().unwrap_or_default();
-                return Err(format!("{url} answered {code}: {}", text.trim()));
+                return Err(SummarizeError::Failed {
+                    what: url,
+                    status: format!("answered {code}"),
+                    said: text.trim().to_owned(),
+                });
             }
             // ureq's message names the URL.
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(SummarizeError::Unavailable(e.to_string())),
         };
-        let value: Value = response
-            .into_json()
-            .map_err(|e| format!("{url}: the answer is not JSON: {e}"))?;
+        let value: Value = response.into_json().map_err(|e| {
+            SummarizeError::BadAnswer(format!("{url}: the answer is not JSON: {e}"))
+        })?;
         value["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_owned)
-            .ok_or_else(|| format!("{url}: the answer has no choices[0].message.content"))
+            .ok_or_else(|| {
+                SummarizeError::BadAnswer(format!(
+                    "{url}: the answer has no choices[0].message.content"
+                ))
+            })
     }
 }

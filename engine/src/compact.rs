@@ -1,0 +1,316 @@
+//! Creating a compaction: [`compact`] resolves a request (profile, flags,
+//! bounds) into a compaction, has a summarizer write its summary, tallies
+//! the view before and after, and appends it unless it would change
+//! nothing, not shrink the view, or was only a dry run.
+
+use convstore_projection::bounds::{widen_summary_range, Bound, Conversation};
+use convstore_projection::config::{Config, SummaryConfig};
+use convstore_projection::Tokenizer;
+use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
+use convstore_store::{
+    Address, AppendOptions, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
+};
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+use crate::pipeline::{tally_with, Scope, Tally};
+use crate::summarizers::{self, Secrets};
+
+/// What to compact, and how.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+#[allow(clippy::struct_excessive_bools)] // one per request flag
+pub struct CompactRequest {
+    /// The profile whose policies apply (flags override them). Without it
+    /// and without any policy, the configured default profile applies.
+    pub profile: Option<String>,
+    /// The reasoning policy.
+    pub reasoning: Option<ReasoningPolicy>,
+    /// The tool call policy (the configured per-tool hints are added).
+    pub tool_calls: Option<ToolCallPolicy>,
+    /// A summary text.
+    pub summary: Option<String>,
+    /// Have a summarizer write the summary: the profile's, else the
+    /// built-in extractive one.
+    pub summarize: bool,
+    /// Restore the raw view over the range.
+    pub revert: bool,
+    /// Instructions added to the summarizer's.
+    pub instructions: Option<String>,
+    /// Store it even if it does not shrink the view.
+    pub force: bool,
+    /// The first turn (default 0).
+    pub from: Option<Bound>,
+    /// The last turn (default: the configured `keep_last`, else the last
+    /// turn). Past the last turn, it is clamped to it.
+    pub to: Option<Bound>,
+    /// Show what it would do; store nothing.
+    pub dry_run: bool,
+}
+
+/// What [`compact`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Appended.
+    Stored,
+    /// Not appended: a dry run.
+    DryRun,
+    /// Not appended: the view would not change.
+    Noop,
+    /// Not appended: the view would not shrink (and it was not forced).
+    Inflated,
+}
+
+impl Status {
+    /// `stored`, `dry_run`, `noop`, `inflated`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Stored => "stored",
+            Status::DryRun => "dry_run",
+            Status::Noop => "noop",
+            Status::Inflated => "inflated",
+        }
+    }
+}
+
+/// What a compaction did to the view.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CompactReport {
+    /// Whether it was stored, and if not why.
+    pub status: Status,
+    /// The profile applied, if any.
+    pub profile: Option<String>,
+    /// The bookkeeping stored with it (profile, summarizer, model,
+    /// prompt hash, first and last address, tokens, tokenizer, created by).
+    pub provenance: Map<String, Value>,
+    /// The range it covers (widened over the summaries it meets).
+    pub from_turn: u64,
+    /// The last turn it covers.
+    pub to_turn: u64,
+    /// The range asked for, before widening.
+    pub requested: (u64, u64),
+    /// The view before.
+    pub before: Tally,
+    /// The view after (as it would be).
+    pub after: Tally,
+    /// The head after it was stored.
+    pub head: Option<Address>,
+}
+
+/// Resolves `request` against conversation `id` and appends the
+/// compaction it describes (unless a dry run, a no-op, or inflated). The
+/// summary, if one is written, comes from the raw events of the widened
+/// range. The append is conditional on the head the plan was made from.
+pub fn compact(
+    store: &Store,
+    id: &ConversationId,
+    request: &CompactRequest,
+    config: &Config,
+    tokenizer: &Tokenizer,
+    secrets: &Secrets,
+) -> Result<CompactReport> {
+    let info = store.info(id)?;
+    if info.len == 0 {
+        return Err(Error::EmptyConversation(info.label(), "compact"));
+    }
+    let explicit = request.revert
+        || request.reasoning.is_some()
+        || request.tool_calls.is_some()
+        || request.summary.is_some()
+        || request.summarize;
+    // A profile: the one named, or the configured default when no policy
+    // is given. Flags override its policies.
+    let profile = match &request.profile {
+        Some(name) => Some(config.profile(name)?),
+        None if !explicit => Some(config.profile(&config.compaction.default_profile)?),
+        None => None,
+    };
+    let reasoning = request
+        .reasoning
+        .or(profile.as_ref().and_then(|p| p.reasoning));
+    let tool_calls = request
+        .tool_calls
+        .clone()
+        .or_else(|| profile.as_ref().and_then(|p| p.tool_calls.clone()))
+        .map(|p| config.tool_policy(p));
+    let summary_spec: Option<SummaryConfig> = if request.summary.is_some() || request.revert {
+        None
+    } else {
+        match profile.as_ref().and_then(|p| p.summary.clone()) {
+            Some(spec) => Some(spec),
+            None if request.summarize => config.profile("heavy")?.summary,
+            None => None,
+        }
+    };
+    if request.instructions.is_some() && summary_spec.is_none() {
+        return Err(Error::InstructionsWithoutSummarizer);
+    }
+
+    let history = history(store, id, info.len)?;
+    let now = Timestamp::now();
+    let to = match request.to {
+        Some(bound) => Some(bound),
+        None if config.compaction.keep_last > 0 => {
+            Some(Bound::BeforeLast(config.compaction.keep_last))
+        }
+        None => None,
+    };
+    let asked = history.range(request.from, to, now)?;
+    let summarizes = request.summary.is_some() || summary_spec.is_some();
+    let (from_turn, to_turn) = if summarizes {
+        let summaries: Vec<(u64, u64)> = history
+            .compactions
+            .iter()
+            .filter(|c| c.2)
+            .map(|&(a, b, _)| (a, b))
+            .collect();
+        widen_summary_range(asked, &summaries)
+    } else {
+        asked
+    };
+    let last_turn = info.turns.saturating_sub(1);
+
+    // The summary, written from the raw events of the widened range.
+    let mut provenance = Map::new();
+    if let Some(p) = &profile {
+        provenance.insert("profile".into(), json!(p.name));
+    }
+    let summary = match (&request.summary, &summary_spec) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(spec)) => {
+            let summarizer = summarizers::make(spec, request.instructions.as_deref(), secrets)?;
+            let raw = summarizers::raw_events(store, id, from_turn, to_turn, info.len)?;
+            let text = summarizers::run(&*summarizer, &raw)?;
+            summarizers::record_provenance(&*summarizer, &mut provenance);
+            Some(text)
+        }
+        (None, None) => None,
+    };
+    if !request.revert && reasoning.is_none() && tool_calls.is_none() && summary.is_none() {
+        return Err(Error::NoPolicy);
+    }
+    let (first_address, last_address) =
+        covered_addresses(store, id, from_turn, to_turn.min(last_turn), info.len)?;
+    if let Some(a) = first_address {
+        provenance.insert("first_address".into(), json!(a.hex()));
+    }
+    if let Some(a) = last_address {
+        provenance.insert("last_address".into(), json!(a.hex()));
+    }
+    provenance.insert("created_by".into(), json!("manual"));
+
+    let compaction = Compaction {
+        from_turn,
+        to_turn,
+        summary,
+        reasoning,
+        tool_calls,
+        revert: request.revert.then_some(true),
+        info: None,
+    };
+    let restores = request.revert || only_keeps(&compaction);
+    let event = Event::new(now, EventKind::Compaction(compaction));
+    let scope = Scope { end: info.len };
+    let before = tally_with(store, id, scope, None, tokenizer)?;
+    let after = tally_with(
+        store,
+        id,
+        scope,
+        Some((info.len, last_turn, &event)),
+        tokenizer,
+    )?;
+    let (tokens_before, tokens_after) = (before.total_tokens(), after.total_tokens());
+    // A compaction that changes nothing is not stored; one that does not
+    // shrink the view is refused unless forced (a revert or keep restores
+    // on purpose).
+    let status = if before == after {
+        Status::Noop
+    } else if !restores && tokens_after >= tokens_before && !request.force {
+        Status::Inflated
+    } else if request.dry_run {
+        Status::DryRun
+    } else {
+        Status::Stored
+    };
+
+    let head = if status == Status::Stored {
+        let mut stored = event;
+        if let EventKind::Compaction(c) = &mut stored.kind {
+            provenance.insert("tokens_before".into(), json!(tokens_before));
+            provenance.insert("tokens_after".into(), json!(tokens_after));
+            if let Tokenizer::Bpe { name, .. } = tokenizer {
+                provenance.insert("tokenizer".into(), json!(name));
+            }
+            c.info = Some(Json::from_value(&Value::Object(provenance.clone())));
+        }
+        let options = AppendOptions {
+            expect_head: Some(info.head),
+            no_sync: false,
+        };
+        let head = store.append(id, &[stored], &options)?.head;
+        // A manual compaction that succeeds lets automatic ones summarize
+        // again after a summarizer failure.
+        if store.auto_state(id)?.summarizer_failed {
+            store.set_auto_state(id, AutoState::default())?;
+        }
+        Some(head)
+    } else {
+        None
+    };
+    Ok(CompactReport {
+        status,
+        profile: profile.map(|p| p.name),
+        provenance,
+        from_turn,
+        to_turn,
+        requested: asked,
+        before,
+        after,
+        head,
+    })
+}
+
+/// Whether a compaction sets only keep policies: it restores, on purpose.
+fn only_keeps(c: &Compaction) -> bool {
+    c.summary.is_none()
+        && c.reasoning.is_none_or(|r| r == ReasoningPolicy::Keep)
+        && c.tool_calls
+            .as_ref()
+            .is_none_or(|t| *t == ToolCallPolicy::Keep)
+}
+
+/// The addresses of the first and last raw records of turns `from..=to`.
+fn covered_addresses(
+    store: &Store,
+    id: &ConversationId,
+    from: u64,
+    to: u64,
+    len: u64,
+) -> Result<(Option<Address>, Option<Address>)> {
+    let seqs = store.turn_records(id, from, to, len)?;
+    if seqs.is_empty() {
+        return Ok((None, None));
+    }
+    let (first, last) = (seqs.start, seqs.end - 1);
+    Ok((
+        Some(store.record(id, first)?.address),
+        Some(store.record(id, last)?.address),
+    ))
+}
+
+/// Turn start times and existing compactions, from one pass over the log.
+pub fn history(store: &Store, id: &ConversationId, len: u64) -> Result<Conversation> {
+    let mut history = Conversation::default();
+    for record in store.scan(id, 0..len)? {
+        let record = record?;
+        if record.turn as usize == history.turn_starts.len() {
+            history.turn_starts.push(record.event.timestamp);
+        }
+        if let EventKind::Compaction(c) = &record.event.kind {
+            let summary = c.summary.is_some() && !c.is_revert();
+            history.compactions.push((c.from_turn, c.to_turn, summary));
+        }
+    }
+    Ok(history)
+}

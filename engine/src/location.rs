@@ -1,0 +1,85 @@
+//! Where a database is: [`Location`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Where a database is: a directory today (sled and its segment files);
+/// a URL such as `postgres://user@host/db` names a database served by
+/// another program and is refused until a backend for its scheme exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Location {
+    /// A database directory.
+    Path(PathBuf),
+}
+
+impl Location {
+    /// Reads a location: anything that looks like a URL (`scheme://...`)
+    /// is a URL, never a directory path, so `postgres://...` cannot become
+    /// a directory named `postgres:`.
+    pub fn parse(text: &str) -> Result<Location> {
+        if let Some((scheme, _)) = text.split_once("://") {
+            let is_scheme = !scheme.is_empty()
+                && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+            if is_scheme {
+                return Err(Error::UnsupportedLocation {
+                    location: text.to_owned(),
+                    scheme: scheme.to_owned(),
+                });
+            }
+        }
+        Ok(Location::Path(PathBuf::from(text)))
+    }
+
+    /// A directory path, as is.
+    pub fn from_path(path: impl Into<PathBuf>) -> Location {
+        Location::Path(path.into())
+    }
+
+    /// The directory, for a location that is one.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Location::Path(path) => Some(path),
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Path(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_never_paths() {
+        for url in [
+            "postgres://me@host/db",
+            "sqlite:///x",
+            "http://h",
+            "x+y://z",
+        ] {
+            assert!(matches!(
+                Location::parse(url),
+                Err(Error::UnsupportedLocation { .. })
+            ));
+        }
+        for path in ["db", "./a://b", "/tmp/x", "c:/d", "://x"] {
+            assert_eq!(
+                Location::parse(path).ok(),
+                Some(Location::Path(path.into())),
+                "{path}"
+            );
+        }
+    }
+}
