@@ -358,7 +358,7 @@ impl Store {
         self.commit(&encoded, writes)?;
         drop(guard);
         if !update.no_sync {
-            self.db.flush()?;
+            self.sync()?;
         }
         Ok(())
     }
@@ -383,7 +383,7 @@ impl Store {
         batch.remove(keys::view(id, key));
         self.db.apply_batch(batch)?;
         drop(guard);
-        self.db.flush()?;
+        self.sync()?;
         Ok(true)
     }
 }
