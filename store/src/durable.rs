@@ -100,7 +100,7 @@ impl Durability {
     /// Syncs the files sled added to its `blobs/` directory since the last
     /// call, then the directory. Reads the directory only when its
     /// modification time changed (or is too recent to be trusted).
-    fn sync_sled_blobs(&self) -> StoreResult<()> {
+    pub(crate) fn sync_sled_blobs(&self) -> StoreResult<()> {
         let mut blobs = self
             .sled_blobs
             .lock()

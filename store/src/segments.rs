@@ -282,6 +282,11 @@ impl Segments {
         self.state().committed.extend(numbers);
     }
 
+    /// Whether bulk files wait for [`Segments::finish_committed`].
+    pub(crate) fn has_committed(&self) -> bool {
+        !self.state().committed.is_empty()
+    }
+
     /// Gives the committed bulk files their plain names; called once their
     /// commit is durable. Appends go on in the last of them if it is the
     /// highest-numbered file.

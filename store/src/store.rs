@@ -77,9 +77,17 @@ pub const DEFAULT_BULK_MEMORY_BYTES: u64 = 4 * 1024 * 1024;
 
 impl Drop for Store {
     /// Makes pending writes durable, so that the files are released (and
-    /// `--no-sync` writes are durable) once a `Store` is gone.
+    /// `--no-sync` writes are durable) once a `Store` is gone: sled's flush
+    /// and the files it adds to `blobs/`; sled fsyncs its `db` file when
+    /// it is dropped, right after. Bulk files committed without a sync get
+    /// their names after a whole sync.
     fn drop(&mut self) {
-        let _ = self.sync();
+        if self.segments.has_committed() {
+            let _ = self.sync();
+        } else {
+            let _ = self.db.flush();
+            let _ = self.durability.sync_sled_blobs();
+        }
     }
 }
 
