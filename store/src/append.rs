@@ -444,34 +444,32 @@ impl<'a> ChunkBuilder<'a> {
             encode(&self.repr),
             self.repr.entries.len() as u64,
         );
-        index_chunk(
-            &mut writes.batch,
-            (self.space, id, self.first_seq),
-            &self.repr.entries,
-            &self.calls,
-        );
+        let at = (self.space, id, self.first_seq);
+        for (key, value) in chunk_index(at, &self.repr.entries, &self.calls) {
+            writes.batch.insert(key, value);
+        }
     }
 }
 
-/// Adds what is stored beside a chunk of `entries` (in `space`, of
-/// conversation `id`, from `first_seq`) to `batch`: its call directory, if
-/// it has calls, and its turn index entry.
-pub(crate) fn index_chunk(
-    batch: &mut sled::Batch,
+/// What is stored beside a chunk of `entries` (in `space`, of
+/// conversation `id`, from `first_seq`), as keys and values: its turn index
+/// entry and its call directory, if it has calls.
+pub(crate) fn chunk_index(
     (space, id, first_seq): (Space, &ConversationId, u64),
     entries: &[EntryRepr<'_>],
     calls: &CallDirectory<'_>,
-) {
+) -> Vec<(Vec<u8>, Vec<u8>)> {
     let first_turn = entries.first().map_or(0, |e| e.turn);
     let last_turn = entries.last().map_or(0, |e| e.turn);
-    if !calls.calls.is_empty() {
-        batch.insert(keys::call_directory(space, id, first_seq), encode(calls));
-    }
-    batch.insert(
+    let mut out = vec![(
         keys::turn(space, id, last_turn, first_seq),
         encode(&TurnEntry {
             first_turn,
             entries: entries.len() as u64,
         }),
-    );
+    )];
+    if !calls.calls.is_empty() {
+        out.push((keys::call_directory(space, id, first_seq), encode(calls)));
+    }
+    out
 }

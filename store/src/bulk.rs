@@ -33,7 +33,7 @@
 
 use std::collections::HashSet;
 
-use crate::append::{check_head, encode_all, index_chunk, AppendOptions, Appended, OverlayEntry};
+use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended, OverlayEntry};
 use crate::codec::{
     encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord, EntryRepr,
     CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
@@ -238,14 +238,15 @@ impl BulkAppend<'_> {
         let numbers: Vec<u32> = spill.files.iter().map(|f| f.number).collect();
 
         let guard = store.lock_writes();
-        let mut batch = std::mem::take(&mut spill.batch);
+        let mut writes = std::mem::take(&mut spill.writes);
+        let mut last = Vec::new();
         match &self.target {
             Target::New { name } => {
                 if let Some(name) = name {
                     if store.db.contains_key(keys::name(name))? {
                         return Err(StoreError::NameTaken { name: name.clone() });
                     }
-                    batch.insert(keys::name(name), id.as_bytes().as_slice());
+                    last.push((keys::name(name), id.as_bytes().to_vec()));
                 }
                 if store.db.contains_key(keys::conversation(&id))? {
                     return Err(StoreError::Corrupt {
@@ -265,46 +266,62 @@ impl BulkAppend<'_> {
                 }
             }
         }
-        let mut blob_batch = sled::Batch::default();
-        let mut new_blobs = 0;
+        // The blob references, the files' keys first.
+        let mut blobs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for (hash, at) in &spill.blobs {
             // Another append may have stored the same text meanwhile: its
             // value stays (values are never rewritten), ours is garbage.
             if !store.blobs.contains_key(hash.as_bytes())? {
-                blob_batch.insert(hash.as_bytes(), encode(&BlobValue::Segment(*at)));
-                new_blobs += 1;
-            }
-        }
-        for &number in &numbers {
-            batch.insert(keys::segment_file(number), &[][..]);
-            if new_blobs > 0 {
-                blob_batch.insert(keys::segment_file(number), &[][..]);
+                if blobs.is_empty() {
+                    blobs.extend(numbers.iter().map(|&n| (keys::segment_file(n), Vec::new())));
+                }
+                blobs.push((hash.as_bytes().to_vec(), encode(&BlobValue::Segment(*at))));
             }
         }
         let meta = &spill.meta;
+        last.extend(numbers.iter().map(|&n| (keys::segment_file(n), Vec::new())));
         if spill.staging {
             let staging = Staging {
                 settled: meta.len,
                 bytes: 0,
             };
-            batch.insert(keys::staging(&id), encode(&staging));
+            last.push((keys::staging(&id), encode(&staging)));
         }
-        batch.insert(keys::conversation(&id), encode(meta));
+        last.push((keys::conversation(&id), encode(meta)));
         let appended = Appended {
             first_seq: self.base.len,
             count: meta.len - self.base.len,
             head: meta.head,
         };
+        // sled holds everything a batch replaces until the batch ends, so
+        // one batch of a million events' keys costs several times their
+        // size in memory. Blob references are harmless unreferenced, once
+        // the files they point into stay, which the first group's keys
+        // ensure: they go in groups. A new conversation's keys are
+        // invisible until its metadata exists: they go in groups too, the
+        // metadata in a last one. (sled recovers a prefix of its log, so a
+        // crash between groups leaves only keys nothing refers to.) An
+        // existing conversation's keys go in one batch with its metadata:
+        // readers and its next append would meet them.
         self.applied = true;
-        if new_blobs > 0 {
-            store.blobs.apply_batch(blob_batch)?;
+        if !blobs.is_empty() {
+            apply_in_groups(&store.blobs, blobs, GROUP_KEYS)?;
             // Blob references to the files are stored: they stay.
             store.segments.committed(numbers.iter().copied());
         }
-        store.db.apply_batch(batch)?;
-        if new_blobs == 0 {
-            store.segments.committed(numbers);
-        }
+        writes.sort_unstable();
+        let group = match self.target {
+            Target::New { .. } => {
+                apply_in_groups(&store.db, writes, GROUP_KEYS)?;
+                last
+            }
+            Target::Existing => {
+                writes.extend(last);
+                writes
+            }
+        };
+        apply_in_groups(&store.db, group, usize::MAX)?;
+        store.segments.committed(numbers);
         drop(guard);
         if !self.no_sync {
             store.sync()?;
@@ -324,6 +341,35 @@ impl Drop for BulkAppend<'_> {
     }
 }
 
+/// Keys in a group of [`apply_in_groups`], at most...
+const GROUP_KEYS: usize = 512;
+/// ...and bytes, about.
+const GROUP_BYTES: usize = 1 << 20;
+
+/// Applies `writes` to `tree` in order, in batches of at most `keys` keys
+/// and about [`GROUP_BYTES`] bytes (`usize::MAX` keys: in one batch).
+fn apply_in_groups(
+    tree: &sled::Tree,
+    writes: Vec<(Vec<u8>, Vec<u8>)>,
+    keys: usize,
+) -> StoreResult<()> {
+    let mut batch = sled::Batch::default();
+    let (mut count, mut bytes) = (0, 0);
+    for (key, value) in writes {
+        if keys != usize::MAX && (count == keys || bytes >= GROUP_BYTES) {
+            tree.apply_batch(std::mem::take(&mut batch))?;
+            (count, bytes) = (0, 0);
+        }
+        count += 1;
+        bytes += key.len() + value.len();
+        batch.insert(key, value);
+    }
+    if count > 0 {
+        tree.apply_batch(batch)?;
+    }
+    Ok(())
+}
+
 fn failed() -> StoreError {
     StoreError::Io(std::io::Error::other(
         "an earlier write of this bulk append failed",
@@ -341,8 +387,9 @@ struct Spill {
     /// Bodies waiting to be written, and their bytes.
     bodies: Vec<Body>,
     body_bytes: usize,
-    /// The default tree's writes: everything but the metadata.
-    batch: sled::Batch,
+    /// The default tree's writes but the metadata: chunk references, turn
+    /// index entries, call directories, overlay entries.
+    writes: Vec<(Vec<u8>, Vec<u8>)>,
     /// The blobs written, with where they are.
     blobs: Vec<(BlobHash, SegmentRef)>,
     /// Every blob hash met, written or already stored.
@@ -392,7 +439,7 @@ impl Spill {
             chunk: OpenChunk::new(base.len, base.head),
             bodies: Vec::new(),
             body_bytes: 0,
-            batch: sled::Batch::default(),
+            writes: Vec::new(),
             blobs: Vec::new(),
             seen: HashSet::new(),
             files: Vec::new(),
@@ -439,7 +486,7 @@ impl Spill {
                     turn,
                     record: &record.bytes,
                 };
-                self.batch.insert(keys::overlay(id, seq), encode(&entry));
+                self.writes.push((keys::overlay(id, seq), encode(&entry)));
             }
             let stats = &mut self.meta.kinds[record.event_type.index()];
             stats.count += 1;
@@ -516,7 +563,7 @@ impl Spill {
                 .collect(),
         };
         let at = (Space::Settled, id, chunk.first_seq);
-        index_chunk(&mut self.batch, at, &entries, &calls);
+        self.writes.extend(chunk_index(at, &entries, &calls));
         let body = Body::Chunk {
             key: keys::chunk(Space::Settled, id, chunk.first_seq),
             records: entries.len() as u64,
@@ -558,8 +605,8 @@ impl Spill {
         for (body, at) in self.bodies.drain(..).zip(refs) {
             match body {
                 Body::Chunk { key, records, .. } => {
-                    self.batch
-                        .insert(key, encode(&ChunkValue::Segment { at, records }));
+                    let value = encode(&ChunkValue::Segment { at, records });
+                    self.writes.push((key, value));
                 }
                 Body::Blob { hash, .. } => self.blobs.push((hash, at)),
             }

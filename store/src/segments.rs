@@ -279,7 +279,12 @@ impl Segments {
     /// Notes bulk files whose commit batch was applied: they take their
     /// plain names at the next [`Segments::finish_committed`].
     pub(crate) fn committed(&self, numbers: impl IntoIterator<Item = u32>) {
-        self.state().committed.extend(numbers);
+        let mut state = self.state();
+        for number in numbers {
+            if !state.committed.contains(&number) {
+                state.committed.push(number);
+            }
+        }
     }
 
     /// Whether bulk files wait for [`Segments::finish_committed`].
