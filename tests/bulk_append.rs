@@ -349,3 +349,32 @@ fn a_bulk_append_stores_each_blob_once() {
     let report = store.verify_all().unwrap().unwrap();
     assert_eq!(report.blobs, 3);
 }
+
+/// A bulk append to a fork continues the fork's own records, after the
+/// records it shares with its parent.
+#[test]
+fn a_bulk_append_to_a_fork_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir, 3);
+    let store = Store::open(&db).unwrap();
+    store.set_bulk_memory_bytes(0);
+    let (parent, _) = store
+        .create_and_append(Some("parent"), &events(0..3_000), &AppendOptions::default())
+        .unwrap();
+    let (fork, _) = store
+        .fork(&parent, 1_000, Some("fork"), &events(1_000..1_002))
+        .unwrap();
+    let mut bulk = store
+        .begin_bulk(BulkTarget::Existing(fork), &AppendOptions::default())
+        .unwrap();
+    bulk.push(&events(1_002..9_000)).unwrap();
+    let (_, appended) = bulk.commit().unwrap();
+    assert_eq!((appended.first_seq, appended.count), (1_002, 7_998));
+    assert_eq!(log(&store, &fork), events(0..9_000));
+    assert_eq!(log(&store, &parent), events(0..3_000));
+    let (_, reference) = store
+        .create_and_append(None, &events(0..9_000), &AppendOptions::default())
+        .unwrap();
+    assert_eq!(appended.head, reference.head);
+    assert!(store.verify_all().unwrap().is_ok());
+}
