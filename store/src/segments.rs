@@ -391,8 +391,16 @@ impl Segments {
         {
             return Ok(Arc::clone(file));
         }
+        // A committed bulk file is renamed once its commit is durable:
+        // look for either name, and for the plain one again if the rename
+        // came in between.
         let file = match File::open(self.path(number)) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => File::open(self.bulk_path(number)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match File::open(self.bulk_path(number)) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => File::open(self.path(number)),
+                    opened => opened,
+                }
+            }
             opened => opened,
         };
         let file = Arc::new(file?);
