@@ -18,10 +18,11 @@
 //! a reference per new blob. Its commit syncs the files, then, under the
 //! write lock, checks that the conversation is still as it was when the
 //! bulk append began (its head and length; a new conversation's name still
-//! free), applies the blob references (one batch of the blob tree) and then
-//! one batch of the default tree with everything else and the
-//! conversation's metadata. Both batches also record the files as committed
-//! (`keys::segment_file`).
+//! free), applies the blob references to the blob tree and then everything
+//! else, with the conversation's metadata, to the default tree, both also
+//! recording the files as committed (`keys::segment_file`). Where it keeps
+//! the commit atomic, that is in batches of 512 keys (see `commit`): one
+//! sled batch holds everything it replaces until it ends.
 //!
 //! A bulk append dropped without committing deletes its files; one whose
 //! process died leaves them, and the next [`Store::open`] deletes them (or,
