@@ -14,19 +14,30 @@
 //! passes. Then it starts the next child on the same
 //! database, many times.
 //!
+//! One kill in four lands instead on `convstore import` of a 100,000-event
+//! NDJSON file (about 20 MB, long texts among the events) into a new
+//! conversation of the same database, at a random moment of it: the
+//! conversation must then be absent or hold every event (with the head the
+//! uninterrupted import gives), no `.bulk` segment file may survive the
+//! reopening, a retry of an import that did not finish must succeed, and
+//! `verify` must pass. (An import in pieces failed this: its batches
+//! reached the disk with sled's periodic flush.)
+//!
 //! `CONVSTORE_CRASH_ITERATIONS` sets the number of kills (default 40; the
 //! documented full run is 500). `CONVSTORE_CRASH_SEED` fixes the schedule.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use convstore_engine::views;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
-use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp};
+use convstore_store::{
+    json, Address, AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp,
+};
 
 const CHILD_ENV: &str = "CONVSTORE_CRASH_CHILD";
 const CONVERSATION: &str = "crash";
@@ -234,13 +245,176 @@ fn check(db: &Path, acked: Option<u64>, every_ack: &HashSet<u64>, iteration: u64
         "iteration {iteration}: stored events differ from those sent"
     );
     check_forks_and_view(&store, &id, &stored, every_ack, iteration);
-    let verified = store.verify_all().expect("verify");
+    // Every conversation but the imports (each verified once complete, and
+    // never written again).
+    for conversation in store.conversations().expect("conversations") {
+        if conversation
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("import"))
+        {
+            continue;
+        }
+        let verified = store.verify(&conversation.id).expect("verify");
+        assert!(
+            verified.is_ok(),
+            "iteration {iteration}: {:?}",
+            verified.err()
+        );
+    }
+    batches
+}
+
+/// Events in the imported file.
+const IMPORT_EVENTS: u64 = 100_000;
+
+/// Writes the NDJSON file the import kills import: every timestamp given, so
+/// that every complete import has the same head.
+fn write_import_file(path: &Path) {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("import file"));
+    for i in 0..IMPORT_EVENTS {
+        let timestamp = Timestamp::from_micros(1_710_000_000_000_000 + i as i64).expect("time");
+        let r = splitmix(i ^ 0x5eed);
+        let text = if r % 50 == 0 {
+            // A blob; one in four repeats an earlier one.
+            format!(
+                "{} {}",
+                "long tool output ".repeat(150 + (r % 100) as usize),
+                r % 4
+            )
+        } else {
+            format!("event {i} {}", "y".repeat((r % 200) as usize))
+        };
+        let kind = match i % 6 {
+            0 => EventKind::TurnStart,
+            1 => EventKind::User { text },
+            2 => EventKind::ToolCall {
+                id: format!("call-{i}"),
+                name: "read".to_owned(),
+                arguments: Json::from_value(&serde_json::json!({"path": format!("{i}.rs")})),
+            },
+            3 => EventKind::ToolResult {
+                id: format!("call-{}", i - 1),
+                content: text,
+                is_error: false,
+            },
+            _ => EventKind::Assistant { text },
+        };
+        let mut line = Vec::new();
+        json::write_event(&Event::new(timestamp, kind), &mut line);
+        out.write_all(&line).expect("write");
+        out.write_all(b"\n").expect("write");
+    }
+    out.flush().expect("flush");
+}
+
+/// Runs `convstore import` of `file` into conversation `name`, killed after
+/// `kill_after` if given; whether it exited on its own with success.
+fn import(db: &Path, file: &Path, name: &str, kill_after: Option<Duration>) -> bool {
+    let mut process = Command::new(env!("CARGO_BIN_EXE_convstore"))
+        .args(["import", "--format", "ndjson", "--name", name, "-q"])
+        .arg(file)
+        .env("CONVSTORE_DB", db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn import");
+    if let Some(after) = kill_after {
+        let deadline = Instant::now() + after;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = process.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let _ = process.kill();
+    }
+    let output = process.wait_with_output().expect("wait import");
+    if kill_after.is_none() {
+        assert!(
+            output.status.success(),
+            "import failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    output.status.success()
+}
+
+/// The `.bulk` segment files in the database.
+fn bulk_files(db: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(db.join("segments")).map_or_else(
+        |_| Vec::new(),
+        |d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "bulk"))
+                .collect()
+        },
+    )
+}
+
+/// Checks import `name` after a kill: absent or complete (head `head`),
+/// no `.bulk` file left once the database is reopened, `verify` passes.
+/// Returns whether it is complete, and how many `.bulk` files the reopening
+/// deleted.
+fn check_import(db: &Path, name: &str, head: Address, iteration: u64) -> (bool, usize) {
+    let store = Store::open(db).unwrap_or_else(|e| panic!("iteration {iteration}: reopen: {e}"));
+    let leftover = bulk_files(db);
+    assert!(
+        leftover.is_empty(),
+        "iteration {iteration}: .bulk files survived the reopening: {leftover:?}"
+    );
+    let reclaimed = store.reclaimed_bulk_files().len();
+    let Some(id) = store.find(name).expect("find import") else {
+        return (false, reclaimed);
+    };
+    let info = store.info(&id).expect("info");
+    assert_eq!(
+        (info.len, info.head),
+        (IMPORT_EVENTS, head),
+        "iteration {iteration}: a partial import is stored"
+    );
+    let verified = store.verify(&id).expect("verify import");
     assert!(
         verified.is_ok(),
         "iteration {iteration}: {:?}",
         verified.err()
     );
-    batches
+    (true, reclaimed)
+}
+
+/// One import kill: `import-ITERATION`, killed at a random moment of an
+/// import that takes about `took`, checked, and retried if it did not
+/// finish.
+fn import_kill(
+    db: &Path,
+    file: &Path,
+    (head, took): (Address, Duration),
+    seed: u64,
+    iteration: u64,
+) {
+    let name = format!("import-{iteration}");
+    // From 20% to 110% of an import: mostly in its second pass, where it
+    // writes, and where sled's flusher (every 500 ms) may already have
+    // written what an import in pieces stored so far.
+    let took = took.as_micros() as u64;
+    let after = took / 5 + splitmix(seed ^ 0x1111) % (took * 9 / 10 + 1);
+    let after = Duration::from_micros(after);
+    import(db, file, &name, Some(after));
+    let (complete, reclaimed) = check_import(db, &name, head, iteration);
+    if complete {
+        println!("  iteration {iteration}: import killed after {after:?} had finished");
+    } else {
+        println!(
+            "  iteration {iteration}: import killed after {after:?}: absent \
+             ({reclaimed} .bulk files reclaimed); retried"
+        );
+        import(db, file, &name, None);
+        assert!(
+            check_import(db, &name, head, iteration).0,
+            "iteration {iteration}: the retried import is missing"
+        );
+    }
 }
 
 fn main() {
@@ -265,11 +439,29 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("db");
     let exe = std::env::current_exe().expect("current exe");
+    // The import every import kill interrupts, timed once uninterrupted.
+    let import_file = dir.path().join("import.ndjson");
+    write_import_file(&import_file);
+    import(&db, &import_file, "import", None);
+    // The first one also created the database; time a second.
+    let timed = Instant::now();
+    import(&db, &import_file, "import-timed", None);
+    let took = timed.elapsed();
+    let import_head = {
+        let store = Store::open(&db).expect("open");
+        let id = store.resolve("import").expect("the first import");
+        store.info(&id).expect("info").head
+    };
+    println!("crash_recovery: an uninterrupted import takes {took:?}");
     let mut acked: Option<u64> = None;
     let mut every_ack = HashSet::new();
     let started = Instant::now();
     for iteration in 0..iterations {
         seed = splitmix(seed);
+        if seed % 4 == 1 {
+            import_kill(&db, &import_file, (import_head, took), seed, iteration);
+            continue;
+        }
         let mut process = Command::new(&exe)
             .env(CHILD_ENV, &db)
             .stdout(Stdio::piped())

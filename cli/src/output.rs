@@ -149,22 +149,28 @@ impl LineBlock {
     }
 
     /// Parses the lines in parallel and hands the events to `f` in order.
+    /// The block is emptied first: after an error, from a line or from `f`,
+    /// no line of it is handed to `f` again.
     fn drain(
         &mut self,
         now: Timestamp,
         f: &mut impl FnMut(usize, Event) -> Result<()>,
     ) -> Result<()> {
         use rayon::prelude::*;
-        let parsed: Vec<_> = self
-            .lines
+        let mut text = std::mem::take(&mut self.text);
+        let mut lines = std::mem::take(&mut self.lines);
+        let parsed: Vec<_> = lines
             .par_iter()
-            .map(|(_, range)| json::parse_event(&self.text[range.clone()], now))
+            .map(|(_, range)| json::parse_event(&text[range.clone()], now))
             .collect();
-        for ((number, _), event) in self.lines.iter().zip(parsed) {
+        for ((number, _), event) in lines.iter().zip(parsed) {
             f(*number, event.with_context(|| format!("line {number}"))?)?;
         }
-        self.text.clear();
-        self.lines.clear();
+        // Keep the buffers for the next block.
+        text.clear();
+        lines.clear();
+        self.text = text;
+        self.lines = lines;
         Ok(())
     }
 }

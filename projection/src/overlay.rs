@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use convstore_store::event::{
-    Compaction, ReasoningPolicy, SummaryPolicy, ToolCallAction, ToolHint,
+    Compaction, HintAction, ReasoningPolicy, ToolCallKind, ToolCallPolicy, ToolHint,
 };
 use convstore_store::Timestamp;
 
@@ -56,63 +56,98 @@ pub enum ToolPolicy {
 }
 
 impl ToolPolicy {
-    fn of(action: ToolCallAction<'_>) -> Self {
-        match action {
-            ToolCallAction::Keep => ToolPolicy::Keep,
-            ToolCallAction::Omit => ToolPolicy::Omit,
-            ToolCallAction::Strip {
-                request,
-                response,
-                tools,
-            } => ToolPolicy::Strip {
-                request,
-                response,
-                tools: tools.to_vec(),
-            },
-        }
-    }
-
-    fn action(&self) -> ToolCallAction<'_> {
-        match self {
-            ToolPolicy::Keep => ToolCallAction::Keep,
-            ToolPolicy::Omit => ToolCallAction::Omit,
-            ToolPolicy::Strip {
-                request,
-                response,
-                tools,
-            } => ToolCallAction::Strip {
-                request: *request,
-                response: *response,
-                tools,
+    /// The policy a compaction's `tool_calls` field says, whatever form it
+    /// was written in (SPEC §4).
+    pub fn of(policy: &ToolCallPolicy) -> Self {
+        let strip = |request, response| ToolPolicy::Strip {
+            request,
+            response,
+            tools: Vec::new(),
+        };
+        match policy {
+            ToolCallPolicy::Keep => ToolPolicy::Keep,
+            ToolCallPolicy::Omit => ToolPolicy::Omit,
+            ToolCallPolicy::Strip => strip(true, true),
+            ToolCallPolicy::StripRequests => strip(true, false),
+            ToolCallPolicy::StripResponses => strip(false, true),
+            ToolCallPolicy::Object(object) => match object.policy {
+                ToolCallKind::Keep => ToolPolicy::Keep,
+                ToolCallKind::Omit => ToolPolicy::Omit,
+                ToolCallKind::Strip => ToolPolicy::Strip {
+                    request: object.request.unwrap_or(true),
+                    response: object.response.unwrap_or(true),
+                    tools: object.tools.clone().unwrap_or_default(),
+                },
             },
         }
     }
 
     /// Whether a call to `tool` has its arguments stripped.
     pub fn strips_request(&self, tool: &str) -> bool {
-        self.action().strips_request(tool)
+        self.strips(tool, |flags| flags.0, |hint| hint.request)
     }
 
     /// Whether a result of `tool` has its content stripped.
     pub fn strips_response(&self, tool: &str) -> bool {
-        self.action().strips_response(tool)
+        self.strips(tool, |flags| flags.1, |hint| hint.response)
+    }
+
+    /// A side's flag, replaced by the tool's hint for that side if it has
+    /// one (the last hint written for a name wins).
+    fn strips(
+        &self,
+        tool: &str,
+        flag: impl Fn((bool, bool)) -> bool,
+        side: impl Fn(&ToolHint) -> Option<HintAction>,
+    ) -> bool {
+        let ToolPolicy::Strip {
+            request,
+            response,
+            tools,
+        } = self
+        else {
+            return false;
+        };
+        let hint = tools
+            .iter()
+            .rev()
+            .find(|(name, _)| name == tool)
+            .and_then(|(_, hint)| side(hint));
+        match hint {
+            Some(action) => action == HintAction::Strip,
+            None => flag((*request, *response)),
+        }
     }
 }
 
 impl Overlay {
-    /// The overlay of the compaction event at `seq`.
+    /// The overlay of the compaction event at `seq`. A revert sets all
+    /// three policies to keep.
     pub fn from_compaction(seq: u64, timestamp: Timestamp, compaction: &Compaction) -> Self {
+        let revert = compaction.is_revert();
         Overlay {
             seq,
             timestamp,
             from_turn: compaction.from_turn,
             to_turn: compaction.to_turn,
-            summary: compaction.summary_policy().map(|s| match s {
-                SummaryPolicy::Text(text) => Summary::Text(Arc::from(text)),
-                SummaryPolicy::Keep => Summary::Keep,
-            }),
-            reasoning: compaction.reasoning_policy(),
-            tool_calls: compaction.tool_call_policy().map(ToolPolicy::of),
+            summary: if revert {
+                Some(Summary::Keep)
+            } else {
+                compaction
+                    .summary
+                    .as_deref()
+                    .map(|text| Summary::Text(Arc::from(text)))
+            },
+            reasoning: if revert {
+                Some(ReasoningPolicy::Keep)
+            } else {
+                compaction.reasoning
+            },
+            tool_calls: if revert {
+                Some(ToolPolicy::Keep)
+            } else {
+                compaction.tool_calls.as_ref().map(ToolPolicy::of)
+            },
         }
     }
 
@@ -129,3 +164,7 @@ impl Overlay {
         (self.from_turn <= last).then_some((self.from_turn, last))
     }
 }
+
+#[cfg(test)]
+#[path = "overlay_tests.rs"]
+mod tests;

@@ -1,8 +1,103 @@
 //! `naive_project`: SPEC §4 transcribed as plainly as possible, slow on
 //! purpose (O(turns × overlays)). Only for checking the engine.
+//!
+//! It shares no rule with the engine: what a compaction's fields mean
+//! (revert, the string and object forms of `tool_calls`, per-tool hints)
+//! is read here from the fields themselves, so a mistake in the engine's
+//! reading of them (`overlay.rs`) cannot pass both.
 
-use convstore_store::event::{Compaction, ReasoningPolicy, SummaryPolicy, ToolCallAction};
+use convstore_store::event::{
+    Compaction, HintAction, ReasoningPolicy, ToolCallKind, ToolCallPolicy,
+};
 use convstore_store::{Event, EventKind, EventType, Json};
+
+/// A compaction's summary policy, if it sets one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SummarySetting<'a> {
+    /// Replace the turn's conversation events with this text.
+    Replace(&'a str),
+    /// Leave them (a revert).
+    Keep,
+}
+
+fn summary_of(c: &Compaction) -> Option<SummarySetting<'_>> {
+    if c.revert == Some(true) {
+        Some(SummarySetting::Keep)
+    } else {
+        c.summary.as_deref().map(SummarySetting::Replace)
+    }
+}
+
+/// A compaction's reasoning policy.
+fn reasoning_of(c: &Compaction) -> Option<ReasoningPolicy> {
+    if c.revert == Some(true) {
+        Some(ReasoningPolicy::Keep)
+    } else {
+        c.reasoning
+    }
+}
+
+/// What a tool-call policy does to one tool: omit, or strip its request
+/// and/or response (keep is strip of neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolEffect {
+    Omit,
+    Strip { request: bool, response: bool },
+}
+
+/// A compaction's tool-call policy, applied to calls of `tool`.
+fn tools_of(c: &Compaction) -> Option<impl Fn(&str) -> ToolEffect + '_> {
+    if c.revert == Some(true) {
+        return Some(Box::new(|_: &str| ToolEffect::Strip {
+            request: false,
+            response: false,
+        }) as Box<dyn Fn(&str) -> ToolEffect>);
+    }
+    let policy = c.tool_calls.as_ref()?;
+    Some(Box::new(move |tool: &str| match policy {
+        ToolCallPolicy::Keep => ToolEffect::Strip {
+            request: false,
+            response: false,
+        },
+        ToolCallPolicy::Omit => ToolEffect::Omit,
+        ToolCallPolicy::Strip => ToolEffect::Strip {
+            request: true,
+            response: true,
+        },
+        ToolCallPolicy::StripRequests => ToolEffect::Strip {
+            request: true,
+            response: false,
+        },
+        ToolCallPolicy::StripResponses => ToolEffect::Strip {
+            request: false,
+            response: true,
+        },
+        ToolCallPolicy::Object(object) => match object.policy {
+            ToolCallKind::Keep => ToolEffect::Strip {
+                request: false,
+                response: false,
+            },
+            ToolCallKind::Omit => ToolEffect::Omit,
+            ToolCallKind::Strip => {
+                let mut request = object.request != Some(false);
+                let mut response = object.response != Some(false);
+                // Hints in the order written: a later one for the same
+                // tool overrides an earlier one, side by side.
+                for (name, hint) in object.tools.iter().flatten() {
+                    if name == tool {
+                        if let Some(side) = hint.request {
+                            request = side == HintAction::Strip;
+                        }
+                        if let Some(side) = hint.response {
+                            response = side == HintAction::Strip;
+                        }
+                    }
+                }
+                ToolEffect::Strip { request, response }
+            }
+        },
+    }) as Box<dyn Fn(&str) -> ToolEffect>)
+}
 
 use crate::view::{LogEvent, ViewEvent, SUMMARY_HEADER};
 
@@ -42,11 +137,10 @@ pub fn naive_project(events: &[LogEvent]) -> Vec<ViewEvent> {
             _ => None,
         })
         .collect();
-    let summary_winner =
-        |turn: u64| match winner(&compactions, turn, last, Compaction::summary_policy) {
-            Some((index, SummaryPolicy::Text(text))) => Some((index, text.to_owned())),
-            _ => None,
-        };
+    let summary_winner = |turn: u64| match winner(&compactions, turn, last, summary_of) {
+        Some((index, SummarySetting::Replace(text))) => Some((index, text.to_owned())),
+        _ => None,
+    };
     let mut emitted_runs: Vec<(usize, u64)> = Vec::new();
     let mut view = Vec::new();
     for raw in events {
@@ -96,17 +190,16 @@ pub fn naive_project(events: &[LogEvent]) -> Vec<ViewEvent> {
             }
             continue;
         }
-        let reasoning =
-            winner(&compactions, raw.turn, last, Compaction::reasoning_policy).map(|w| w.1);
-        let tools = winner(&compactions, raw.turn, last, Compaction::tool_call_policy).map(|w| w.1);
+        let reasoning = winner(&compactions, raw.turn, last, reasoning_of).map(|w| w.1);
+        let tools = winner(&compactions, raw.turn, last, tools_of).map(|w| w.1);
         let mut event = raw.event.clone();
         match &mut event.kind {
             EventKind::Reasoning { .. } if reasoning == Some(ReasoningPolicy::Strip) => continue,
             EventKind::ToolCall {
                 name, arguments, ..
-            } => match tools {
-                Some(ToolCallAction::Omit) => continue,
-                Some(action) if action.strips_request(name) => *arguments = Json::empty_object(),
+            } => match tools.as_ref().map(|effect| effect(name)) {
+                Some(ToolEffect::Omit) => continue,
+                Some(ToolEffect::Strip { request: true, .. }) => *arguments = Json::empty_object(),
                 _ => {}
             },
             EventKind::ToolResult {
@@ -125,9 +218,9 @@ pub fn naive_project(events: &[LogEvent]) -> Vec<ViewEvent> {
                         _ => None,
                     })
                     .unwrap_or_else(|| "unknown".to_owned());
-                match tools {
-                    Some(ToolCallAction::Omit) => continue,
-                    Some(action) if action.strips_response(&name) => {
+                match tools.as_ref().map(|effect| effect(&name)) {
+                    Some(ToolEffect::Omit) => continue,
+                    Some(ToolEffect::Strip { response: true, .. }) => {
                         let status = if *is_error { "error" } else { "success" };
                         *content = format!("[compacted] {name}: {status}");
                     }

@@ -87,7 +87,7 @@ impl Store {
         self.commit(&encoded, writes)?;
         drop(guard);
         if !options.no_sync {
-            self.db.flush()?;
+            self.sync()?;
         }
         Ok(appended)
     }
@@ -113,7 +113,7 @@ impl Store {
         self.commit(&encoded, writes)?;
         drop(guard);
         if !options.no_sync {
-            self.db.flush()?;
+            self.sync()?;
         }
         Ok((id, appended))
     }
@@ -232,7 +232,7 @@ struct PendingChunk {
 
 /// Fails with [`StoreError::HeadMismatch`] unless the conversation's head
 /// is the one `options` expects, if any.
-fn check_head(options: &AppendOptions, meta: &ConversationMeta) -> StoreResult<()> {
+pub(crate) fn check_head(options: &AppendOptions, meta: &ConversationMeta) -> StoreResult<()> {
     match options.expect_head {
         Some(expected) if expected != meta.head => Err(StoreError::HeadMismatch {
             expected,
@@ -439,27 +439,37 @@ impl<'a> ChunkBuilder<'a> {
     /// Adds the chunk, its call directory and its turn index entry to
     /// `writes`.
     fn write(&self, id: &ConversationId, writes: &mut Writes) {
-        let entries = &self.repr.entries;
-        let first_turn = entries.first().map_or(0, |e| e.turn);
-        let last_turn = entries.last().map_or(0, |e| e.turn);
         writes.push_chunk(
             keys::chunk(self.space, id, self.first_seq),
             encode(&self.repr),
-            entries.len() as u64,
+            self.repr.entries.len() as u64,
         );
-        let batch = &mut writes.batch;
-        if !self.calls.calls.is_empty() {
-            batch.insert(
-                keys::call_directory(self.space, id, self.first_seq),
-                encode(&self.calls),
-            );
+        let at = (self.space, id, self.first_seq);
+        for (key, value) in chunk_index(at, &self.repr.entries, &self.calls) {
+            writes.batch.insert(key, value);
         }
-        batch.insert(
-            keys::turn(self.space, id, last_turn, self.first_seq),
-            encode(&TurnEntry {
-                first_turn,
-                entries: entries.len() as u64,
-            }),
-        );
     }
+}
+
+/// What is stored beside a chunk of `entries` (in `space`, of
+/// conversation `id`, from `first_seq`), as keys and values: its turn index
+/// entry and its call directory, if it has calls.
+pub(crate) fn chunk_index(
+    (space, id, first_seq): (Space, &ConversationId, u64),
+    entries: &[EntryRepr<'_>],
+    calls: &CallDirectory<'_>,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let first_turn = entries.first().map_or(0, |e| e.turn);
+    let last_turn = entries.last().map_or(0, |e| e.turn);
+    let mut out = vec![(
+        keys::turn(space, id, last_turn, first_seq),
+        encode(&TurnEntry {
+            first_turn,
+            entries: entries.len() as u64,
+        }),
+    )];
+    if !calls.calls.is_empty() {
+        out.push((keys::call_directory(space, id, first_seq), encode(calls)));
+    }
+    out
 }

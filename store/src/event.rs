@@ -386,50 +386,10 @@ pub struct Compaction {
     pub info: Option<Json>,
 }
 
-/// What a winning policy does to its content type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SummaryPolicy<'a> {
-    /// Replace the covered conversation events with this text.
-    Text(&'a str),
-    /// Leave the events as they are (from `revert`).
-    Keep,
-}
-
 impl Compaction {
     /// Whether this is a revert (`"revert": true`).
     pub fn is_revert(&self) -> bool {
         self.revert == Some(true)
-    }
-
-    /// The summary policy, if this compaction sets one.
-    pub fn summary_policy(&self) -> Option<SummaryPolicy<'_>> {
-        if self.is_revert() {
-            return Some(SummaryPolicy::Keep);
-        }
-        self.summary.as_deref().map(SummaryPolicy::Text)
-    }
-
-    /// The reasoning policy, if this compaction sets one.
-    pub fn reasoning_policy(&self) -> Option<ReasoningPolicy> {
-        if self.is_revert() {
-            return Some(ReasoningPolicy::Keep);
-        }
-        self.reasoning
-    }
-
-    /// The tool-call policy, if this compaction sets one.
-    pub fn tool_call_policy(&self) -> Option<ToolCallAction<'_>> {
-        if self.is_revert() {
-            return Some(ToolCallAction::Keep);
-        }
-        self.tool_calls.as_ref().map(ToolCallPolicy::action)
-    }
-
-    /// Whether this compaction sets any policy.
-    pub fn has_policy(&self) -> bool {
-        self.summary_policy().is_some()
-            || self.reasoning_policy().is_some()
-            || self.tool_call_policy().is_some()
     }
 }
 
@@ -500,92 +460,6 @@ pub enum HintAction {
     Keep,
     /// Strip it.
     Strip,
-}
-
-impl HintAction {
-    fn strips(self) -> bool {
-        self == HintAction::Strip
-    }
-}
-
-/// What a tool-call policy does, whatever form it was written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolCallAction<'a> {
-    /// Leave calls and results as they are.
-    Keep,
-    /// Remove calls and results.
-    Omit,
-    /// Strip arguments (`request`) and/or results (`response`), with
-    /// per-tool hints replacing those flags.
-    Strip {
-        /// Strip arguments.
-        request: bool,
-        /// Strip results.
-        response: bool,
-        /// Per-tool hints.
-        tools: &'a [(String, ToolHint)],
-    },
-}
-
-impl ToolCallAction<'_> {
-    /// Whether a call to `tool` has its arguments stripped.
-    pub fn strips_request(&self, tool: &str) -> bool {
-        match *self {
-            ToolCallAction::Strip { request, tools, .. } => hint_for(tools, tool)
-                .and_then(|h| h.request)
-                .map_or(request, HintAction::strips),
-            _ => false,
-        }
-    }
-
-    /// Whether a result of `tool` has its content stripped.
-    pub fn strips_response(&self, tool: &str) -> bool {
-        match *self {
-            ToolCallAction::Strip {
-                response, tools, ..
-            } => hint_for(tools, tool)
-                .and_then(|h| h.response)
-                .map_or(response, HintAction::strips),
-            _ => false,
-        }
-    }
-}
-
-/// The hint for `tool`; the last one written wins if a name repeats.
-fn hint_for<'a>(tools: &'a [(String, ToolHint)], tool: &str) -> Option<&'a ToolHint> {
-    tools
-        .iter()
-        .rev()
-        .find(|(name, _)| name == tool)
-        .map(|(_, h)| h)
-}
-
-impl ToolCallPolicy {
-    /// What this policy does.
-    pub fn action(&self) -> ToolCallAction<'_> {
-        const NO_HINTS: &[(String, ToolHint)] = &[];
-        let strip = |request, response| ToolCallAction::Strip {
-            request,
-            response,
-            tools: NO_HINTS,
-        };
-        match self {
-            ToolCallPolicy::Keep => ToolCallAction::Keep,
-            ToolCallPolicy::Omit => ToolCallAction::Omit,
-            ToolCallPolicy::Strip => strip(true, true),
-            ToolCallPolicy::StripRequests => strip(true, false),
-            ToolCallPolicy::StripResponses => strip(false, true),
-            ToolCallPolicy::Object(object) => match object.policy {
-                ToolCallKind::Keep => ToolCallAction::Keep,
-                ToolCallKind::Omit => ToolCallAction::Omit,
-                ToolCallKind::Strip => ToolCallAction::Strip {
-                    request: object.request.unwrap_or(true),
-                    response: object.response.unwrap_or(true),
-                    tools: object.tools.as_deref().unwrap_or(NO_HINTS),
-                },
-            },
-        }
-    }
 }
 
 #[cfg(test)]

@@ -184,7 +184,7 @@ impl Store {
         };
         self.commit(&encoded, writes)?;
         drop(guard);
-        self.db.flush()?;
+        self.sync()?;
         Ok((id, head))
     }
 }

@@ -21,6 +21,7 @@
 //! | `P` id(16) | a conversation's pinned turn ranges (automatic compaction never covers them) |
 //! | `A` id(16) | automatic compaction's state: whether a summarizer failed since the last manual compaction |
 //! | `L` id(16) | a fork's lineage: parent id, records shared, base address and turn state |
+//! | `S` file(4 BE) | segment file `file` was written by a bulk append that committed (empty value; also in the blob tree, see `segments.rs`) |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
 //! their 32-byte hash: sled keeps values inside its B-tree pages, so a long
@@ -45,6 +46,7 @@ pub(crate) const LINEAGE: u8 = b'L';
 pub(crate) const STAGING: u8 = b'T';
 pub(crate) const PINS: u8 = b'P';
 pub(crate) const AUTO: u8 = b'A';
+pub(crate) const SEGMENT_FILE: u8 = b'S';
 pub(crate) const VIEW: u8 = b'v';
 pub(crate) const VIEW_BLOCK: u8 = b'w';
 pub(crate) const VIEW_CALLS: u8 = b'x';
@@ -78,6 +80,13 @@ pub(crate) fn auto(id: &ConversationId) -> Vec<u8> {
 
 pub(crate) fn lineage(id: &ConversationId) -> Vec<u8> {
     prefixed(LINEAGE, id.as_bytes())
+}
+
+/// The key recording that bulk-written segment file `number` is committed:
+/// in the default tree and, when the commit stores blob references, in the
+/// blob tree (whose other keys are 32-byte hashes).
+pub(crate) fn segment_file(number: u32) -> Vec<u8> {
+    prefixed(SEGMENT_FILE, &number.to_be_bytes())
 }
 
 pub(crate) fn name(name: &str) -> Vec<u8> {

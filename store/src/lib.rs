@@ -32,7 +32,9 @@
 #![warn(missing_docs)]
 
 mod append;
+mod bulk;
 mod codec;
+mod durable;
 mod error;
 pub mod event;
 mod fork;
@@ -55,6 +57,7 @@ mod verify;
 mod views;
 
 pub use append::{AppendOptions, Appended};
+pub use bulk::{BulkAppend, BulkTarget};
 pub use codec::{BlobRef, INLINE_MAX};
 pub use error::{StoreError, StoreResult};
 pub use event::{Compaction, Event, EventKind, EventType, Timestamp, TurnTracker};
@@ -69,7 +72,8 @@ pub use names::ToolNames;
 pub use settings::AutoState;
 pub use store::{
     validate_view_name, ConversationInfo, KindStats, OpenOptions, ProgressFn, Store,
-    DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER, MIN_ID_PREFIX,
+    DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER,
+    MIN_ID_PREFIX,
 };
 pub use verify::{Verified, VerifyFailure, VerifyReport};
 pub use views::{

@@ -17,6 +17,16 @@
 //!
 //! Files are `segments/NNNNNNNN` in the database directory, numbered from
 //! 1; a new one starts once the current one passes [`SEGMENT_MAX_BYTES`].
+//!
+//! A bulk append (`bulk.rs`) writes its bodies as it goes, long before the
+//! batch that makes them visible, into files of its own named
+//! `NNNNNNNN.bulk` ([`Segments::bulk_file`]). Its commit batch adds the key
+//! `keys::segment_file(N)` for each of them (to the blob tree as well when
+//! it stores blob references there); once the commit is durable the files
+//! take their plain names ([`Segments::finish_committed`]). Opening the
+//! database ([`Segments::recover`]) renames the `.bulk` files whose key
+//! exists and deletes the others: what an interrupted bulk append wrote is
+//! reclaimed whole. Readers look for the plain name, then the `.bulk` one.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -26,6 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+use crate::durable::{io_error, sync_directory};
 use crate::error::{StoreError, StoreResult};
 
 /// A segment file is closed to new writes once it passes this size.
@@ -33,6 +44,10 @@ pub(crate) const SEGMENT_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The directory of the segment files, inside the database directory.
 const DIRECTORY: &str = "segments";
+
+/// The suffix of a segment file a bulk append is writing, or committed but
+/// not yet renamed.
+const BULK_SUFFIX: &str = ".bulk";
 
 /// Where some bytes are in the segment files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,14 +77,53 @@ struct Writer {
     len: u64,
 }
 
+/// A segment file a bulk append writes, named `NNNNNNNN.bulk` until its
+/// commit is durable.
+pub(crate) struct BulkFile {
+    pub number: u32,
+    file: File,
+    pub len: u64,
+}
+
+impl BulkFile {
+    /// Appends `bodies` after what the file holds, without syncing; their
+    /// references, in order.
+    pub(crate) fn write(&mut self, bodies: &[&[u8]]) -> StoreResult<Vec<SegmentRef>> {
+        let (refs, end) = references(self.number, self.len, bodies);
+        if let Err(error) = write_all(&mut self.file, bodies) {
+            self.len = self.file.metadata().map_or(end, |m| m.len());
+            return Err(StoreError::Io(error));
+        }
+        self.len = end;
+        Ok(refs)
+    }
+
+    /// Makes what was written durable.
+    pub(crate) fn sync(&self) -> StoreResult<()> {
+        self.file.sync_data().map_err(StoreError::Io)
+    }
+}
+
+/// What the segment files' writers share.
+#[derive(Default)]
+struct State {
+    /// The file appends write to, once opened.
+    current: Option<Writer>,
+    /// The highest file number in the directory or handed out, plain or
+    /// `.bulk`, once read.
+    highest: Option<u32>,
+    /// Bulk files committed and still named `.bulk`.
+    committed: Vec<u32>,
+}
+
 /// The segment files of one database.
 pub(crate) struct Segments {
     dir: PathBuf,
     /// A file is closed to new writes once it passes this size.
-    max_bytes: u64,
+    pub max_bytes: u64,
     /// Files opened for reading, by number.
     readers: RwLock<HashMap<u32, Arc<File>>>,
-    writer: Mutex<Option<Writer>>,
+    state: Mutex<State>,
 }
 
 impl Segments {
@@ -79,7 +133,7 @@ impl Segments {
             dir: db.join(DIRECTORY),
             max_bytes: SEGMENT_MAX_BYTES,
             readers: RwLock::new(HashMap::new()),
-            writer: Mutex::new(None),
+            state: Mutex::new(State::default()),
         }
     }
 
@@ -87,53 +141,89 @@ impl Segments {
         self.dir.join(format!("{number:08}"))
     }
 
+    fn bulk_path(&self, number: u32) -> PathBuf {
+        self.dir.join(format!("{number:08}{BULK_SUFFIX}"))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Appends `bodies` to the current segment file, one after the other,
     /// and syncs the file: when this returns, they are durable. Their
     /// references are in the order of `bodies`.
     pub(crate) fn write(&self, bodies: &[&[u8]]) -> StoreResult<Vec<SegmentRef>> {
         let total: u64 = bodies.iter().map(|b| b.len() as u64).sum();
-        let mut slot = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let writer = match slot.take() {
+        let mut state = self.state();
+        let writer = match state.current.take() {
             Some(w) if w.len == 0 || w.len + total <= self.max_bytes => w,
-            Some(w) => self.create(w.number + 1)?,
-            None => self.open_last()?,
+            Some(w) => {
+                let number = self.highest(&mut state)?.max(w.number) + 1;
+                self.create(&mut state, number)?
+            }
+            None => self.open_last(&mut state)?,
         };
-        let writer = slot.insert(writer);
-        let mut refs = Vec::with_capacity(bodies.len());
-        let mut offset = writer.len;
-        for body in bodies {
-            refs.push(SegmentRef {
-                file: writer.number,
-                offset,
-                len: body.len() as u64,
-                check: checksum(body),
-            });
-            offset += body.len() as u64;
-        }
+        let writer = state.current.insert(writer);
+        let (refs, end) = references(writer.number, writer.len, bodies);
         let written = write_all(&mut writer.file, bodies).and_then(|()| writer.file.sync_data());
         if let Err(error) = written {
             // Whatever part was written is garbage nothing refers to; go on
             // after it.
-            writer.len = writer.file.metadata().map_or(offset, |m| m.len());
+            writer.len = writer.file.metadata().map_or(end, |m| m.len());
             return Err(StoreError::Io(error));
         }
-        writer.len = offset;
+        writer.len = end;
         Ok(refs)
     }
 
-    /// The writer for the highest-numbered file, appending after whatever
-    /// it holds (a new file 1 if there is none).
-    fn open_last(&self) -> StoreResult<Writer> {
-        let last = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .max(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+    /// The highest file number in the directory or handed out.
+    fn highest(&self, state: &mut State) -> StoreResult<u32> {
+        if let Some(highest) = state.highest {
+            return Ok(highest);
+        }
+        let highest = self
+            .numbered_files()?
+            .into_iter()
+            .map(|(number, _)| number)
+            .max()
+            .unwrap_or(0);
+        state.highest = Some(highest);
+        Ok(highest)
+    }
+
+    /// Every segment file in the directory: its number, and whether it is
+    /// a `.bulk` file.
+    fn numbered_files(&self) -> StoreResult<Vec<(u32, bool)>> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_error(&self.dir, &e)),
         };
+        Ok(entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name();
+                let name = name.to_str()?;
+                match name.strip_suffix(BULK_SUFFIX) {
+                    Some(number) => Some((number.parse().ok()?, true)),
+                    None => Some((name.parse().ok()?, false)),
+                }
+            })
+            .collect())
+    }
+
+    /// The writer for the highest-numbered plain file, appending after
+    /// whatever it holds (a new file if there is none).
+    fn open_last(&self, state: &mut State) -> StoreResult<Writer> {
+        let last = self
+            .numbered_files()?
+            .into_iter()
+            .filter(|(_, bulk)| !bulk)
+            .map(|(number, _)| number)
+            .max();
         let Some(number) = last else {
-            return self.create(1);
+            let number = self.highest(state)? + 1;
+            return self.create(state, number);
         };
         let path = self.path(number);
         let file = OpenOptions::new()
@@ -145,17 +235,125 @@ impl Segments {
     }
 
     /// Creates segment file `number` and makes its name durable.
-    fn create(&self, number: u32) -> StoreResult<Writer> {
-        fs::create_dir_all(&self.dir).map_err(|e| io_error(&self.dir, &e))?;
+    fn create(&self, state: &mut State, number: u32) -> StoreResult<Writer> {
         let path = self.path(number);
+        let file = self.create_file(state, number, &path)?;
+        let len = file.metadata().map_err(|e| io_error(&path, &e))?.len();
+        Ok(Writer { number, file, len })
+    }
+
+    /// Creates the file at `path` as file `number` and makes its name
+    /// durable (and the directory's, if it is new).
+    fn create_file(&self, state: &mut State, number: u32, path: &Path) -> StoreResult<File> {
+        let new_directory = !self.dir.exists();
+        fs::create_dir_all(&self.dir).map_err(|e| io_error(&self.dir, &e))?;
+        if new_directory {
+            if let Some(parent) = self.dir.parent() {
+                sync_directory(parent)?;
+            }
+        }
         let file = OpenOptions::new()
             .append(true)
             .create(true)
-            .open(&path)
-            .map_err(|e| io_error(&path, &e))?;
+            .open(path)
+            .map_err(|e| io_error(path, &e))?;
         sync_directory(&self.dir)?;
-        let len = file.metadata().map_err(|e| io_error(&path, &e))?.len();
-        Ok(Writer { number, file, len })
+        state.highest = Some(state.highest.unwrap_or(0).max(number));
+        Ok(file)
+    }
+
+    /// A new file for a bulk append, numbered after every other, named
+    /// `NNNNNNNN.bulk` (durably) until [`Segments::finish_committed`].
+    pub(crate) fn bulk_file(&self) -> StoreResult<BulkFile> {
+        let mut state = self.state();
+        let number = self.highest(&mut state)? + 1;
+        let path = self.bulk_path(number);
+        let file = self.create_file(&mut state, number, &path)?;
+        Ok(BulkFile {
+            number,
+            file,
+            len: 0,
+        })
+    }
+
+    /// Notes bulk files whose commit batch was applied: they take their
+    /// plain names at the next [`Segments::finish_committed`].
+    pub(crate) fn committed(&self, numbers: impl IntoIterator<Item = u32>) {
+        let mut state = self.state();
+        for number in numbers {
+            if !state.committed.contains(&number) {
+                state.committed.push(number);
+            }
+        }
+    }
+
+    /// Whether bulk files wait for [`Segments::finish_committed`].
+    pub(crate) fn has_committed(&self) -> bool {
+        !self.state().committed.is_empty()
+    }
+
+    /// Gives the committed bulk files their plain names; called once their
+    /// commit is durable. Appends go on in the last of them if it is the
+    /// highest-numbered file.
+    pub(crate) fn finish_committed(&self) -> StoreResult<()> {
+        let mut state = self.state();
+        if state.committed.is_empty() {
+            return Ok(());
+        }
+        let numbers = std::mem::take(&mut state.committed);
+        for &number in &numbers {
+            let (from, to) = (self.bulk_path(number), self.path(number));
+            fs::rename(&from, &to).map_err(|e| io_error(&from, &e))?;
+        }
+        sync_directory(&self.dir)?;
+        let last = numbers.iter().copied().max().unwrap_or(0);
+        if state.current.as_ref().is_some_and(|w| w.number < last) {
+            state.current = None;
+        }
+        Ok(())
+    }
+
+    /// Deletes the files of a bulk append that was not committed: nothing
+    /// refers to them.
+    pub(crate) fn abandon(&self, numbers: impl IntoIterator<Item = u32>) {
+        for number in numbers {
+            let _ = fs::remove_file(self.bulk_path(number));
+        }
+    }
+
+    /// Settles the `.bulk` files an interrupted process left: renamed to
+    /// their plain names if `committed(N)` (their commit was applied),
+    /// else deleted. Called when the database is opened, before any write.
+    /// Returns the files deleted.
+    pub(crate) fn recover(
+        &self,
+        committed: &dyn Fn(u32) -> StoreResult<bool>,
+    ) -> StoreResult<Vec<PathBuf>> {
+        let mut deleted = Vec::new();
+        let mut changed = false;
+        for (number, bulk) in self.numbered_files()? {
+            if !bulk {
+                continue;
+            }
+            let path = self.bulk_path(number);
+            if committed(number)? {
+                let to = self.path(number);
+                if to.exists() {
+                    // Not a state convstore leaves; readers find the plain
+                    // file, and nothing is destroyed.
+                    continue;
+                }
+                fs::rename(&path, &to).map_err(|e| io_error(&path, &e))?;
+            } else {
+                fs::remove_file(&path).map_err(|e| io_error(&path, &e))?;
+                deleted.push(path);
+            }
+            changed = true;
+        }
+        if changed {
+            sync_directory(&self.dir)?;
+        }
+        Ok(deleted)
     }
 
     /// The bytes `at` refers to, checked against its checksum; `what` names
@@ -193,7 +391,19 @@ impl Segments {
         {
             return Ok(Arc::clone(file));
         }
-        let file = Arc::new(File::open(self.path(number))?);
+        // A committed bulk file is renamed once its commit is durable:
+        // look for either name, and for the plain one again if the rename
+        // came in between.
+        let file = match File::open(self.path(number)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match File::open(self.bulk_path(number)) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => File::open(self.path(number)),
+                    opened => opened,
+                }
+            }
+            opened => opened,
+        };
+        let file = Arc::new(file?);
         self.readers
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -211,6 +421,23 @@ impl Segments {
                 .sum()
         })
     }
+}
+
+/// The references of `bodies` written one after the other from `offset`
+/// of file `number`, and where they end.
+fn references(number: u32, offset: u64, bodies: &[&[u8]]) -> (Vec<SegmentRef>, u64) {
+    let mut refs = Vec::with_capacity(bodies.len());
+    let mut at = offset;
+    for body in bodies {
+        refs.push(SegmentRef {
+            file: number,
+            offset: at,
+            len: body.len() as u64,
+            check: checksum(body),
+        });
+        at += body.len() as u64;
+    }
+    (refs, at)
 }
 
 fn write_all(file: &mut File, bodies: &[&[u8]]) -> io::Result<()> {
@@ -243,24 +470,6 @@ fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Res
         }
     }
     Ok(())
-}
-
-/// Makes the directory's entries (a new file's name) durable.
-fn sync_directory(dir: &Path) -> StoreResult<()> {
-    #[cfg(unix)]
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(dir, &e))?;
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
-}
-
-fn io_error(path: &Path, error: &io::Error) -> StoreError {
-    StoreError::Io(io::Error::new(
-        error.kind(),
-        format!("{}: {error}", path.display()),
-    ))
 }
 
 #[cfg(test)]
@@ -319,6 +528,43 @@ mod tests {
         assert_eq!(second.offset, 9);
         assert_eq!(store.read(&first, &name).unwrap(), b"first");
         assert_eq!(store.read(&second, &name).unwrap(), b"second");
+    }
+
+    #[test]
+    fn bulk_files_take_their_names_once_committed_or_are_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = segments(&dir, 1 << 20);
+        let shared = store.write(&[b"shared"]).unwrap()[0];
+        let mut kept = store.bulk_file().unwrap();
+        let mut lost = store.bulk_file().unwrap();
+        assert_eq!((shared.file, kept.number, lost.number), (1, 2, 3));
+        let at = kept.write(&[b"kept", b"bytes"]).unwrap();
+        lost.write(&[b"lost"]).unwrap();
+        kept.sync().unwrap();
+        // Read under the .bulk name before it is renamed.
+        assert_eq!(store.read(&at[1], &name).unwrap(), b"bytes");
+        store.committed([kept.number]);
+        store.finish_committed().unwrap();
+        let path = |n: &str| dir.path().join(DIRECTORY).join(n);
+        assert!(path("00000002").exists());
+        assert!(!path("00000002.bulk").exists());
+        // Appends go on in the committed file, the highest plain one.
+        assert_eq!(store.write(&[b"next"]).unwrap()[0].file, 2);
+
+        // A process stopped in a bulk append: its file is deleted when the
+        // database opens, unless its commit was applied.
+        let mut committed = store.bulk_file().unwrap();
+        committed.write(&[b"applied"]).unwrap();
+        drop((store, lost, committed));
+        let reopened = segments(&dir, 1 << 20);
+        let deleted = reopened.recover(&|n| Ok(n == 4)).unwrap();
+        assert_eq!(deleted, [path("00000003.bulk")]);
+        assert!(path("00000004").exists());
+        assert_eq!(reopened.read(&at[0], &name).unwrap(), b"kept");
+        // A new file is numbered after every file there is.
+        assert_eq!(reopened.bulk_file().unwrap().number, 5);
+        reopened.abandon([5]);
+        assert!(!path("00000005.bulk").exists());
     }
 
     #[test]

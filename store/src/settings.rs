@@ -42,7 +42,7 @@ impl Store {
         }
         self.db.insert(keys::pins(id), encode(&merged))?;
         drop(guard);
-        self.flush()?;
+        self.sync()?;
         Ok(merged)
     }
 
@@ -71,7 +71,7 @@ impl Store {
         }
         self.db.insert(keys::pins(id), encode(&kept))?;
         drop(guard);
-        self.flush()?;
+        self.sync()?;
         Ok(kept)
     }
 
@@ -86,7 +86,7 @@ impl Store {
     /// Sets automatic compaction's state for `id`.
     pub fn set_auto_state(&self, id: &ConversationId, state: AutoState) -> StoreResult<()> {
         self.db.insert(keys::auto(id), encode(&state))?;
-        self.db.flush()?;
+        self.sync()?;
         Ok(())
     }
 }

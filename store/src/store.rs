@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{decode, encode};
+use crate::durable::{self, Durability};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{EventType, Timestamp, TurnTracker};
 use crate::fork::ForkPoint;
@@ -38,13 +39,19 @@ pub struct Store {
     /// the bodies of large appends in `segments`.
     pub(crate) format: u32,
     pub(crate) segments: Segments,
+    /// The syncs that make a write durable (`durable.rs`).
+    durability: Durability,
     /// Unfinished sled snapshots moved away when the database was opened.
     discarded_snapshots: Vec<PathBuf>,
+    /// Segment files of interrupted bulk appends deleted when the database
+    /// was opened.
+    reclaimed: Vec<PathBuf>,
     path: PathBuf,
     write_lock: Mutex<()>,
     max_event_bytes: AtomicU64,
     segment_min_bytes: AtomicU64,
     settle_records: AtomicU64,
+    bulk_memory_bytes: AtomicU64,
     /// Decoded compaction overlays by (owner, seq): records never change,
     /// so a process that reads the overlays again and again (a server, the
     /// automatic compaction loop) decodes each once.
@@ -69,11 +76,24 @@ pub const DEFAULT_SEGMENT_MIN_BYTES: u64 = 64 * 1024;
 /// record and the texts it stores as blobs.
 pub const DEFAULT_MAX_EVENT_BYTES: u64 = 64 * 1024 * 1024;
 
+/// A bulk append keeps its events in memory, and commits them as one
+/// append, until they reach this many bytes; past it, it writes them to
+/// the segment files as it goes (`bulk.rs`).
+pub const DEFAULT_BULK_MEMORY_BYTES: u64 = 4 * 1024 * 1024;
+
 impl Drop for Store {
-    /// Waits for sled's pending writes, so that the files are released (and
-    /// `--no-sync` writes are durable) once a `Store` is gone.
+    /// Makes pending writes durable, so that the files are released (and
+    /// `--no-sync` writes are durable) once a `Store` is gone: sled's flush
+    /// and the files it adds to `blobs/`; sled fsyncs its `db` file when
+    /// it is dropped, right after. Bulk files committed without a sync get
+    /// their names after a whole sync.
     fn drop(&mut self) {
-        let _ = self.db.flush();
+        if self.segments.has_committed() {
+            let _ = self.sync();
+        } else {
+            let _ = self.db.flush();
+            let _ = self.durability.sync_sled_blobs();
+        }
         let mut dropped = DROPPED
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -322,22 +342,36 @@ impl Store {
             None if db.is_empty() && (options.create || found != Found::Database) => {
                 db.insert(keys::FORMAT, &FORMAT_VERSION.to_be_bytes())?;
                 db.flush()?;
+                durable::sync_new_database(&path)?;
                 FORMAT_VERSION
             }
             None => return Err(StoreError::NotConvstore { path }),
         };
         let blobs = db.open_tree(keys::BLOBS)?;
+        let segments = Segments::new(&path);
+        let reclaimed = if format >= 2 {
+            segments.recover(&|number| {
+                let key = keys::segment_file(number);
+                Ok(db.contains_key(&key)? || blobs.contains_key(&key)?)
+            })?
+        } else {
+            Vec::new()
+        };
+        let durability = Durability::new(&path)?;
         Ok(Store {
             db,
             blobs,
             format,
-            segments: Segments::new(&path),
+            segments,
+            durability,
             discarded_snapshots,
+            reclaimed,
             path,
             write_lock: Mutex::new(()),
             max_event_bytes: AtomicU64::new(DEFAULT_MAX_EVENT_BYTES),
             segment_min_bytes: AtomicU64::new(DEFAULT_SEGMENT_MIN_BYTES),
             settle_records: AtomicU64::new(crate::staging::SETTLE_RECORDS),
+            bulk_memory_bytes: AtomicU64::new(DEFAULT_BULK_MEMORY_BYTES),
             overlay_cache: Mutex::new(HashMap::new()),
             progress: std::sync::RwLock::new(None),
         })
@@ -402,6 +436,19 @@ impl Store {
         self.settle_records.load(Ordering::Relaxed)
     }
 
+    /// Sets how many bytes of events a bulk append keeps in memory before
+    /// it writes them to the segment files as it goes
+    /// ([`DEFAULT_BULK_MEMORY_BYTES`] unless set; 0: from the first event).
+    /// Format-1 databases keep a bulk append in memory whatever its size.
+    pub fn set_bulk_memory_bytes(&self, bytes: u64) {
+        self.bulk_memory_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// See [`Store::set_bulk_memory_bytes`].
+    pub fn bulk_memory_bytes(&self) -> u64 {
+        self.bulk_memory_bytes.load(Ordering::Relaxed)
+    }
+
     /// The database's format version ([`FORMAT_VERSION`] for a database
     /// this build created).
     pub fn format_version(&self) -> u32 {
@@ -415,6 +462,13 @@ impl Store {
         &self.discarded_snapshots
     }
 
+    /// The segment files of bulk appends a process was stopped in (killed,
+    /// or cut off by a power loss) that opening the database deleted:
+    /// nothing referred to them.
+    pub fn reclaimed_bulk_files(&self) -> &[PathBuf] {
+        &self.reclaimed
+    }
+
     /// The database directory.
     pub fn path(&self) -> &Path {
         &self.path
@@ -422,8 +476,15 @@ impl Store {
 
     /// Makes every write so far durable.
     pub fn flush(&self) -> StoreResult<()> {
-        self.db.flush()?;
-        Ok(())
+        self.sync()
+    }
+
+    /// Makes every write applied before the call durable (see `durable.rs`):
+    /// what every acknowledged write waits for.
+    pub(crate) fn sync(&self) -> StoreResult<()> {
+        self.durability.sync(&self.db)?;
+        // Bulk files committed before this are durably referenced now.
+        self.segments.finish_committed()
     }
 
     /// Bytes the database occupies on disk.
@@ -450,7 +511,7 @@ impl Store {
         }
         self.db.apply_batch(batch)?;
         drop(guard);
-        self.db.flush()?;
+        self.sync()?;
         Ok(id)
     }
 

@@ -40,7 +40,7 @@ pub fn flip_record_byte(
     let mut writes = Writes::default();
     writes.push_chunk(key, encode(&damaged), damaged.entries.len() as u64);
     store.commit(&[], writes)?;
-    store.db.flush()?;
+    store.sync()?;
     Ok(())
 }
 

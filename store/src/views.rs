@@ -360,7 +360,7 @@ impl Store {
         self.commit(&encoded, writes)?;
         drop(guard);
         if !update.no_sync {
-            self.db.flush()?;
+            self.sync()?;
         }
         Ok(())
     }
@@ -385,7 +385,7 @@ impl Store {
         batch.remove(keys::view(id, key));
         self.db.apply_batch(batch)?;
         drop(guard);
-        self.db.flush()?;
+        self.sync()?;
         Ok(true)
     }
 }

@@ -1,11 +1,24 @@
 //! `convstore append`: NDJSON on stdin, or convenience flags.
+//!
+//! Everything is checked before anything is stored: the flags, the
+//! configuration (`--auto`), and every line of stdin. The events of an
+//! input up to [`IN_MEMORY_BYTES`] are kept in memory and appended in one
+//! batch, the database opened only once they are read. Past that, they
+//! are pushed, as they are parsed, to a bulk append (`Store::begin_bulk`):
+//! it writes them to segment files nothing refers to until its commit,
+//! which comes after the last line, so memory does not grow with the input
+//! and a bad line still stores nothing.
 
-use std::io::{BufRead, Write};
+use std::cell::{Cell, OnceCell};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
-use convstore_store::{Address, AppendOptions, Event, EventKind, StoreError, Timestamp};
+use convstore_engine::store::{
+    Address, AppendOptions, BulkAppend, BulkTarget, Event, EventKind, Store, StoreError, Timestamp,
+};
+use convstore_engine::Engine;
 
 use crate::args::{AppendArgs, Cli};
 use crate::calls::CallCheck;
@@ -21,16 +34,7 @@ pub(crate) fn run(
     // Everything is checked before the first write: an agent that retries
     // a failed append must not store it twice.
     let now = Timestamp::now();
-    let options =
-        AppendOptions {
-            expect_head: match &args.expect_head {
-                Some(hex) => Some(Address::from_hex(&hex.to_ascii_lowercase()).with_context(
-                    || format!("--expect-head: \"{hex}\" is not a 64-digit hex address"),
-                )?),
-                None => None,
-            },
-            no_sync: args.no_sync,
-        };
+    let options = append_options(args)?;
     let config = if args.auto {
         let config = cmd::config(cli)?;
         if !config.compaction.auto.enabled {
@@ -42,14 +46,37 @@ pub(crate) fn run(
     } else {
         None
     };
+    // The database, opened when first needed: once a small input is read,
+    // or when a large one starts its bulk append.
+    let engine: OnceCell<Engine> = OnceCell::new();
+    let open = || -> Result<&Engine> {
+        if engine.get().is_none() {
+            let mut opened = cmd::open(cli, true)?;
+            if let Some(config) = &config {
+                opened = opened.with_config(config.clone());
+            }
+            opened.store().set_max_event_bytes(args.max_event_bytes);
+            let _ = engine.set(opened);
+        }
+        engine.get().context("the database is open")
+    };
     let mut events = events_from_flags(matches, now);
     let mut calls = CallCheck::default();
+    let mut bulk = None;
     if events.is_empty() {
         if output::stdin_is_terminal() {
             notes.say("reading NDJSON events from stdin (end with Ctrl-D)");
         }
-        let reading = output::Progress::counter(notes, "reading");
-        events = read_ndjson(
+        let reading = if output::stdin_is_terminal() {
+            output::Progress::counter(&Notes { quiet: true }, "")
+        } else {
+            output::Progress::counter(notes, "reading")
+        };
+        let begin = || -> Result<BulkAppend<'_>> {
+            let store = open()?.store();
+            Ok(store.begin_bulk(target(store, args, &options)?, &options)?)
+        };
+        let input = read_ndjson(
             std::io::stdin().lock(),
             now,
             args.max_event_bytes,
@@ -57,50 +84,42 @@ pub(crate) fn run(
                 calls.observe(line, event);
                 reading.inc(1);
             },
+            begin,
         )?;
         reading.finish();
+        match input {
+            Input::Events(read) => events = read,
+            Input::Bulk(pushed) => bulk = Some(*pushed),
+        }
     } else if output::stdin_has_input() {
         bail!(
             "events on stdin and --user/--assistant/--system/--turn flags: give one or the other"
         );
     }
-    if events.is_empty() {
+    if events.is_empty() && bulk.as_ref().is_none_or(BulkAppend::is_empty) {
         bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
     }
-    let mut engine = cmd::open(cli, true)?;
-    if let Some(config) = config {
-        engine = engine.with_config(config);
-    }
+    let engine = open()?;
     let store = engine.store();
-    store.set_max_event_bytes(args.max_event_bytes);
-    let existing = store.find_exact(&args.conversation)?;
+    let target = target(store, args, &options)?;
     if calls.needs_log() {
-        let log = match existing {
-            Some(id) => Some(store.tool_names(&id, store.info(&id)?.len)?),
-            None => None,
+        let log = match target {
+            BulkTarget::Existing(id) => Some(store.tool_names(&id, store.info(&id)?.len)?),
+            BulkTarget::New { .. } => None,
         };
         calls.report(log.as_ref(), "line", notes);
     }
-    let (id, appended) = if let Some(id) = existing {
-        (id, store.append(&id, &events, &options)?)
-    } else {
-        if names_an_id(&args.conversation)
-            || options.expect_head.is_some_and(|h| h != Address::ROOT)
-        {
-            return Err(StoreError::NoSuchConversation {
-                query: args.conversation.clone(),
-                hint: None,
-            }
-            .into());
-        }
-        let (id, appended) =
-            store.create_and_append(Some(&args.conversation), &events, &options)?;
+    let (id, appended) = match (bulk, target) {
+        (Some(bulk), _) => bulk.commit()?,
+        (None, BulkTarget::Existing(id)) => (id, store.append(&id, &events, &options)?),
+        (None, BulkTarget::New { name }) => store.create_and_append(name, &events, &options)?,
+    };
+    if matches!(target, BulkTarget::New { .. }) {
         notes.say(&format!(
             "created conversation {} ({id})",
             args.conversation
         ));
-        (id, appended)
-    };
+    }
     let mut head = appended.head;
     if args.auto {
         // The events are stored: from here on a failure is a warning, not
@@ -137,7 +156,7 @@ pub(crate) fn run(
 /// Whether a conversation argument names an id rather than a name
 /// (`id:PREFIX` or 32 hex digits): `append` never creates one from it.
 fn names_an_id(query: &str) -> bool {
-    query.starts_with(convstore_store::ID_MARKER)
+    query.starts_with(convstore_engine::store::ID_MARKER)
         || (query.len() == 32 && query.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
@@ -168,19 +187,117 @@ fn events_from_flags(matches: &ArgMatches, now: Timestamp) -> Vec<Event> {
         .collect()
 }
 
-/// Reads every line first: a bad line rejects the whole input before
-/// anything is stored. Blank lines are skipped.
-fn read_ndjson(
+/// The append options the arguments give.
+fn append_options(args: &AppendArgs) -> Result<AppendOptions> {
+    Ok(AppendOptions {
+        expect_head: match &args.expect_head {
+            Some(hex) => Some(
+                Address::from_hex(&hex.to_ascii_lowercase()).with_context(|| {
+                    format!("--expect-head: \"{hex}\" is not a 64-digit hex address")
+                })?,
+            ),
+            None => None,
+        },
+        no_sync: args.no_sync,
+    })
+}
+
+/// Where the events go: the conversation the argument names exactly (a
+/// name, a full id, `id:PREFIX`; never a bare prefix), or a new one named
+/// after it (unless it names an id, or `--expect-head` expects a
+/// non-empty conversation).
+fn target<'a>(
+    store: &Store,
+    args: &'a AppendArgs,
+    options: &AppendOptions,
+) -> Result<BulkTarget<'a>> {
+    if let Some(id) = store.find_exact(&args.conversation)? {
+        return Ok(BulkTarget::Existing(id));
+    }
+    if names_an_id(&args.conversation) || options.expect_head.is_some_and(|h| h != Address::ROOT) {
+        return Err(StoreError::NoSuchConversation {
+            query: args.conversation.clone(),
+            hint: None,
+        }
+        .into());
+    }
+    Ok(BulkTarget::New {
+        name: Some(&args.conversation),
+    })
+}
+
+/// Inputs up to about this size are appended from memory, in one batch;
+/// larger ones go to a bulk append as they are read.
+const IN_MEMORY_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Events pushed to a bulk append at a time.
+const BATCH: usize = 10_000;
+
+/// NDJSON read from stdin, every line of it parsed.
+enum Input<'s> {
+    /// A small input's events.
+    Events(Vec<Event>),
+    /// A large input's, pushed to a bulk append (`begin` gave it), not
+    /// committed.
+    Bulk(Box<BulkAppend<'s>>),
+}
+
+/// Reads and parses every line: a bad line rejects the whole input before
+/// anything is stored (a bulk append is dropped uncommitted). Blank lines
+/// are skipped.
+fn read_ndjson<'s>(
     input: impl BufRead,
     now: Timestamp,
     limit: u64,
     observe: &mut dyn FnMut(usize, &Event),
-) -> Result<Vec<Event>> {
+    begin: impl FnOnce() -> Result<BulkAppend<'s>>,
+) -> Result<Input<'s>> {
+    let read = Cell::new(0);
+    let input = BufReader::new(Counted {
+        inner: input,
+        bytes: &read,
+    });
     let mut events = Vec::new();
+    let mut bulk: Option<BulkAppend<'s>> = None;
+    let mut begin = Some(begin);
     output::for_each_event(input, limit, now, |line, event| {
         observe(line, &event);
         events.push(event);
+        match &mut bulk {
+            Some(bulk) if events.len() == BATCH => {
+                bulk.push(&events)?;
+                events.clear();
+            }
+            None if read.get() > IN_MEMORY_BYTES => {
+                let begin = begin.take().context("a bulk append begins once")?;
+                let mut started = begin()?;
+                started.push(&events)?;
+                events = Vec::new();
+                bulk = Some(started);
+            }
+            Some(_) | None => {}
+        }
         Ok(())
     })?;
-    Ok(events)
+    match bulk {
+        Some(mut bulk) => {
+            bulk.push(&events)?;
+            Ok(Input::Bulk(Box::new(bulk)))
+        }
+        None => Ok(Input::Events(events)),
+    }
+}
+
+/// A reader that counts the bytes read through it.
+struct Counted<'a, R> {
+    inner: R,
+    bytes: &'a Cell<u64>,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.set(self.bytes.get() + n as u64);
+        Ok(n)
+    }
 }

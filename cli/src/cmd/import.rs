@@ -2,10 +2,13 @@
 //! conversation.
 //!
 //! Two passes over the input: the first parses and checks every event (and
-//! counts them), so a malformed input stores nothing; the second appends in
-//! batches. Neither holds the whole input: NDJSON is read line by line and
-//! JP's array element by element. Standard input is first copied to a
-//! temporary file so it can be read twice.
+//! counts them), so a malformed input stores nothing; the second pushes
+//! them, in batches, to one bulk append (`Store::begin_bulk`), which makes
+//! the conversation visible whole at its commit: an import that fails or is
+//! killed part-way leaves no conversation. Neither pass holds the whole
+//! input: NDJSON is read line by line and JP's array element by element.
+//! Standard input is first copied to a temporary file so it can be read
+//! twice.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -16,7 +19,7 @@ use std::process::ExitCode;
 use anyhow::{anyhow, bail, Context, Result};
 use convstore_store::interop::{jp, openai};
 use convstore_store::strict::StrictValue;
-use convstore_store::{AppendOptions, ConversationId, Event, EventType, Timestamp, TurnTracker};
+use convstore_store::{AppendOptions, BulkTarget, Event, EventType, Timestamp, TurnTracker};
 use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
 use serde_json::{json, Value};
 
@@ -25,7 +28,7 @@ use crate::calls::CallCheck;
 use crate::cmd;
 use crate::output::{self, Notes};
 
-/// Events appended per batch in the second pass.
+/// Events pushed to the bulk append at a time in the second pass.
 const BATCH: usize = 10_000;
 
 pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCode> {
@@ -78,24 +81,15 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
     }
 
     let importing = output::Progress::bar(notes, total, "importing");
-    // Pass 2: append in batches.
+    // Pass 2: one bulk append, visible and durable at its commit.
     input.rewind().context("cannot reread the input")?;
-    let mut id: Option<ConversationId> = None;
+    let mut bulk = store.begin_bulk(
+        BulkTarget::New {
+            name: name.as_deref(),
+        },
+        &AppendOptions::default(),
+    )?;
     let mut batch = Vec::with_capacity(BATCH);
-    let no_sync = AppendOptions {
-        no_sync: true,
-        ..AppendOptions::default()
-    };
-    let flush = |batch: &mut Vec<Event>, id: &mut Option<ConversationId>| -> Result<()> {
-        match id {
-            Some(id) => {
-                store.append(id, batch, &no_sync)?;
-            }
-            None => *id = Some(store.create_and_append(name.as_deref(), batch, &no_sync)?.0),
-        }
-        batch.clear();
-        Ok(())
-    };
     each_event(
         args.format,
         &mut input,
@@ -105,16 +99,14 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
             importing.inc(1);
             batch.push(event);
             if batch.len() == BATCH {
-                flush(&mut batch, &mut id)?;
+                bulk.push(&batch)?;
+                batch.clear();
             }
             Ok(())
         },
     )?;
-    if !batch.is_empty() {
-        flush(&mut batch, &mut id)?;
-    }
-    store.flush()?;
-    let id = id.ok_or_else(|| anyhow!("nothing was imported"))?;
+    bulk.push(&batch)?;
+    let (id, _) = bulk.commit()?;
     let info = store.info(&id)?;
 
     let mut out = output::stdout();

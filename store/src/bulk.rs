@@ -1,0 +1,657 @@
+//! Bulk appends: [`Store::begin_bulk`] and [`BulkAppend`].
+//!
+//! An append is one sled batch built in memory, so appending a large input
+//! in one call holds all of it, and appending it in many calls stores it in
+//! pieces: a process killed part-way leaves part of it. A bulk append takes
+//! events a batch at a time ([`BulkAppend::push`]) and makes them visible
+//! at once ([`BulkAppend::commit`]): afterwards the conversation holds all of
+//! them, or none (a new conversation does not exist).
+//!
+//! Until its events reach [`Store::bulk_memory_bytes`] a bulk append keeps
+//! them in memory and commits them as one [`Store::append`] (or
+//! [`Store::create_and_append`]). Past that (format 2 and later), it chains
+//! and encodes them as they come and writes the bodies of their chunks and
+//! new blobs to segment files of its own (`NNNNNNNN.bulk`, see
+//! `segments.rs`), unsynced; what it keeps in memory is the sled batch that
+//! will refer to them: a few keys per chunk of 1,024 records (reference,
+//! turn index entry, call directory), the compactions' overlay entries, and
+//! a reference per new blob. Its commit syncs the files, then, under the
+//! write lock, checks that the conversation is still as it was when the
+//! bulk append began (its head and length; a new conversation's name still
+//! free), applies the blob references to the blob tree and then everything
+//! else, with the conversation's metadata, to the default tree, both also
+//! recording the files as committed (`keys::segment_file`). Where it keeps
+//! the commit atomic, that is in batches of 512 keys (see `commit`): one
+//! sled batch holds everything it replaces until it ends.
+//!
+//! A bulk append dropped without committing deletes its files; one whose
+//! process died leaves them, and the next [`Store::open`] deletes them (or,
+//! if its commit was applied, gives them their plain names).
+//!
+//! In a format-3 database, the records staged before a bulk append are
+//! written again in its settled chunks, first, as an append that settles
+//! them would (`staging.rs`).
+
+use std::collections::HashSet;
+
+use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended, OverlayEntry};
+use crate::codec::{
+    encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord, EntryRepr,
+    CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+};
+use crate::error::{StoreError, StoreResult};
+use crate::event::{Event, EventType};
+use crate::hash::{Address, BlobHash};
+use crate::ids::ConversationId;
+use crate::keys::{self, Space};
+use crate::segments::{BulkFile, SegmentRef};
+use crate::staging::Staging;
+use crate::store::{ConversationMeta, Store};
+
+/// Bodies are written to the bulk files once this many bytes wait.
+const WRITE_BYTES: usize = 1024 * 1024;
+
+/// What a bulk append adds to.
+#[derive(Debug, Clone, Copy)]
+pub enum BulkTarget<'a> {
+    /// A new conversation, named `name` if given, created by the commit.
+    New {
+        /// Its unique name, if any.
+        name: Option<&'a str>,
+    },
+    /// An existing conversation.
+    Existing(ConversationId),
+}
+
+/// [`BulkTarget`], owned.
+enum Target {
+    New { name: Option<String> },
+    Existing,
+}
+
+/// An append of any number of events, made visible at once by
+/// [`BulkAppend::commit`]; see [`Store::begin_bulk`].
+pub struct BulkAppend<'s> {
+    store: &'s Store,
+    id: ConversationId,
+    /// Whether the commit creates the conversation.
+    target: Target,
+    /// The conversation when the bulk append began: the commit checks it
+    /// is still so.
+    base: ConversationMeta,
+    no_sync: bool,
+    /// Events pushed.
+    count: u64,
+    /// Events kept in memory, while they are few, and their encoded size.
+    pending: Vec<Event>,
+    pending_bytes: u64,
+    /// Once they are not: what was written to the segment files.
+    spill: Option<Box<Spill>>,
+    /// Set once a write failed: the bulk append can only be dropped.
+    failed: bool,
+    /// Set once a commit batch was applied or tried: the files are then
+    /// left to the commit (or, if it failed, to the next open).
+    applied: bool,
+}
+
+impl Store {
+    /// Begins a bulk append to `target`, with the options of an append:
+    /// `expect_head` is checked now and again at the commit, against the
+    /// head at this call; `no_sync` makes the commit return before it is
+    /// durable. A new conversation's name is checked now (and again at the
+    /// commit); it is created by the commit only.
+    ///
+    /// Nothing is visible before the commit. A commit fails with
+    /// [`StoreError::HeadMismatch`] if the conversation changed meanwhile.
+    pub fn begin_bulk(
+        &self,
+        target: BulkTarget<'_>,
+        options: &AppendOptions,
+    ) -> StoreResult<BulkAppend<'_>> {
+        let (id, base, target) = match target {
+            BulkTarget::New { name } => {
+                let (id, meta) = self.prepare_conversation(name)?;
+                let name = name.map(str::to_owned);
+                (id, meta, Target::New { name })
+            }
+            BulkTarget::Existing(id) => (id, self.meta(&id)?, Target::Existing),
+        };
+        check_head(options, &base)?;
+        Ok(BulkAppend {
+            store: self,
+            id,
+            target,
+            base,
+            no_sync: options.no_sync,
+            count: 0,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            spill: None,
+            failed: false,
+            applied: false,
+        })
+    }
+}
+
+impl BulkAppend<'_> {
+    /// How many events were pushed.
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    /// Whether no event was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Adds `events` after those pushed before. Fails with
+    /// [`StoreError::EventTooLarge`] (its index counted from the first
+    /// event pushed) like an append, or with an I/O error writing the
+    /// segment files; the bulk append can then only be dropped.
+    pub fn push(&mut self, events: &[Event]) -> StoreResult<()> {
+        if self.failed {
+            return Err(failed());
+        }
+        if events.is_empty() {
+            return Ok(());
+        }
+        let store = self.store;
+        let encoded = encode_all(events, store.max_event_bytes()).map_err(|e| match e {
+            StoreError::EventTooLarge { index, size, limit } => StoreError::EventTooLarge {
+                index: index + self.count as usize,
+                size,
+                limit,
+            },
+            other => other,
+        })?;
+        if self.spill.is_none() {
+            let bytes: u64 = encoded.iter().map(|r| r.size).sum();
+            let in_memory = self.pending_bytes + bytes;
+            if store.format < 2 || in_memory < store.bulk_memory_bytes() {
+                self.pending.extend_from_slice(events);
+                self.pending_bytes = in_memory;
+                self.count += events.len() as u64;
+                return Ok(());
+            }
+        }
+        let added = self.spill(&encoded);
+        if added.is_err() {
+            self.failed = true;
+        }
+        added?;
+        self.count += events.len() as u64;
+        Ok(())
+    }
+
+    /// Chains `encoded` after what was pushed, writing what is in memory
+    /// first if nothing was written yet.
+    fn spill(&mut self, encoded: &[EncodedRecord<'_>]) -> StoreResult<()> {
+        let store = self.store;
+        if self.spill.is_none() {
+            let new = matches!(self.target, Target::New { .. });
+            let mut spill = Box::new(Spill::start(store, &self.id, &self.base, new)?);
+            let pending = std::mem::take(&mut self.pending);
+            let earlier = encode_all(&pending, u64::MAX)?;
+            spill.add(store, &self.id, &earlier)?;
+            self.pending_bytes = 0;
+            self.spill = Some(spill);
+        }
+        let spill = self.spill.as_mut().expect("started above");
+        spill.add(store, &self.id, encoded)
+    }
+
+    /// Makes every event pushed visible at once, and durable unless the
+    /// options said `no_sync`: the conversation's id and what was appended.
+    ///
+    /// Fails with [`StoreError::EmptyAppend`] if nothing was pushed,
+    /// [`StoreError::HeadMismatch`] if the conversation changed since
+    /// [`Store::begin_bulk`], [`StoreError::NameTaken`] if a new
+    /// conversation's name was taken meanwhile; nothing is stored then.
+    pub fn commit(mut self) -> StoreResult<(ConversationId, Appended)> {
+        if self.failed {
+            return Err(failed());
+        }
+        if self.count == 0 {
+            return Err(StoreError::EmptyAppend);
+        }
+        let store = self.store;
+        if self.spill.is_none() {
+            let pending = std::mem::take(&mut self.pending);
+            let options = AppendOptions {
+                expect_head: Some(self.base.head),
+                no_sync: self.no_sync,
+            };
+            return match &self.target {
+                Target::New { name } => {
+                    store.create_and_append(name.as_deref(), &pending, &options)
+                }
+                Target::Existing => Ok((self.id, store.append(&self.id, &pending, &options)?)),
+            };
+        }
+        let id = self.id;
+        let spill = self.spill.as_mut().expect("checked above");
+        let closed = spill.close(store, &id);
+        if closed.is_err() {
+            self.failed = true;
+        }
+        closed?;
+        let spill = self.spill.as_mut().expect("checked above");
+        let numbers: Vec<u32> = spill.files.iter().map(|f| f.number).collect();
+
+        let guard = store.lock_writes();
+        let mut writes = std::mem::take(&mut spill.writes);
+        let mut last = Vec::new();
+        match &self.target {
+            Target::New { name } => {
+                if let Some(name) = name {
+                    if store.db.contains_key(keys::name(name))? {
+                        return Err(StoreError::NameTaken { name: name.clone() });
+                    }
+                    last.push((keys::name(name), id.as_bytes().to_vec()));
+                }
+                if store.db.contains_key(keys::conversation(&id))? {
+                    return Err(StoreError::Corrupt {
+                        what: format!(
+                            "conversation {id} appeared during a bulk append creating it"
+                        ),
+                    });
+                }
+            }
+            Target::Existing => {
+                let now = store.meta(&id)?;
+                if now.head != self.base.head || now.len != self.base.len {
+                    return Err(StoreError::HeadMismatch {
+                        expected: self.base.head,
+                        actual: now.head,
+                    });
+                }
+            }
+        }
+        // The blob references, the files' keys first.
+        let mut blobs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for (hash, at) in &spill.blobs {
+            // Another append may have stored the same text meanwhile: its
+            // value stays (values are never rewritten), ours is garbage.
+            if !store.blobs.contains_key(hash.as_bytes())? {
+                if blobs.is_empty() {
+                    blobs.extend(numbers.iter().map(|&n| (keys::segment_file(n), Vec::new())));
+                }
+                blobs.push((hash.as_bytes().to_vec(), encode(&BlobValue::Segment(*at))));
+            }
+        }
+        let meta = &spill.meta;
+        last.extend(numbers.iter().map(|&n| (keys::segment_file(n), Vec::new())));
+        if spill.staging {
+            let staging = Staging {
+                settled: meta.len,
+                bytes: 0,
+            };
+            last.push((keys::staging(&id), encode(&staging)));
+        }
+        last.push((keys::conversation(&id), encode(meta)));
+        let appended = Appended {
+            first_seq: self.base.len,
+            count: meta.len - self.base.len,
+            head: meta.head,
+        };
+        // sled holds everything a batch replaces until the batch ends, so
+        // one batch of a million events' keys costs several times their
+        // size in memory. Blob references are harmless unreferenced, once
+        // the files they point into stay, which the first group's keys
+        // ensure: they go in groups. A new conversation's keys are
+        // invisible until its metadata exists: they go in groups too, the
+        // metadata in a last one. (sled recovers a prefix of its log, so a
+        // crash between groups leaves only keys nothing refers to.) An
+        // existing conversation's keys go in one batch with its metadata:
+        // readers and its next append would meet them.
+        self.applied = true;
+        if !blobs.is_empty() {
+            apply_in_groups(&store.blobs, blobs, GROUP_KEYS)?;
+            // Blob references to the files are stored: they stay.
+            store.segments.committed(numbers.iter().copied());
+        }
+        writes.sort_unstable();
+        let group = match self.target {
+            Target::New { .. } => {
+                apply_in_groups(&store.db, writes, GROUP_KEYS)?;
+                last
+            }
+            Target::Existing => {
+                writes.extend(last);
+                writes
+            }
+        };
+        apply_in_groups(&store.db, group, usize::MAX)?;
+        store.segments.committed(numbers);
+        drop(guard);
+        if !self.no_sync {
+            store.sync()?;
+        }
+        Ok((id, appended))
+    }
+}
+
+impl Drop for BulkAppend<'_> {
+    /// Deletes the segment files of a bulk append that was not committed.
+    fn drop(&mut self) {
+        if let (Some(spill), false) = (&self.spill, self.applied) {
+            self.store
+                .segments
+                .abandon(spill.files.iter().map(|f| f.number));
+        }
+    }
+}
+
+/// Keys in a group of [`apply_in_groups`], at most...
+const GROUP_KEYS: usize = 512;
+/// ...and bytes, about.
+const GROUP_BYTES: usize = 1 << 20;
+
+/// Applies `writes` to `tree` in order, in batches of at most `keys` keys
+/// and about [`GROUP_BYTES`] bytes (`usize::MAX` keys: in one batch).
+fn apply_in_groups(
+    tree: &sled::Tree,
+    writes: Vec<(Vec<u8>, Vec<u8>)>,
+    keys: usize,
+) -> StoreResult<()> {
+    let mut batch = sled::Batch::default();
+    let (mut count, mut bytes) = (0, 0);
+    for (key, value) in writes {
+        if keys != usize::MAX && (count == keys || bytes >= GROUP_BYTES) {
+            tree.apply_batch(std::mem::take(&mut batch))?;
+            (count, bytes) = (0, 0);
+        }
+        count += 1;
+        bytes += key.len() + value.len();
+        batch.insert(key, value);
+    }
+    if count > 0 {
+        tree.apply_batch(batch)?;
+    }
+    Ok(())
+}
+
+fn failed() -> StoreError {
+    StoreError::Io(std::io::Error::other(
+        "an earlier write of this bulk append failed",
+    ))
+}
+
+/// A bulk append past the memory limit.
+struct Spill {
+    /// The conversation's metadata with the records chained so far.
+    meta: ConversationMeta,
+    /// Whether the conversation has a staging state, which the commit moves
+    /// past the new records.
+    staging: bool,
+    chunk: OpenChunk,
+    /// Bodies waiting to be written, and their bytes.
+    bodies: Vec<Body>,
+    body_bytes: usize,
+    /// The default tree's writes but the metadata: chunk references, turn
+    /// index entries, call directories, overlay entries.
+    writes: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The blobs written, with where they are.
+    blobs: Vec<(BlobHash, SegmentRef)>,
+    /// Every blob hash met, written or already stored.
+    seen: HashSet<BlobHash>,
+    /// The files written, the last one being written.
+    files: Vec<BulkFile>,
+}
+
+/// A body to write to the segment files.
+enum Body {
+    Chunk {
+        key: Vec<u8>,
+        records: u64,
+        bytes: Vec<u8>,
+    },
+    Blob {
+        hash: BlobHash,
+        bytes: Vec<u8>,
+    },
+}
+
+impl Body {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Body::Chunk { bytes, .. } | Body::Blob { bytes, .. } => bytes,
+        }
+    }
+}
+
+impl Spill {
+    /// Starts after `base`, with the conversation's staged records first
+    /// (format 3), read back and checked.
+    fn start(
+        store: &Store,
+        id: &ConversationId,
+        base: &ConversationMeta,
+        new: bool,
+    ) -> StoreResult<Self> {
+        let staging = if new || store.format < keys::STAGING_FORMAT {
+            None
+        } else {
+            store.staging(id)?
+        };
+        let mut spill = Spill {
+            meta: base.clone(),
+            staging: staging.is_some(),
+            chunk: OpenChunk::new(base.len, base.head),
+            bodies: Vec::new(),
+            body_bytes: 0,
+            writes: Vec::new(),
+            blobs: Vec::new(),
+            seen: HashSet::new(),
+            files: Vec::new(),
+        };
+        let Some(staging) = staging.filter(|s| s.settled < base.len) else {
+            return Ok(spill);
+        };
+        let staged = store.load_staged(id, staging.settled, base.len, base.head)?;
+        let (start, mut address) = staged
+            .chunks
+            .first()
+            .map_or((base.len, base.head), |(c, _)| {
+                (c.first_seq, c.layout.parent)
+            });
+        spill.chunk = OpenChunk::new(start, address);
+        let mut calls = staged.calls()?.into_iter().peekable();
+        for (seq, (turn, check, record)) in (start..).zip(staged.records()) {
+            let mut call = None;
+            while let Some(c) = calls.next_if(|c| c.0 <= seq) {
+                if c.0 == seq {
+                    call = Some((c.1, c.2));
+                }
+            }
+            spill.push_record(store, id, seq, address, (turn, check, record), call)?;
+            address = address.child(record);
+        }
+        Ok(spill)
+    }
+
+    /// Chains `encoded` after the records so far.
+    fn add(
+        &mut self,
+        store: &Store,
+        id: &ConversationId,
+        encoded: &[EncodedRecord<'_>],
+    ) -> StoreResult<()> {
+        for record in encoded {
+            let seq = self.meta.len;
+            let parent = self.meta.head;
+            let address = parent.child(&record.bytes);
+            let turn = self.meta.turns.next(record.event_type);
+            if record.event_type == EventType::Compaction {
+                let entry = OverlayEntry {
+                    turn,
+                    record: &record.bytes,
+                };
+                self.writes.push((keys::overlay(id, seq), encode(&entry)));
+            }
+            let stats = &mut self.meta.kinds[record.event_type.index()];
+            stats.count += 1;
+            stats.bytes += record.size;
+            for (hash, text) in &record.blobs {
+                if self.seen.insert(*hash) && !store.blobs.contains_key(hash.as_bytes())? {
+                    self.add_body(
+                        store,
+                        Body::Blob {
+                            hash: *hash,
+                            bytes: text.as_bytes().to_vec(),
+                        },
+                    )?;
+                }
+            }
+            let entry = (turn, address.check(), record.bytes.as_slice());
+            self.push_record(store, id, seq, parent, entry, record.call)?;
+            self.meta.len += 1;
+            self.meta.head = address;
+        }
+        Ok(())
+    }
+
+    /// Adds record `seq` (turn, check, bytes), the child of `parent`, to the
+    /// open chunk, first closing it if the record does not fit.
+    fn push_record(
+        &mut self,
+        store: &Store,
+        id: &ConversationId,
+        seq: u64,
+        parent: Address,
+        (turn, check, record): (u64, [u8; 8], &[u8]),
+        call: Option<(&str, &str)>,
+    ) -> StoreResult<()> {
+        if self.chunk.is_full(record.len()) {
+            self.close_chunk(store, id)?;
+            self.chunk = OpenChunk::new(seq, parent);
+        }
+        let chunk = &mut self.chunk;
+        chunk.bytes.extend_from_slice(record);
+        chunk.entries.push((turn, check, chunk.bytes.len()));
+        if let Some((call_id, name)) = call {
+            chunk.calls.push((seq, call_id.to_owned(), name.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Encodes the open chunk into a body to write, with its turn index
+    /// entry and call directory in the batch.
+    fn close_chunk(&mut self, store: &Store, id: &ConversationId) -> StoreResult<()> {
+        let chunk = &self.chunk;
+        if chunk.entries.is_empty() {
+            return Ok(());
+        }
+        let mut start = 0;
+        let entries: Vec<EntryRepr<'_>> = chunk
+            .entries
+            .iter()
+            .map(|&(turn, check, end)| {
+                let record = &chunk.bytes[start..end];
+                start = end;
+                EntryRepr {
+                    turn,
+                    check,
+                    record,
+                }
+            })
+            .collect();
+        let calls = CallDirectory {
+            calls: chunk
+                .calls
+                .iter()
+                .map(|(seq, call_id, name)| (*seq, call_id.as_str(), name.as_str()))
+                .collect(),
+        };
+        let at = (Space::Settled, id, chunk.first_seq);
+        self.writes.extend(chunk_index(at, &entries, &calls));
+        let body = Body::Chunk {
+            key: keys::chunk(Space::Settled, id, chunk.first_seq),
+            records: entries.len() as u64,
+            bytes: encode(&ChunkRepr {
+                parent: chunk.parent,
+                entries,
+            }),
+        };
+        self.chunk = OpenChunk::new(0, Address::ROOT);
+        self.add_body(store, body)
+    }
+
+    fn add_body(&mut self, store: &Store, body: Body) -> StoreResult<()> {
+        self.body_bytes += body.bytes().len();
+        self.bodies.push(body);
+        if self.body_bytes >= WRITE_BYTES {
+            self.write_bodies(store)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the waiting bodies to the last bulk file (a new one if it is
+    /// full) and adds their references to the batch.
+    fn write_bodies(&mut self, store: &Store) -> StoreResult<()> {
+        if self.bodies.is_empty() {
+            return Ok(());
+        }
+        let total = self.body_bytes as u64;
+        let fits = self
+            .files
+            .last()
+            .is_some_and(|f| f.len == 0 || f.len + total <= store.segments.max_bytes);
+        if !fits {
+            self.files.push(store.segments.bulk_file()?);
+        }
+        let file = self.files.last_mut().expect("pushed above");
+        let slices: Vec<&[u8]> = self.bodies.iter().map(Body::bytes).collect();
+        let refs = file.write(&slices)?;
+        for (body, at) in self.bodies.drain(..).zip(refs) {
+            match body {
+                Body::Chunk { key, records, .. } => {
+                    let value = encode(&ChunkValue::Segment { at, records });
+                    self.writes.push((key, value));
+                }
+                Body::Blob { hash, .. } => self.blobs.push((hash, at)),
+            }
+        }
+        self.body_bytes = 0;
+        Ok(())
+    }
+
+    /// Closes the open chunk, writes every body and syncs the files.
+    fn close(&mut self, store: &Store, id: &ConversationId) -> StoreResult<()> {
+        self.close_chunk(store, id)?;
+        self.write_bodies(store)?;
+        for file in &self.files {
+            file.sync()?;
+        }
+        Ok(())
+    }
+}
+
+/// A chunk being assembled across pushes: its records end to end, each
+/// entry's turn, check and end, and its tool calls.
+struct OpenChunk {
+    first_seq: u64,
+    parent: Address,
+    bytes: Vec<u8>,
+    entries: Vec<(u64, [u8; 8], usize)>,
+    calls: Vec<(u64, String, String)>,
+}
+
+impl OpenChunk {
+    fn new(first_seq: u64, parent: Address) -> Self {
+        OpenChunk {
+            first_seq,
+            parent,
+            bytes: Vec::new(),
+            entries: Vec::new(),
+            calls: Vec::new(),
+        }
+    }
+
+    /// Whether a record of `next` bytes must start the next chunk: as
+    /// `append.rs` groups records.
+    fn is_full(&self, next: usize) -> bool {
+        let entries = self.entries.len();
+        entries > 0 && (entries >= CHUNK_MAX_ENTRIES || self.bytes.len() + next > CHUNK_MAX_BYTES)
+    }
+}

@@ -1,0 +1,380 @@
+//! Bulk appends (`Store::begin_bulk`): all or nothing however large, the
+//! same log as one append, in every store format, and what an interrupted
+//! one leaves is reclaimed when the database is opened.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use convstore_store::event::{Compaction, ReasoningPolicy};
+use convstore_store::{
+    testing, AppendOptions, BulkTarget, ConversationId, Event, EventKind, Json, Store, StoreError,
+    Timestamp,
+};
+
+/// Event `i`: every kind, long texts (blobs) among them, some repeated.
+fn event(i: u64) -> Event {
+    let timestamp = Timestamp::from_micros(1_720_000_000_000_000 + i as i64).unwrap();
+    let text = if i % 7 == 3 {
+        format!("{} {}", "a long result ".repeat(120), i % 3)
+    } else {
+        format!("event {i} {}", "z".repeat((i % 200) as usize))
+    };
+    let kind = match i % 9 {
+        0 => EventKind::TurnStart,
+        1 => EventKind::User { text },
+        2 => EventKind::ToolCall {
+            id: format!("c{i}"),
+            name: format!("tool{}", i % 3),
+            arguments: Json::from_value(&serde_json::json!({ "n": i })),
+        },
+        3 => EventKind::ToolResult {
+            id: format!("c{}", i - 1),
+            content: text,
+            is_error: false,
+        },
+        4 => EventKind::Reasoning { text },
+        5 if i % 45 == 5 => EventKind::Compaction(Compaction {
+            from_turn: 0,
+            to_turn: i / 9,
+            summary: None,
+            reasoning: Some(ReasoningPolicy::Strip),
+            tool_calls: None,
+            revert: None,
+            info: None,
+        }),
+        _ => EventKind::Assistant { text },
+    };
+    Event::new(timestamp, kind)
+}
+
+fn events(range: std::ops::Range<u64>) -> Vec<Event> {
+    range.map(event).collect()
+}
+
+fn log(store: &Store, id: &ConversationId) -> Vec<Event> {
+    store
+        .scan(id, 0..u64::MAX)
+        .unwrap()
+        .map(|r| r.unwrap().event)
+        .collect()
+}
+
+fn files(db: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(db.join("segments"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.to_string_lossy().ends_with(suffix));
+    files.sort();
+    files
+}
+
+/// A database of format `format` in `dir`.
+fn database(dir: &tempfile::TempDir, format: u32) -> PathBuf {
+    let db = dir.path().join("db");
+    if format != convstore_store::FORMAT_VERSION {
+        testing::set_format_version(&db, format).unwrap();
+    }
+    db
+}
+
+const NO_SYNC: AppendOptions = AppendOptions {
+    expect_head: None,
+    no_sync: true,
+};
+
+/// Pushed in pieces, invisible until the commit, then the same log (and
+/// head) as one append of the same events, in every format; on a
+/// conversation with staged records too.
+#[test]
+fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
+    for format in [1, 2, 3] {
+        for memory in [0, 64 * 1024, u64::MAX] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = database(&dir, format);
+            let store = Store::open(&db).unwrap();
+            store.set_bulk_memory_bytes(memory);
+            let all = events(0..5_000);
+
+            // A new conversation.
+            let mut bulk = store
+                .begin_bulk(BulkTarget::New { name: Some("new") }, &NO_SYNC)
+                .unwrap();
+            for piece in all[..3_000].chunks(777) {
+                bulk.push(piece).unwrap();
+                assert_eq!(store.find("new").unwrap(), None);
+            }
+            let (id, appended) = bulk.commit().unwrap();
+            assert_eq!((appended.first_seq, appended.count), (0, 3_000));
+
+            // Small appends (staged in format 3), then a bulk append after
+            // them.
+            for e in &all[3_000..3_010] {
+                store
+                    .append(&id, std::slice::from_ref(e), &AppendOptions::default())
+                    .unwrap();
+            }
+            let before = store.info(&id).unwrap();
+            let mut bulk = store
+                .begin_bulk(BulkTarget::Existing(id), &AppendOptions::default())
+                .unwrap();
+            for piece in all[3_010..].chunks(500) {
+                bulk.push(piece).unwrap();
+            }
+            assert_eq!(store.info(&id).unwrap().head, before.head);
+            let (_, appended) = bulk.commit().unwrap();
+            assert_eq!((appended.first_seq, appended.count), (3_010, 1_990));
+
+            let (plain, reference) = store
+                .create_and_append(None, &all, &AppendOptions::default())
+                .unwrap();
+            assert_eq!(appended.head, reference.head, "format {format}");
+            assert_eq!(log(&store, &id), all);
+            assert!(store.verify_all().unwrap().is_ok());
+            let turns = |id| store.turn_records(id, 100, 120, u64::MAX).unwrap();
+            assert_eq!(turns(&id), turns(&plain));
+            assert_eq!(
+                store.overlays(&id, u64::MAX).unwrap().len(),
+                store.overlays(&plain, u64::MAX).unwrap().len()
+            );
+            drop(store);
+            let store = Store::open(&db).unwrap();
+            assert_eq!(log(&store, &id), all);
+            assert!(files(&db, ".bulk").is_empty());
+            if format == 1 {
+                assert!(files(&db, "").is_empty());
+            }
+            // Later appends go on after it.
+            store
+                .append(&id, &events(5_000..5_300), &AppendOptions::default())
+                .unwrap();
+            assert!(store.verify_all().unwrap().is_ok());
+        }
+    }
+}
+
+/// A bulk append dropped, or failing its commit, stores nothing and
+/// deletes what it wrote.
+#[test]
+fn a_bulk_append_that_is_not_committed_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir, 3);
+    let store = Store::open(&db).unwrap();
+    store.set_bulk_memory_bytes(0);
+    let (id, _) = store
+        .create_and_append(Some("c"), &events(0..10), &AppendOptions::default())
+        .unwrap();
+    let head = store.info(&id).unwrap().head;
+
+    let mut bulk = store
+        .begin_bulk(
+            BulkTarget::New {
+                name: Some("dropped"),
+            },
+            &NO_SYNC,
+        )
+        .unwrap();
+    bulk.push(&events(0..20_000)).unwrap();
+    assert_eq!(files(&db, ".bulk").len(), 1);
+    drop(bulk);
+    assert!(files(&db, ".bulk").is_empty());
+    assert_eq!(store.find("dropped").unwrap(), None);
+
+    // The conversation changed meanwhile: a head mismatch.
+    let mut bulk = store
+        .begin_bulk(BulkTarget::Existing(id), &AppendOptions::default())
+        .unwrap();
+    bulk.push(&events(10..20_000)).unwrap();
+    store
+        .append(&id, &events(10..11), &AppendOptions::default())
+        .unwrap();
+    let error = bulk.commit().unwrap_err();
+    assert!(
+        matches!(error, StoreError::HeadMismatch { expected, .. } if expected == head),
+        "{error}"
+    );
+    assert_eq!(store.info(&id).unwrap().len, 11);
+    assert!(files(&db, ".bulk").is_empty());
+
+    // The name was taken meanwhile.
+    let mut bulk = store
+        .begin_bulk(
+            BulkTarget::New {
+                name: Some("taken"),
+            },
+            &NO_SYNC,
+        )
+        .unwrap();
+    bulk.push(&events(0..20_000)).unwrap();
+    store.create_conversation(Some("taken")).unwrap();
+    assert!(matches!(
+        bulk.commit().unwrap_err(),
+        StoreError::NameTaken { .. }
+    ));
+    assert!(files(&db, ".bulk").is_empty());
+
+    // Checked at the start: expect_head, the name, the event size.
+    let wrong = AppendOptions {
+        expect_head: Some(convstore_store::Address::ROOT),
+        no_sync: false,
+    };
+    assert!(matches!(
+        store.begin_bulk(BulkTarget::Existing(id), &wrong),
+        Err(StoreError::HeadMismatch { .. })
+    ));
+    assert!(matches!(
+        store.begin_bulk(BulkTarget::New { name: Some("c") }, &NO_SYNC),
+        Err(StoreError::NameTaken { .. })
+    ));
+    store.set_max_event_bytes(1_000);
+    let mut bulk = store
+        .begin_bulk(BulkTarget::New { name: None }, &NO_SYNC)
+        .unwrap();
+    bulk.push(&events(0..3)).unwrap();
+    let error = bulk.push(&events(3..4)).unwrap_err();
+    assert!(
+        matches!(error, StoreError::EventTooLarge { index: 3, .. }),
+        "{error}"
+    );
+    let empty = store
+        .begin_bulk(BulkTarget::New { name: None }, &NO_SYNC)
+        .unwrap();
+    assert!(matches!(empty.commit(), Err(StoreError::EmptyAppend)));
+    assert_eq!(store.conversations().unwrap().len(), 2);
+    assert!(store.verify_all().unwrap().is_ok());
+}
+
+/// A process that stops inside a bulk append (here: the bulk append is
+/// leaked, as a kill leaves it) leaves a `.bulk` file; opening the
+/// database deletes it.
+#[test]
+fn an_interrupted_bulk_append_is_reclaimed_when_the_database_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir, 3);
+    {
+        let store = Store::open(&db).unwrap();
+        store.set_bulk_memory_bytes(0);
+        store
+            .create_and_append(Some("kept"), &events(0..4_000), &AppendOptions::default())
+            .unwrap();
+        let mut bulk = store
+            .begin_bulk(BulkTarget::New { name: Some("lost") }, &NO_SYNC)
+            .unwrap();
+        bulk.push(&events(0..20_000)).unwrap();
+        std::mem::forget(bulk);
+    }
+    let left = files(&db, ".bulk");
+    assert_eq!(left.len(), 1);
+    assert!(std::fs::metadata(&left[0]).unwrap().len() > 1_000_000);
+    let store = Store::open(&db).unwrap();
+    assert_eq!(store.reclaimed_bulk_files(), left.as_slice());
+    assert!(files(&db, ".bulk").is_empty());
+    assert_eq!(store.find("lost").unwrap(), None);
+    let (id, _) = store
+        .create_and_append(Some("lost"), &events(0..20_000), &AppendOptions::default())
+        .unwrap();
+    assert_eq!(log(&store, &id), events(0..20_000));
+    assert!(store.verify_all().unwrap().is_ok());
+}
+
+/// A commit with `no_sync` is read at once (its files keep the `.bulk`
+/// name until the next sync) and survives reopening.
+#[test]
+fn a_bulk_append_committed_without_sync_is_read_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir, 3);
+    let all = events(0..6_000);
+    {
+        let store = Store::open(&db).unwrap();
+        store.set_bulk_memory_bytes(0);
+        let mut bulk = store
+            .begin_bulk(BulkTarget::New { name: Some("n") }, &NO_SYNC)
+            .unwrap();
+        bulk.push(&all).unwrap();
+        let (id, _) = bulk.commit().unwrap();
+        assert_eq!(files(&db, ".bulk").len(), 1);
+        assert_eq!(log(&store, &id), all);
+        store.flush().unwrap();
+        assert!(files(&db, ".bulk").is_empty());
+        // A second one, left unsynced and unrenamed until the store is
+        // dropped.
+        let mut bulk = store
+            .begin_bulk(BulkTarget::Existing(id), &NO_SYNC)
+            .unwrap();
+        bulk.push(&events(6_000..9_000)).unwrap();
+        bulk.commit().unwrap();
+        assert_eq!(files(&db, ".bulk").len(), 1);
+    }
+    let store = Store::open(&db).unwrap();
+    assert!(store.reclaimed_bulk_files().is_empty());
+    assert!(files(&db, ".bulk").is_empty());
+    let id = store.resolve("n").unwrap();
+    assert_eq!(log(&store, &id), events(0..9_000));
+    assert!(store.verify_all().unwrap().is_ok());
+}
+
+/// A new blob a bulk append meets twice, or that is already stored, is
+/// stored once.
+#[test]
+fn a_bulk_append_stores_each_blob_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir, 3);
+    let store = Store::open(&db).unwrap();
+    store.set_bulk_memory_bytes(0);
+    let long = |n: u64| {
+        Event::new(
+            Timestamp::from_micros(1_720_000_000_000_000).unwrap(),
+            EventKind::User {
+                text: format!("{} {n}", "long ".repeat(400)),
+            },
+        )
+    };
+    store
+        .create_and_append(Some("first"), &[long(0)], &AppendOptions::default())
+        .unwrap();
+    let repeated: Vec<Event> = (0..3_000).map(|i| long(i % 3)).collect();
+    let mut bulk = store
+        .begin_bulk(
+            BulkTarget::New {
+                name: Some("second"),
+            },
+            &NO_SYNC,
+        )
+        .unwrap();
+    for piece in repeated.chunks(100) {
+        bulk.push(piece).unwrap();
+    }
+    let (id, _) = bulk.commit().unwrap();
+    assert_eq!(log(&store, &id), repeated);
+    let report = store.verify_all().unwrap().unwrap();
+    assert_eq!(report.blobs, 3);
+}
+
+/// A bulk append to a fork continues the fork's own records, after the
+/// records it shares with its parent.
+#[test]
+fn a_bulk_append_to_a_fork_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir, 3);
+    let store = Store::open(&db).unwrap();
+    store.set_bulk_memory_bytes(0);
+    let (parent, _) = store
+        .create_and_append(Some("parent"), &events(0..3_000), &AppendOptions::default())
+        .unwrap();
+    let (fork, _) = store
+        .fork(&parent, 1_000, Some("fork"), &events(1_000..1_002))
+        .unwrap();
+    let mut bulk = store
+        .begin_bulk(BulkTarget::Existing(fork), &AppendOptions::default())
+        .unwrap();
+    bulk.push(&events(1_002..9_000)).unwrap();
+    let (_, appended) = bulk.commit().unwrap();
+    assert_eq!((appended.first_seq, appended.count), (1_002, 7_998));
+    assert_eq!(log(&store, &fork), events(0..9_000));
+    assert_eq!(log(&store, &parent), events(0..3_000));
+    let (_, reference) = store
+        .create_and_append(None, &events(0..9_000), &AppendOptions::default())
+        .unwrap();
+    assert_eq!(appended.head, reference.head);
+    assert!(store.verify_all().unwrap().is_ok());
+}
