@@ -35,6 +35,7 @@ pub struct Cli {
         value_name = "SECS",
         default_value_t = 0.0,
         hide_default_value = true,
+        value_parser = seconds,
         help_heading = "Global options"
     )]
     pub wait: f64,
@@ -197,10 +198,25 @@ Examples:
 }
 
 /// Completes conversation arguments with the names (else ids) of the
-/// conversations in `$CONVSTORE_DB`, else `./convstore.db`.
+/// conversations in the database the words being completed name with
+/// `--db`, else `$CONVSTORE_DB`, else `./convstore.db`.
 fn conversations() -> clap_complete::engine::ArgValueCandidates {
     clap_complete::engine::ArgValueCandidates::new(|| {
-        let db = std::env::var_os("CONVSTORE_DB").unwrap_or_else(|| "convstore.db".into());
+        // The shell passes the words of the command line being completed
+        // as arguments (`convstore -- convstore --db X project ...`).
+        let words: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let mut given = None;
+        for (i, word) in words.iter().enumerate() {
+            let word = word.to_string_lossy();
+            if word == "--db" {
+                given = words.get(i + 1).cloned();
+            } else if let Some(value) = word.strip_prefix("--db=") {
+                given = Some(value.into());
+            }
+        }
+        let db = given
+            .or_else(|| std::env::var_os("CONVSTORE_DB").filter(|v| !v.is_empty()))
+            .unwrap_or_else(|| "convstore.db".into());
         let Ok(store) =
             convstore_store::Store::open_with(db, &convstore_store::OpenOptions::existing())
         else {
@@ -211,7 +227,8 @@ fn conversations() -> clap_complete::engine::ArgValueCandidates {
             .unwrap_or_default()
             .into_iter()
             .map(|c| {
-                let help = format!("{} events, {} turns", c.len, c.turns);
+                let plural = crate::output::plural;
+                let help = format!("{}, {}", plural(c.len, "event"), plural(c.turns, "turn"));
                 clap_complete::engine::CompletionCandidate::new(
                     c.name.unwrap_or_else(|| c.id.hex()),
                 )
@@ -226,7 +243,7 @@ fn conversations() -> clap_complete::engine::ArgValueCandidates {
 pub struct AppendArgs {
     /// Conversation name, full id or id:PREFIX. A name that does not exist
     /// is created; a bare id prefix is read as a name.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// Append a `user` event with this text (instead of reading stdin).
     #[arg(long, value_name = "TEXT")]
@@ -242,7 +259,7 @@ pub struct AppendArgs {
     pub turn: Vec<bool>,
     /// Append only if the head is this address (64 hex digits); otherwise
     /// fail with a conflict and store nothing.
-    #[arg(long, value_name = "HASH")]
+    #[arg(long, value_name = "HASH", value_parser = address)]
     pub expect_head: Option<String>,
     /// Return without waiting for the write to be durable.
     #[arg(long)]
@@ -261,7 +278,7 @@ pub struct AppendArgs {
 #[derive(Debug, Args)]
 pub struct ProjectArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Ndjson)]
@@ -271,8 +288,12 @@ pub struct ProjectArgs {
     #[arg(long, value_name = "SEQ|TIME", value_parser = parse_as_of)]
     pub as_of: Option<AsOf>,
     /// Only view events of these turns: `A..B` (inclusive), `A..`, `..B`, `N`.
-    #[arg(long, value_name = "A..B")]
+    #[arg(long, value_name = "A..B", value_parser = turns)]
     pub turns: Option<String>,
+    /// Write to FILE (atomically: a temporary file renamed over it); `-` for
+    /// stdout (the default).
+    #[arg(long, short, value_name = "FILE", value_parser = path)]
+    pub output: Option<String>,
 }
 
 /// View formats.
@@ -305,7 +326,7 @@ impl From<Format> for convstore_engine::format::Format {
 pub struct CompactArgs {
     /// Conversation name, full id or id:PREFIX (a command that writes
     /// takes no bare id prefix).
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// Reasoning policy.
     #[arg(long, value_enum)]
@@ -315,7 +336,7 @@ pub struct CompactArgs {
     pub tool_calls: Option<ToolCallsArg>,
     /// Replace the range with this summary text (the range widens over any
     /// summary it meets).
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", value_parser = text)]
     pub summary: Option<String>,
     /// Restore the raw view over the range (keep all three content types).
     #[arg(long, conflicts_with_all = ["reasoning", "tool_calls", "summary", "summarize", "profile"])]
@@ -336,13 +357,13 @@ pub struct CompactArgs {
     pub force: bool,
     /// How tokens are counted: chars4 (four characters a token), cl100k or
     /// o200k (exact, offline).
-    #[arg(long, default_value = "chars4", value_name = "NAME")]
+    #[arg(long, default_value = "chars4", value_name = "NAME", value_parser = tokenizer)]
     pub tokenizer: String,
     /// First turn of the range (default 0).
-    #[arg(long, value_name = "BOUND", allow_hyphen_values = true)]
+    #[arg(long, value_name = "BOUND", allow_hyphen_values = true, value_parser = bound)]
     pub from: Option<String>,
     /// Last turn of the range (default: the last turn).
-    #[arg(long, value_name = "BOUND", allow_hyphen_values = true)]
+    #[arg(long, value_name = "BOUND", allow_hyphen_values = true, value_parser = bound)]
     pub to: Option<String>,
     /// Leave the newest N turns out of the range (`--to -N`).
     #[arg(long, value_name = "N", conflicts_with = "to")]
@@ -384,7 +405,8 @@ pub enum ToolCallsArg {
 pub enum InteropFormat {
     /// JP's events.json (a JSON array of JP events).
     Jp,
-    /// OpenAI Chat Completions messages (an array, or an object with `messages`).
+    /// OpenAI Chat Completions messages (an array; imports also take an
+    /// object with `messages`).
     Openai,
     /// One convstore event per line (SPEC §2).
     Ndjson,
@@ -400,7 +422,7 @@ pub struct ImportArgs {
     pub file: String,
     /// Name of the new conversation (default: the file name without its
     /// extension; none for stdin).
-    #[arg(long)]
+    #[arg(long, value_parser = name)]
     pub name: Option<String>,
     /// Machine-readable report.
     #[arg(long)]
@@ -415,7 +437,7 @@ pub struct ImportArgs {
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// Output format.
     #[arg(long, value_enum)]
@@ -429,7 +451,7 @@ pub struct ExportArgs {
     pub as_of: Option<AsOf>,
     /// Write to FILE (atomically: a temporary file renamed over it); `-` for
     /// stdout (the default).
-    #[arg(long, short, value_name = "FILE")]
+    #[arg(long, short, value_name = "FILE", value_parser = path)]
     pub output: Option<String>,
 }
 
@@ -437,7 +459,7 @@ pub struct ExportArgs {
 #[derive(Debug, Args)]
 pub struct GenArgs {
     /// Name of the new conversation.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// How many events, compactions included.
     #[arg(long, default_value_t = 10_000)]
@@ -471,7 +493,7 @@ pub enum Shape {
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// Only records up to SEQ, or to the newest record at or before TIME
     /// (RFC 3339).
@@ -481,6 +503,87 @@ pub struct LogArgs {
     /// it was forked from, to the root, one JSON object a line.
     #[arg(long, conflicts_with = "as_of")]
     pub lineage: bool,
+}
+
+/// `A..B` (both inclusive), `A..`, `..B`, `A..=B` or `N`.
+pub fn parse_turns(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
+    let number = |s: &str| -> Result<u64, String> {
+        s.trim()
+            .parse()
+            .map_err(|_| format!("\"{s}\" is not a turn number"))
+    };
+    let range = if let Some((a, b)) = text.split_once("..") {
+        let a = if a.is_empty() { 0 } else { number(a)? };
+        let b = if b.is_empty() {
+            u64::MAX
+        } else {
+            number(b.trim_start_matches('='))?
+        };
+        a..=b
+    } else {
+        let n = number(text)?;
+        n..=n
+    };
+    if range.is_empty() {
+        return Err("the range is empty (from is after to)".to_owned());
+    }
+    Ok(range)
+}
+
+/// A conversation name as typed, in Unicode NFC: names are stored so, and
+/// a name typed in another form (a decomposed `é`) finds them.
+#[allow(clippy::unnecessary_wraps)] // the shape clap's value parsers take
+fn name(text: &str) -> Result<String, String> {
+    use unicode_normalization::UnicodeNormalization as _;
+    Ok(text.nfc().collect())
+}
+
+fn turns(text: &str) -> Result<String, String> {
+    parse_turns(text).map(|_| text.to_owned())
+}
+
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if (0.0..=1e9).contains(&secs) => Ok(secs),
+        _ => Err(format!("\"{text}\" is not a number of seconds (0 or more)")),
+    }
+}
+
+fn address(text: &str) -> Result<String, String> {
+    convstore_engine::store::Address::from_hex(&text.to_ascii_lowercase())
+        .map(|_| text.to_owned())
+        .ok_or_else(|| format!("\"{text}\" is not a 64-digit hex address"))
+}
+
+fn tokenizer(text: &str) -> Result<String, String> {
+    match text {
+        "chars4" | "cl100k" | "cl100k_base" | "o200k" | "o200k_base" => Ok(text.to_owned()),
+        _ => Err(format!(
+            "no tokenizer named \"{text}\" (chars4, cl100k, o200k)"
+        )),
+    }
+}
+
+fn bound(text: &str) -> Result<String, String> {
+    convstore_engine::projection::bounds::Bound::parse(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+fn text(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        Err("an empty text".to_owned())
+    } else {
+        Ok(text.to_owned())
+    }
+}
+
+fn path(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        Err("an empty path".to_owned())
+    } else {
+        Ok(text.to_owned())
+    }
 }
 
 fn parse_as_of(text: &str) -> Result<AsOf, String> {
@@ -495,7 +598,7 @@ fn parse_as_of(text: &str) -> Result<AsOf, String> {
 #[derive(Debug, Args)]
 pub struct ForkArgs {
     /// The parent: name, id or id prefix.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// Share the parent's turns up to and including turn T.
     #[arg(long, value_name = "T", conflicts_with = "at_seq")]
@@ -504,7 +607,7 @@ pub struct ForkArgs {
     #[arg(long, value_name = "S")]
     pub at_seq: Option<u64>,
     /// Name of the new conversation.
-    #[arg(long)]
+    #[arg(long, value_parser = name)]
     pub name: Option<String>,
     /// Then compact the fork's turns with a profile (default: `default`).
     #[arg(long, value_name = "PROFILE", num_args = 0..=1, require_equals = true, default_missing_value = "default")]
@@ -519,7 +622,7 @@ pub struct ForkArgs {
 pub struct ViewArgs {
     /// Conversation name, full id or id:PREFIX (a command that writes
     /// takes no bare id prefix).
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// The view's name: a conversation can have several.
     #[arg(long, default_value = "default")]
@@ -533,8 +636,8 @@ pub struct ViewArgs {
     pub format: Format,
     /// Write the view to FILE atomically (a temporary file renamed over
     /// it) instead of stdout.
-    #[arg(long, short, value_name = "FILE", visible_alias = "out")]
-    pub output: Option<PathBuf>,
+    #[arg(long, short, value_name = "FILE", visible_alias = "out", value_parser = path)]
+    pub output: Option<String>,
     /// List the conversation's stored views instead.
     #[arg(long, conflicts_with_all = ["profile", "output", "drop"])]
     pub list: bool,
@@ -551,10 +654,10 @@ pub struct ViewArgs {
 pub struct PinArgs {
     /// Conversation name, full id or id:PREFIX (a command that writes
     /// takes no bare id prefix).
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// The turns to pin: `A..B` (inclusive) or `N`.
-    #[arg(long, value_name = "A..B", required_unless_present = "list")]
+    #[arg(long, value_name = "A..B", required_unless_present = "list", value_parser = turns)]
     pub turns: Option<String>,
     /// List the pinned turns instead.
     #[arg(long, conflicts_with = "turns")]
@@ -569,10 +672,10 @@ pub struct PinArgs {
 #[derive(Debug, Args)]
 pub struct UnpinArgs {
     /// Conversation name, full id or id:PREFIX.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// The turns to unpin: `A..B` (inclusive), `A..` or `N`.
-    #[arg(long, value_name = "A..B", required_unless_present = "all")]
+    #[arg(long, value_name = "A..B", required_unless_present = "all", value_parser = turns)]
     pub turns: Option<String>,
     /// Unpin every turn.
     #[arg(long, conflicts_with = "turns")]
@@ -583,7 +686,7 @@ pub struct UnpinArgs {
 #[derive(Debug, Args)]
 pub struct HeadArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// Machine-readable output: id, name, head, events, turns.
     #[arg(long)]
@@ -594,7 +697,7 @@ pub struct HeadArgs {
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// The turn to explain.
     #[arg(long, value_name = "T")]
@@ -611,7 +714,7 @@ pub struct ExplainArgs {
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// Only this conversation (default: all).
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
@@ -630,11 +733,11 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations())]
+    #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
     /// How tokens are counted: chars4 (four characters a token), cl100k or
     /// o200k (exact, offline).
-    #[arg(long, default_value = "chars4", value_name = "NAME")]
+    #[arg(long, default_value = "chars4", value_name = "NAME", value_parser = tokenizer)]
     pub tokenizer: String,
     /// Machine-readable output.
     #[arg(long)]

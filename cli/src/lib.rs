@@ -7,6 +7,7 @@
 mod args;
 mod calls;
 mod cmd;
+mod interrupt;
 mod output;
 mod stdout;
 
@@ -16,31 +17,63 @@ use clap::{CommandFactory, FromArgMatches};
 
 pub use args::Cli;
 
+/// Answers what clap could not parse: help and the version on stdout
+/// (exit 0); `convstore` alone, its help on stderr (exit 2); any other
+/// usage error as one `error:` line (exit 2).
+fn usage(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::from(2)
+        }
+        _ => {
+            // clap's message is a paragraph (the error, what it concerns),
+            // then the usage and a pointer to --help: one line of each.
+            let text = e.to_string();
+            let mut paragraphs = text.split("\n\n");
+            let message = paragraphs
+                .next()
+                .unwrap_or("error: bad arguments")
+                .split('\n')
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let usage = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("Usage: "))
+                // A global option given by the environment is no part of
+                // the usage.
+                .map(|u| format!(" (usage: {})", u.replace("--db <DIR> ", "")))
+                .unwrap_or_default();
+            eprintln!("{message}{usage}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Runs the command line and returns its exit code.
 pub fn run() -> ExitCode {
     // `COMPLETE=bash convstore -- WORDS`: the shell asking for completions.
     clap_complete::CompleteEnv::with_factory(Cli::command).complete();
+    // An empty `CONVSTORE_DB` is as if it were not set.
+    if std::env::var_os("CONVSTORE_DB").is_some_and(|v| v.is_empty()) {
+        std::env::remove_var("CONVSTORE_DB");
+    }
     let matches = match Cli::command().try_get_matches() {
         Ok(matches) => matches,
-        Err(e) => {
-            let _ = e.print();
-            return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp
-                | clap::error::ErrorKind::DisplayVersion
-                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-                    ExitCode::SUCCESS
-                }
-                _ => ExitCode::from(2),
-            };
-        }
+        Err(e) => return usage(&e),
     };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage(&e),
     };
+    interrupt::install();
     // The command has released the database when it returns: only then
     // does what a slow reader has not taken yet get written.
     let done = cmd::dispatch(&cli, &matches).and_then(|code| {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use convstore_store::json;
 use convstore_store::{Event, Timestamp};
+use unicode_width::UnicodeWidthStr;
 
 /// Buffered stdout, paced so that a slow reader never keeps the database
 /// held (see `stdout.rs`).
@@ -213,7 +214,7 @@ pub(crate) fn table(out: &mut impl Write, rows: &[Vec<String>]) -> io::Result<()
         .map(|c| {
             rows.iter()
                 .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
+                .map(|s| UnicodeWidthStr::width(s.as_str()))
                 .max()
                 .unwrap_or(0)
         })
@@ -225,7 +226,7 @@ pub(crate) fn table(out: &mut impl Write, rows: &[Vec<String>]) -> io::Result<()
             if c + 1 < row.len() {
                 // Padded by hand: a width over 65,535 is out of range for
                 // the formatting machinery.
-                let pad = widths[c] - cell.chars().count() + 2;
+                let pad = widths[c] - UnicodeWidthStr::width(cell.as_str()) + 2;
                 line.extend(std::iter::repeat_n(' ', pad));
             }
         }
@@ -255,6 +256,22 @@ impl OutputFile {
     pub(crate) fn create(path: &Path) -> Result<OutputFile> {
         use std::os::unix::fs::OpenOptionsExt as _;
         let shown = path.display().to_string();
+        // A FIFO, a device or a pipe (`/dev/stdout`, which is a link to
+        // one, not to a path) is written in place.
+        if let Ok(meta) = std::fs::metadata(path) {
+            if !meta.is_file() && !meta.is_dir() {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .with_context(|| format!("cannot write {shown}"))?;
+                return Ok(OutputFile {
+                    target: path.to_path_buf(),
+                    temp: None,
+                    file,
+                    shown,
+                });
+            }
+        }
         let target = follow_links(path).with_context(|| format!("cannot write {shown}"))?;
         let existing = match std::fs::metadata(&target) {
             Ok(meta) if meta.is_dir() => bail!("cannot write {shown}: it is a directory"),
@@ -299,35 +316,46 @@ impl OutputFile {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 100 => {
                     attempt += 1;
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !dir.is_dir() => {
                     bail!(
                         "cannot write {shown}: the directory {} does not exist",
                         dir.display()
                     )
                 }
-                Err(e) => return Err(e).with_context(|| format!("cannot write {shown}")),
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "cannot write {shown}: cannot create a temporary file in {}",
+                            dir.display()
+                        )
+                    })
+                }
             }
         };
-        if let Some(permissions) = existing {
-            // Remove the temporary file if this fails (Drop does).
-            let output = OutputFile {
-                target,
-                temp: Some(temp),
-                file,
-                shown,
-            };
-            output
-                .file
-                .set_permissions(permissions)
-                .with_context(|| format!("cannot write {}", output.shown))?;
-            return Ok(output);
-        }
-        Ok(OutputFile {
+        // From here on the temporary file is removed if this fails (Drop)
+        // or the command is interrupted.
+        let output = OutputFile {
             target,
             temp: Some(temp),
             file,
             shown,
-        })
+        }
+        .registered();
+        if let Some(permissions) = existing {
+            output
+                .file
+                .set_permissions(permissions)
+                .with_context(|| format!("cannot write {}", output.shown))?;
+        }
+        Ok(output)
+    }
+
+    /// Registers the temporary file so that an interrupt removes it.
+    fn registered(self) -> Self {
+        if let Some(temp) = &self.temp {
+            crate::interrupt::remove_on_interrupt(temp);
+        }
+        self
     }
 
     /// Writes with `write`, then makes the file durable and puts it in
@@ -349,6 +377,7 @@ impl OutputFile {
             .file
             .sync_all()
             .and_then(|()| std::fs::rename(&temp, &self.target));
+        crate::interrupt::forget(&temp);
         if let Err(e) = done {
             let _ = std::fs::remove_file(&temp);
             return Err(e).with_context(|| format!("cannot write {}", self.shown));
@@ -366,6 +395,7 @@ impl Drop for OutputFile {
     fn drop(&mut self) {
         if let Some(temp) = &self.temp {
             let _ = std::fs::remove_file(temp);
+            crate::interrupt::forget(temp);
         }
     }
 }
@@ -415,7 +445,7 @@ impl Progress {
             ),
             None => (
                 indicatif::ProgressBar::no_length(),
-                "{msg} {spinner} {human_pos} events, {per_sec}",
+                "{msg}: {human_pos} so far, {per_sec}",
             ),
         };
         if let Ok(style) = indicatif::ProgressStyle::with_template(template) {

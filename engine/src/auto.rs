@@ -25,11 +25,12 @@ use convstore_store::{
 use serde_json::{json, Map, Value};
 
 use crate::error::Result;
+use crate::pipeline::{self, Scope};
 use crate::summarizers::{self, Secrets};
 use crate::views::{self as materialize, RefreshOptions};
 
 /// The materialized view automatic compaction measures.
-pub const VIEW: &str = "auto";
+pub const VIEW: &str = ".auto";
 
 /// What an automatic compaction did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,9 +215,21 @@ pub fn run(
         };
     }
     let mut compaction: Compaction = profile.compaction(from, to, summary, config);
+    // What it does to the turns it covers, measured before it is stored:
+    // nothing (stored nowhere), or the tokens the view will have.
+    let last_turn = info.turns.saturating_sub(1);
+    let probe = Event::new(Timestamp::now(), EventKind::Compaction(compaction.clone()));
+    let range_before = range_chars(store, id, info.len, from, to, None)?;
+    let range_after = range_chars(store, id, info.len, from, to, Some((last_turn, &probe)))?;
+    if range_after == range_before {
+        return Ok(None);
+    }
+    let tokens_after = (before.tokens + tokens_for_chars(range_after))
+        .saturating_sub(tokens_for_chars(range_before));
     provenance.insert("profile".into(), json!(profile.name));
     provenance.insert("created_by".into(), json!("auto"));
     provenance.insert("tokens_before".into(), json!(before.tokens));
+    provenance.insert("tokens_after".into(), json!(tokens_after));
     compaction.info = Some(Json::from_value(&Value::Object(provenance.clone())));
     let options = AppendOptions {
         expect_head: Some(info.head),
@@ -225,7 +238,7 @@ pub fn run(
     store.append(
         id,
         &[Event::new(
-            Timestamp::now(),
+            probe.timestamp,
             EventKind::Compaction(compaction),
         )],
         &options,
@@ -240,6 +253,35 @@ pub fn run(
         tokens_after: after.tokens,
         summarizer_error,
     }))
+}
+
+/// Characters of the view of turns `from..=to` of records `0..len`, as it is
+/// or (with `extra`, the last turn and a compaction) as it would be once
+/// the compaction is appended.
+fn range_chars(
+    store: &Store,
+    id: &ConversationId,
+    len: u64,
+    from: u64,
+    to: u64,
+    extra: Option<(u64, &Event)>,
+) -> Result<u64> {
+    let scope = Scope { end: len };
+    let projector = pipeline::plan(store, id, scope, extra.map(|(turn, e)| (len, turn, e)))?;
+    let seqs = store.turn_records(id, from, to, len)?;
+    let mut chars = 0;
+    pipeline::stream_range(
+        store,
+        id,
+        seqs,
+        &projector,
+        |view| view.iter().map(|v| estimate_chars(&v.event)).sum::<u64>(),
+        |c| {
+            chars += c;
+            Ok(())
+        },
+    )?;
+    Ok(chars)
 }
 
 /// `(from, to)` ranges of the automatic compactions in `id`'s log.

@@ -19,9 +19,36 @@ pub fn load(explicit: Option<&Path>, db: &Path) -> Result<Config> {
         None => (beside(db), false),
     };
     match std::fs::read_to_string(&path) {
-        Ok(text) => Config::parse(&text).map_err(|source| Error::ConfigIn { path, source }),
+        Ok(text) => {
+            let mut config = Config::parse(&text).map_err(|source| Error::ConfigIn {
+                path: path.clone(),
+                source,
+            })?;
+            anchor_commands(&mut config, &path);
+            Ok(config)
+        }
         Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
         Err(source) => Err(Error::ConfigFile { path, source }),
+    }
+}
+
+/// Makes a summarizer program given by a relative path (`./summarize.sh`)
+/// relative to the configuration file that names it, not to wherever the
+/// command runs. A bare name (`summarize`) is looked up in `PATH`.
+fn anchor_commands(config: &mut Config, file: &Path) {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    for profile in config.compaction.profiles.values_mut() {
+        let program = profile
+            .summary
+            .as_mut()
+            .and_then(|s| s.command.as_mut())
+            .and_then(|argv| argv.first_mut());
+        if let Some(program) = program {
+            let path = Path::new(program.as_str());
+            if path.is_relative() && path.components().count() > 1 {
+                *program = dir.join(path).to_string_lossy().into_owned();
+            }
+        }
     }
 }
 

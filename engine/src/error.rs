@@ -129,6 +129,9 @@ pub enum Error {
         /// `profile P` or `no profile`.
         existing: String,
     },
+    /// A view name convstore keeps for its own views.
+    #[error("view names starting with \".\" are convstore's own (\"{0}\")")]
+    ReservedViewName(String),
     /// A stored view that other updates keep changing.
     #[error("view \"{0}\" keeps changing under this update; try again")]
     ViewBusy(String),

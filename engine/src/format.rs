@@ -30,6 +30,9 @@ pub struct Dropped {
     pub calls: u64,
     /// Tool results without a preceding call.
     pub results: u64,
+    /// Reasoning, config, extension and compaction events, which have no
+    /// Chat Completions message.
+    pub other: u64,
 }
 
 /// A view event as one JSON object: `seq`, `turn`, `summary_of` (for
@@ -86,6 +89,7 @@ pub fn write_openai(out: &mut dyn Write, events: &[ViewEvent]) -> Result<Dropped
     Ok(Dropped {
         calls: messages.dropped_calls,
         results: messages.dropped_results,
+        other: messages.left_out,
     })
 }
 

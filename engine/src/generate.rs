@@ -24,7 +24,7 @@
 use convstore_projection::bounds::widen_summary_range;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{
-    AppendOptions, ConversationId, Event, EventKind, Json, Store, StoreError, Timestamp,
+    AppendOptions, BulkTarget, ConversationId, Event, EventKind, Json, Store, StoreError, Timestamp,
 };
 
 use crate::error::{Error, Result};
@@ -114,6 +114,11 @@ fn check(events: u64, compactions: u64, batch_size: usize) -> Result<()> {
 /// time ([`BATCH`] by default; 1: as an agent that stores each event as it
 /// happens). The events, and so the head, do not depend on `batch_size`;
 /// how they are laid out in the store does.
+///
+/// With [`BATCH`], the conversation is written as one bulk append: it
+/// exists whole or not at all (an interrupted run leaves nothing). With
+/// any other size it is written as that many appends, as an agent would,
+/// and an interrupted run leaves the appends made so far.
 pub fn generate_shaped(
     store: &Store,
     name: &str,
@@ -145,6 +150,14 @@ pub fn generate_shaped(
         ..AppendOptions::default()
     };
     let mut id = None;
+    let mut bulk = if batch_size == BATCH {
+        Some(store.begin_bulk(
+            BulkTarget::New { name: Some(name) },
+            &AppendOptions::default(),
+        )?)
+    } else {
+        None
+    };
     let mut batch: Vec<Event> = Vec::with_capacity(batch_size.min(BATCH));
     let mut summaries: Vec<(u64, u64)> = Vec::new();
     let (mut turn, mut call, mut step) = (0u64, 0u64, 0u64);
@@ -179,8 +192,20 @@ pub fn generate_shaped(
         };
         batch.push(Event::new(timestamp, kind));
         if batch.len() == batch_size {
-            append(store, &mut id, name, &mut batch, &no_sync)?;
+            match &mut bulk {
+                Some(bulk) => {
+                    bulk.push(&batch)?;
+                    store.advance(batch.len() as u64);
+                    batch.clear();
+                }
+                None => append(store, &mut id, name, &mut batch, &no_sync)?,
+            }
         }
+    }
+    if let Some(mut bulk) = bulk {
+        bulk.push(&batch)?;
+        store.advance(batch.len() as u64);
+        return Ok(bulk.commit()?.0);
     }
     if !batch.is_empty() {
         append(store, &mut id, name, &mut batch, &no_sync)?;

@@ -20,13 +20,16 @@ impl Location {
     /// is a URL, never a directory path, so `postgres://...` cannot become
     /// a directory named `postgres:`.
     pub fn parse(text: &str) -> Result<Location> {
-        if let Some((scheme, _)) = text.split_once("://") {
+        if let Some((scheme, rest)) = text.split_once(':') {
             let is_scheme = !scheme.is_empty()
                 && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
                 && scheme
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
-            if is_scheme {
+            // `scheme://...`, or a database scheme without the slashes
+            // (`sqlite:conv.db`, `postgres:mydb`).
+            let known = KNOWN_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str());
+            if is_scheme && (rest.starts_with("//") || known) {
                 return Err(Error::UnsupportedLocation {
                     location: text.to_owned(),
                     scheme: scheme.to_owned(),
@@ -49,6 +52,27 @@ impl Location {
     }
 }
 
+/// Schemes read as URLs even without `//`: databases and protocols a
+/// location might name.
+const KNOWN_SCHEMES: &[&str] = &[
+    "postgres",
+    "postgresql",
+    "sqlite",
+    "sqlite3",
+    "mysql",
+    "mariadb",
+    "redis",
+    "mongodb",
+    "http",
+    "https",
+    "file",
+    "s3",
+    "gs",
+    "ftp",
+    "ssh",
+    "sled",
+];
+
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -68,13 +92,25 @@ mod tests {
             "sqlite:///x",
             "http://h",
             "x+y://z",
+            "sqlite:conv.db",
+            "postgres:mydb",
+            "http:x",
+            "sqlite::memory:",
         ] {
             assert!(matches!(
                 Location::parse(url),
                 Err(Error::UnsupportedLocation { .. })
             ));
         }
-        for path in ["db", "./a://b", "/tmp/x", "c:/d", "://x"] {
+        for path in [
+            "db",
+            "./a://b",
+            "/tmp/x",
+            "c:/d",
+            "://x",
+            "notes:2024",
+            "a b:c",
+        ] {
             assert_eq!(
                 Location::parse(path).ok(),
                 Some(Location::Path(path.into())),

@@ -25,12 +25,21 @@ pub enum AsOf {
 }
 
 impl AsOf {
-    /// A seq (digits) or an RFC 3339 time; `None` for anything else.
+    /// A seq (digits) or a time: RFC 3339, or `YYYY-MM-DD HH:MM:SS[.frac]`
+    /// in UTC (as JP's `events.json` writes times); `None` for anything
+    /// else.
     pub fn parse(text: &str) -> Option<AsOf> {
         if let Ok(seq) = text.parse::<u64>() {
             return Some(AsOf::Seq(seq));
         }
-        Timestamp::parse_rfc3339(text).map(AsOf::Time)
+        Timestamp::parse_rfc3339(text)
+            .or_else(|| {
+                let (date, time) = text.split_once(' ')?;
+                let zoned = time.ends_with('Z') || time.contains('+') || time.contains('-');
+                let utc = if zoned { "" } else { "Z" };
+                Timestamp::parse_rfc3339(&format!("{date}T{time}{utc}"))
+            })
+            .map(AsOf::Time)
     }
 }
 

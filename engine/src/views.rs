@@ -96,14 +96,24 @@ fn projector(
 /// Brings view `name` of `id` up to the conversation's head, creating it
 /// (with `profile`, if given) when it does not exist. Returns its state and
 /// what was done. Fails if `profile` differs from the existing view's.
+///
+/// Names starting with `.` are convstore's own (automatic compaction
+/// measures the view `.auto`): a view of that name that does not exist yet
+/// is refused here; [`refresh_with`] makes them.
 pub fn refresh(
     store: &Store,
     id: &ConversationId,
     name: &str,
     profile: Option<&str>,
 ) -> Result<(ViewState, Refresh)> {
+    if name.starts_with(RESERVED) && store.view_state(id, name)?.is_none() {
+        return Err(Error::ReservedViewName(name.to_owned()));
+    }
     refresh_with(store, id, name, profile, RefreshOptions::default())
 }
+
+/// The first character of the names of convstore's own views.
+pub const RESERVED: char = '.';
 
 /// How [`refresh_with`] writes a view.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -200,11 +200,11 @@ impl Conversation {
             Some(b) => self.to_turn(b, now).map_err(RangeError::To)?,
             None => last,
         };
-        if first > end {
-            return Err(RangeError::Empty { first, end });
-        }
         if first > last {
             return Err(RangeError::AfterLast { first, last });
+        }
+        if first > end {
+            return Err(RangeError::Empty { first, end });
         }
         Ok((first, end.min(last)))
     }

@@ -32,6 +32,10 @@ pub struct Messages {
     pub dropped_calls: u64,
     /// Tool results left out because their call did not precede them.
     pub dropped_results: u64,
+    /// Events Chat Completions has no message for: `reasoning`, `config`,
+    /// `extension` and `compaction` (`turn_start` only marks where turns
+    /// begin, and is not counted).
+    pub left_out: u64,
 }
 
 /// The open assistant message that tool calls attach to.
@@ -224,7 +228,11 @@ pub fn to_messages<'a>(view: impl IntoIterator<Item = &'a ViewEvent>) -> Message
                     .unwrap_or_else(|| Value::String(content.clone()));
                 builder.result(id, content);
             }
-            _ => {}
+            EventKind::TurnStart => {}
+            EventKind::Reasoning { .. }
+            | EventKind::Config { .. }
+            | EventKind::Extension { .. }
+            | EventKind::Compaction(_) => builder.out.left_out += 1,
         }
     }
     builder.close();

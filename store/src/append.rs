@@ -376,6 +376,12 @@ pub(crate) fn write_records(
     })
 }
 
+/// The size an event counts for against the limit of an append: its
+/// record's bytes and the texts it stores as blobs.
+pub fn event_size(event: &Event) -> u64 {
+    encode_event(event).size
+}
+
 /// Encodes `events`, none larger than `limit` bytes (an empty list is
 /// fine here; appends refuse it).
 pub(crate) fn encode_all(events: &[Event], limit: u64) -> StoreResult<Vec<EncodedRecord<'_>>> {

@@ -56,7 +56,7 @@ pub mod testing;
 mod verify;
 mod views;
 
-pub use append::{AppendOptions, Appended};
+pub use append::{event_size, AppendOptions, Appended};
 pub use bulk::{BulkAppend, BulkTarget};
 pub use codec::{BlobRef, INLINE_MAX};
 pub use error::{StoreError, StoreResult};
@@ -71,9 +71,9 @@ pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
 pub use settings::AutoState;
 pub use store::{
-    validate_view_name, ConversationInfo, KindStats, OpenOptions, ProgressFn, Store,
-    DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER,
-    MIN_ID_PREFIX,
+    validate_conversation_name, validate_view_name, ConversationInfo, KindStats, OpenOptions,
+    ProgressFn, Store, DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER, MIN_ID_PREFIX,
 };
 pub use verify::{Verified, VerifyFailure, VerifyReport};
 pub use views::{

@@ -724,6 +724,13 @@ pub(crate) fn validate_name(name: &str) -> StoreResult<()> {
     }
 }
 
+/// Checks a conversation name: 1 to 200 bytes of visible text, in Unicode
+/// NFC, without surrounding spaces, that cannot read as an id (`id:…`, 32
+/// hex digits).
+pub fn validate_conversation_name(name: &str) -> StoreResult<()> {
+    validate_name(name)
+}
+
 /// Checks a view name: 1 to 200 bytes of printable text without
 /// surrounding spaces, as a conversation name.
 pub fn validate_view_name(name: &str) -> StoreResult<()> {
@@ -734,7 +741,9 @@ pub fn validate_view_name(name: &str) -> StoreResult<()> {
     })
 }
 
-/// 1 to 200 bytes, no control character, no surrounding white space.
+/// 1 to 200 bytes of visible text: no control or invisible formatting
+/// character, no surrounding white space, and in Unicode NFC, so that two
+/// names that look the same are the same.
 fn printable(name: &str) -> Result<(), &'static str> {
     if name.is_empty() {
         Err("it is empty")
@@ -742,11 +751,33 @@ fn printable(name: &str) -> Result<(), &'static str> {
         Err("it is longer than 200 bytes")
     } else if name.chars().any(char::is_control) {
         Err("it contains a control character")
+    } else if name.chars().any(invisible) {
+        Err("it contains an invisible formatting character")
     } else if name.trim() != name {
         Err("it starts or ends with white space")
+    } else if !unicode_normalization::is_nfc(name) {
+        Err("it is not in Unicode NFC (composed) form")
     } else {
         Ok(())
     }
+}
+
+/// Characters that print as nothing: soft hyphen, zero-width spaces and
+/// joiners, direction marks and overrides, word joiners, the byte order
+/// mark, interlinear annotation marks and tags.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E007F}'
+    )
 }
 
 /// How long `open` retries a locked database: a `Store` dropped an instant
@@ -869,6 +900,15 @@ fn open_error(path: &Path, error: sled::Error) -> StoreError {
                     .to_owned()
             };
             StoreError::Open { path, reason }
+        }
+        sled::Error::Io(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            StoreError::Open {
+                path,
+                reason: "permission denied: convstore needs write access to a database \
+                         directory even to read it (sled keeps its lock and log there); \
+                         read it as its owner"
+                    .to_owned(),
+            }
         }
         other => StoreError::Open {
             path,

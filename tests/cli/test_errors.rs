@@ -89,7 +89,7 @@ fn invalid_names_and_expect_heads_are_errors() {
     env.run(&["append", " padded", "--user", "x"]).fails();
     let run = env
         .run(&["append", "c", "--expect-head", "xyz", "--user", "x"])
-        .fails();
+        .usage();
     assert!(run.stderr.contains("--expect-head"), "{}", run.stderr);
 }
 

@@ -734,3 +734,326 @@ fn head_prints_the_last_records_address() {
     ])
     .fails();
 }
+
+// A second new-user run.
+
+#[test]
+fn an_interrupted_gen_stores_nothing_and_the_retry_succeeds() {
+    let env = TestEnv::new();
+    env.run(&["append", "other", "--user", "x"]).ok();
+    let mut child = env
+        .command(&["gen", "big", "--events", "3000000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(conversations(&env).len(), 1, "{:?}", conversations(&env));
+    env.run(&["gen", "big", "--events", "1000"]).ok();
+    env.run(&["verify"]).ok();
+}
+
+#[test]
+fn urls_without_slashes_and_dash_outputs() {
+    let env = TestEnv::new();
+    for url in ["sqlite:conv.db", "postgres:mydb", "http:x"] {
+        let run = env
+            .run(&["--db", url, "append", "x", "--user", "hi"])
+            .fails();
+        assert!(
+            run.stderr.contains("a URL, not a directory"),
+            "{}",
+            run.stderr
+        );
+    }
+    assert!(listing(env.path()).is_empty());
+    chat(&env, 2);
+    // `-` is stdout for every --output.
+    for args in [
+        vec!["view", "chat", "-o", "-"],
+        vec!["project", "chat", "-o", "-"],
+        vec!["export", "chat", "--format", "ndjson", "-o", "-"],
+    ] {
+        let run = env.run(&args).ok();
+        assert!(
+            run.stdout.contains("\"turn\"") || run.stdout.contains("\"type\""),
+            "{args:?}"
+        );
+    }
+    assert!(!env.path().join("-").exists());
+    // A pipe behind /dev/stdout is written in place.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "{} export chat --format ndjson -o /dev/stdout | wc -l",
+                env!("CARGO_BIN_EXE_convstore")
+            ),
+        ])
+        .env("CONVSTORE_DB", env.db())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "6");
+    env.run(&["project", "chat", "--output", "view.ndjson"])
+        .ok();
+    assert!(env.path().join("view.ndjson").is_file());
+}
+
+#[test]
+fn an_interrupted_export_leaves_no_temporary_file() {
+    let env = TestEnv::new();
+    env.run(&["gen", "big", "--events", "300000"]).ok();
+    let mut child = env
+        .command(&["export", "big", "--format", "jp", "-o", "big.json"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Interrupted once its temporary file is there.
+    let started = std::time::Instant::now();
+    while !listing(env.path())
+        .iter()
+        .any(|f| f.contains("convstore-tmp"))
+    {
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "no temporary file appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let left: Vec<String> = listing(env.path())
+        .into_iter()
+        .filter(|f| f.contains("convstore-tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn usage_errors_are_one_line_and_exit_two() {
+    let env = TestEnv::new();
+    chat(&env, 1);
+    for args in [
+        vec!["pin", "chat"],
+        vec!["project", "chat", "--turns", "x"],
+        vec!["compact", "chat", "--from", "x"],
+        vec!["stats", "chat", "--tokenizer", "gpt2"],
+        vec!["append", "chat", "--expect-head", "abc", "--user", "x"],
+        vec!["--wait", "inf", "list"],
+        vec!["--wait=-5", "list"],
+        vec!["--wait", "NaN", "list"],
+        vec!["export", "chat", "--format", "ndjson", "-o", ""],
+        vec!["compact", "chat", "--summary", ""],
+        vec!["list", "--bogus"],
+    ] {
+        env.run(&args).usage();
+    }
+    let bare = env.command(&[]).output().unwrap();
+    assert_eq!(bare.status.code(), Some(2));
+    // An empty CONVSTORE_DB is as if unset.
+    let out = env
+        .command(&["list"])
+        .env("CONVSTORE_DB", "")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no database at convstore.db"));
+}
+
+#[test]
+fn pins_end_at_the_last_turn_unless_open() {
+    let env = TestEnv::new();
+    chat(&env, 6);
+    let run = env.run(&["pin", "chat", "--turns", "3..99"]).ok();
+    assert_eq!(run.stdout, "3..5\n");
+    chat(&env, 1);
+    let pins = env.run(&["pin", "chat", "--list", "--json"]).ok();
+    assert_eq!(pins.lines()[0], serde_json::json!([[3, 5]]));
+}
+
+#[test]
+fn view_names_starting_with_a_dot_are_convstores() {
+    let env = TestEnv::new();
+    chat(&env, 2);
+    let thinking =
+        "{\"type\":\"reasoning\",\"text\":\"a long chain of thought about the question\"}\n";
+    env.run_with_stdin(&["append", "chat"], &thinking.repeat(4))
+        .ok();
+    let run = env.run(&["view", "chat", "--name", ".auto"]).fails();
+    assert!(run.stderr.contains("convstore's own"), "{}", run.stderr);
+    // A user view named auto no longer steers automatic compaction.
+    env.run(&["view", "chat", "--name", "auto", "--profile", "light"])
+        .ok();
+    std::fs::write(
+        env.path().join("convstore.toml"),
+        "[compaction.auto]\nenabled = true\ncontext_window = 40\ntoken_floor = 1\n",
+    )
+    .unwrap();
+    let run = env
+        .run(&["append", "chat", "--auto", "--turn", "--user", "more"])
+        .ok();
+    assert!(run.stderr.contains("auto-compaction"), "{}", run.stderr);
+    // And what it stored says what it did to the view.
+    let stats = env.run(&["stats", "chat", "--json"]).ok().lines();
+    let compaction = stats[0]["compactions"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        compaction["tokens_after"].as_u64().is_some(),
+        "{compaction}"
+    );
+}
+
+#[test]
+fn import_errors_name_the_file_and_the_event() {
+    let env = TestEnv::new();
+    chat(&env, 3);
+    env.run(&["export", "chat", "--format", "jp", "-o", "chat.json"])
+        .ok();
+    let run = env
+        .run(&[
+            "import",
+            "--format",
+            "jp",
+            "chat.json",
+            "--max-event-bytes",
+            "50",
+            "--name",
+            "x",
+        ])
+        .fails();
+    assert!(
+        run.stderr.starts_with("error: chat.json: event ")
+            && run.stderr.contains("more than the limit of 50 bytes"),
+        "{}",
+        run.stderr
+    );
+    std::fs::copy(env.path().join("chat.json"), env.path().join("id:x.json")).unwrap();
+    let run = env.run(&["import", "--format", "jp", "id:x.json"]).fails();
+    assert!(
+        run.stderr.contains("choose one with --name"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn names_that_look_alike_are_one_or_refused() {
+    let env = TestEnv::new();
+    env.run(&["append", "caf\u{e9}", "--user", "x"]).ok();
+    // The decomposed spelling names the same conversation.
+    env.run(&["append", "cafe\u{301}", "--user", "y"]).ok();
+    assert_eq!(conversations(&env).len(), 1);
+    assert_eq!(events(&env, "caf\u{e9}"), 2);
+    let run = env.run(&["append", "a\u{200b}b", "--user", "x"]).fails();
+    assert!(run.stderr.contains("invisible"), "{}", run.stderr);
+}
+
+#[test]
+fn tables_line_up_by_display_width() {
+    let env = TestEnv::new();
+    for name in ["wide😀", "plain", "e\u{301}x"] {
+        env.run(&["append", name, "--user", "x"]).ok();
+    }
+    let list = env.run(&["list"]).ok().stdout;
+    let columns: Vec<usize> = list
+        .lines()
+        .map(|l| {
+            let head = &l[..l.find("  ").unwrap()];
+            let name_start = head.len() + l[head.len()..].find(|c: char| c != ' ').unwrap();
+            let name_end = name_start + l[name_start..].find("  ").unwrap();
+            let after = &l[name_end..];
+            unicode_width::UnicodeWidthStr::width(&l[..name_end]) + after.len()
+                - after.trim_start().len()
+        })
+        .collect();
+    assert!(columns.windows(2).all(|w| w[0] == w[1]), "{list}");
+}
+
+#[test]
+fn explain_fork_and_as_of_speak_plainly() {
+    let env = TestEnv::new();
+    chat(&env, 3);
+    env.run(&[
+        "compact",
+        "chat",
+        "--summary",
+        "line one\nline two",
+        "--to",
+        "0",
+    ])
+    .ok();
+    let explain = env.run(&["explain", "chat", "--turn", "0"]).ok().stdout;
+    assert!(explain.contains("line one ⏎ line two"), "{explain}");
+    let fork = env
+        .run(&["fork", "chat", "--at-seq", "3", "--name", "f", "--json"])
+        .ok()
+        .lines();
+    assert_eq!(fork[0]["shared"], 4);
+    assert_eq!(fork[0]["after_seq"], 3);
+    // The times JP's events.json writes are times --as-of takes.
+    let jp = env.run(&["export", "chat", "--format", "jp"]).ok().stdout;
+    let events: serde_json::Value = serde_json::from_str(&jp).unwrap();
+    let time = events[1]["timestamp"].as_str().unwrap();
+    env.run(&["project", "chat", "--as-of", time]).ok();
+    let run = env
+        .run(&["compact", "chat", "--reasoning", "strip", "--from", "99"])
+        .fails();
+    assert!(
+        run.stderr.contains("--from 99: names no turn"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn openai_output_says_what_it_leaves_out() {
+    let env = TestEnv::new();
+    env.run_with_stdin(
+        &["append", "chat"],
+        "{\"type\":\"user\",\"text\":\"q\"}\n{\"type\":\"reasoning\",\"text\":\"r\"}\n{\"type\":\"assistant\",\"text\":\"a\"}\n",
+    )
+    .ok();
+    let run = env.run(&["export", "chat", "--format", "openai"]).ok();
+    assert!(
+        run.stderr.contains("left out 1 event (reasoning"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_relative_summarizer_program_is_found_beside_the_configuration() {
+    let env = TestEnv::new();
+    chat(&env, 3);
+    let conf = env.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::write(
+        conf.join("sum.sh"),
+        "#!/bin/sh\ncat >/dev/null\necho short\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(conf.join("sum.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        conf.join("c.toml"),
+        "[compaction.profiles.brief.summary]\nsummarizer = \"command\"\ncommand = [\"./sum.sh\"]\n",
+    )
+    .unwrap();
+    let run = env
+        .run(&[
+            "--config",
+            "conf/c.toml",
+            "compact",
+            "chat",
+            "--profile",
+            "brief",
+        ])
+        .ok();
+    assert!(run.stdout.contains("status: stored"), "{}", run.stdout);
+}

@@ -37,6 +37,19 @@ impl Run {
         self
     }
 
+    /// A usage error: exit 2 and one `error:` line.
+    pub fn usage(self) -> Self {
+        assert_eq!(
+            self.code, 2,
+            "expected a usage error (2), stdout: {} stderr: {}",
+            self.stdout, self.stderr
+        );
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "errors are one line: {:?}", self.stderr);
+        assert!(lines[0].starts_with("error: "), "{:?}", self.stderr);
+        self
+    }
+
     pub fn lines(&self) -> Vec<serde_json::Value> {
         self.stdout
             .lines()

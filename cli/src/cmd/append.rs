@@ -70,7 +70,7 @@ pub(crate) fn run(
         let reading = if output::stdin_is_terminal() {
             output::Progress::counter(&Notes { quiet: true }, "")
         } else {
-            output::Progress::counter(notes, "reading")
+            output::Progress::counter(notes, "events read")
         };
         let begin = || -> Result<BulkAppend<'_>> {
             let store = open()?.store();

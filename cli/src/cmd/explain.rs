@@ -86,8 +86,12 @@ fn policy_text(o: &Overlay, kind: &str) -> String {
     match kind {
         "summary" => match &o.summary {
             Some(Summary::Text(text)) => {
-                let short: String = text.chars().take(60).collect();
-                if short.len() < text.len() {
+                let short: String = text
+                    .chars()
+                    .take(60)
+                    .collect::<String>()
+                    .replace('\n', " ⏎ ");
+                if text.chars().count() > 60 {
                     format!("summary \"{short}...\"")
                 } else {
                     format!("summary \"{short}\"")

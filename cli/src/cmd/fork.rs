@@ -39,14 +39,17 @@ pub(crate) fn run(engine: &Engine, args: &ForkArgs, notes: &Notes) -> Result<Exi
             "id": forked.id.hex(),
             "name": fork.name,
             "parent": parent.hex(),
+            // Records shared: the fork's own records start at this seq.
             "at": forked.at,
+            "shared": forked.at,
+            "after_seq": forked.at.checked_sub(1),
             "events": fork.len,
             "head": forked.head.hex(),
         });
         writeln!(out, "{value}")?;
     } else {
         notes.say(&format!(
-            "forked {} at record {} ({} shared{})",
+            "forked {} after record {} ({} shared{})",
             info.label(),
             forked.at.saturating_sub(1),
             output::plural(forked.at, "record"),

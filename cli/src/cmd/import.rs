@@ -41,7 +41,7 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
     let mut total = 0u64;
     let mut unmapped: BTreeMap<String, u64> = BTreeMap::new();
     let mut calls = CallCheck::default();
-    let checking = output::Progress::counter(notes, "checking");
+    let checking = output::Progress::counter(notes, "events checked");
     each_event(
         args.format,
         &mut input,
@@ -65,15 +65,23 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
     }
     checking.finish();
     calls.report(None, "event", notes);
+    let name = match &args.name {
+        Some(name) => Some(name.clone()),
+        None => default_name(&args.file),
+    };
+    if let Some(name) = &name {
+        if let Err(e) = convstore_store::validate_conversation_name(name) {
+            if args.name.is_none() {
+                bail!("{e} (the name comes from the file's; choose one with --name)");
+            }
+            return Err(e.into());
+        }
+    }
     // The whole input is sound: only now is the database opened (and
     // created, if need be).
     let engine = cmd::open(cli, true)?;
     let store = engine.store();
     store.set_max_event_bytes(args.max_event_bytes);
-    let name = match &args.name {
-        Some(name) => Some(name.clone()),
-        None => default_name(&args.file),
-    };
     if let Some(name) = &name {
         if store.find_name(name)?.is_some() {
             bail!("a conversation named \"{name}\" already exists (choose another with --name)");
@@ -174,6 +182,7 @@ fn shown(path: &str) -> String {
 
 /// `17648402467-title.events.json` → `17648402467-title`.
 fn default_name(path: &str) -> Option<String> {
+    use unicode_normalization::UnicodeNormalization as _;
     if path == "-" {
         return None;
     }
@@ -182,7 +191,7 @@ fn default_name(path: &str) -> Option<String> {
         .iter()
         .find_map(|ext| file.strip_suffix(ext))
         .unwrap_or(&file);
-    Some(stem.to_owned())
+    Some(stem.nfc().collect())
 }
 
 type Sink<'a> = dyn FnMut(Event, Vec<String>) -> Result<()> + 'a;
@@ -197,14 +206,28 @@ fn each_event(
     sink: &mut Sink<'_>,
 ) -> Result<()> {
     let reader = BufReader::with_capacity(1 << 20, input);
-    match format {
-        InteropFormat::Ndjson => {
-            output::for_each_event(reader, limit, now, |_, event| sink(event, Vec::new()))
+    // The store refuses an event over the limit when it is appended; here
+    // it is refused where it is read, with its position.
+    let fits = |event: &Event, at: &dyn Fn() -> String| -> Result<()> {
+        let size = convstore_store::event_size(event);
+        if size > limit {
+            bail!(
+                "{}: the event is {size} bytes, more than the limit of {limit} bytes (--max-event-bytes)",
+                at()
+            );
         }
+        Ok(())
+    };
+    match format {
+        InteropFormat::Ndjson => output::for_each_event(reader, limit, now, |line, event| {
+            fits(&event, &|| format!("line {line}"))?;
+            sink(event, Vec::new())
+        }),
         InteropFormat::Jp => each_element(reader, &mut |index, value| {
             let mut kept = Vec::new();
-            let event = jp::from_jp(value, &mut kept).map_err(|e| format!("event {index}: {e}"))?;
-            sink(event, kept).map_err(|e| format!("event {index}: {e:#}"))
+            let event = jp::from_jp(value, &mut kept).map_err(|e| anyhow!("event {index}: {e}"))?;
+            fits(&event, &|| format!("event {index}"))?;
+            sink(event, kept).with_context(|| format!("event {index}"))
         }),
         InteropFormat::Openai => {
             let mut de = serde_json::Deserializer::from_reader(reader);
@@ -234,6 +257,7 @@ fn each_event(
                     .with_context(|| format!("message {index}"))?;
                 let mut kept = Some(kept);
                 for event in events {
+                    fits(&event, &|| format!("message {index}"))?;
                     sink(event, kept.take().unwrap_or_default())?;
                 }
             }
@@ -242,11 +266,12 @@ fn each_event(
     }
 }
 
-type ElementSink<'a> = dyn FnMut(usize, Value) -> std::result::Result<(), String> + 'a;
+type ElementSink<'a> = dyn FnMut(usize, Value) -> Result<()> + 'a;
 
-/// Reads a JSON array element by element.
+/// Reads a JSON array element by element. An error of `sink` is returned
+/// as it is (not as a JSON error at a line and column).
 fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
-    struct Each<'s, 'a>(&'s mut ElementSink<'a>);
+    struct Each<'s, 'a>(&'s mut ElementSink<'a>, &'s mut Option<anyhow::Error>);
 
     impl<'de> DeserializeSeed<'de> for Each<'_, '_> {
         type Value = ();
@@ -266,7 +291,10 @@ fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
             let mut index = 0;
             while let Some(value) = seq.next_element_seed(StrictValue)? {
-                (self.0)(index, value).map_err(A::Error::custom)?;
+                if let Err(e) = (self.0)(index, value) {
+                    *self.1 = Some(e);
+                    return Err(A::Error::custom("stopped"));
+                }
                 index += 1;
             }
             Ok(())
@@ -274,9 +302,12 @@ fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
     }
 
     let mut de = serde_json::Deserializer::from_reader(reader);
-    Each(sink)
-        .deserialize(&mut de)
-        .map_err(|e| anyhow!("{e}"))?;
+    let mut failed = None;
+    let read = Each(sink, &mut failed).deserialize(&mut de);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    read.map_err(|e| anyhow!("{e}"))?;
     de.end().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }

@@ -40,8 +40,9 @@ pub(crate) fn unpin(engine: &Engine, args: &UnpinArgs) -> Result<ExitCode> {
     print(&pins, false)
 }
 
-/// The turns `text` names, refused when it names none that exist (an open
-/// end, `A..`, also covers turns appended later).
+/// The turns `text` names that exist, refused when it names none; a range
+/// past the last turn ends there, but an open end (`A..`) also covers the
+/// turns appended later.
 fn existing_turns(store: &Store, id: &ConversationId, text: &str) -> Result<RangeInclusive<u64>> {
     let range = parse_turns(text)?;
     let turns = store.info(id)?.turns;
@@ -51,7 +52,11 @@ fn existing_turns(store: &Store, id: &ConversationId, text: &str) -> Result<Rang
             crate::cmd::project::turns_note(turns)
         );
     }
-    Ok(range)
+    let end = match *range.end() {
+        u64::MAX => u64::MAX,
+        end => end.min(turns - 1),
+    };
+    Ok(*range.start()..=end)
 }
 
 fn print(pins: &[(u64, u64)], json: bool) -> Result<ExitCode> {

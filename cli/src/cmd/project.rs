@@ -30,59 +30,71 @@ pub(crate) fn run(engine: &Engine, args: &ProjectArgs, notes: &Notes) -> Result<
     };
     let projector = view::plan(store, &id, scope, None)?;
     let wanted = |v: &ViewEvent| turns.as_ref().is_none_or(|r| r.contains(&v.turn));
-    let mut out = output::stdout();
-    match args.format {
-        Format::Ndjson | Format::Json => {
-            // Formatted on the worker threads: JSON elements each start
-            // with a comma, and the first one's is dropped here.
-            let json = args.format == Format::Json;
-            let mut first = true;
-            if json {
-                out.write_all(b"[")?;
-            }
-            let format = |view: Vec<ViewEvent>| {
-                let mut bytes = Vec::with_capacity(view.len() * 256);
-                for v in view.iter().filter(|v| wanted(v)) {
-                    if json {
-                        bytes.push(b',');
+    let file = match args.output.as_deref() {
+        None | Some("-") => None,
+        Some(path) => Some(output::OutputFile::create(std::path::Path::new(path))?),
+    };
+    let mut write = |out: &mut dyn Write| -> Result<()> {
+        match args.format {
+            Format::Ndjson | Format::Json => {
+                // Formatted on the worker threads: JSON elements each start
+                // with a comma, and the first one's is dropped here.
+                let json = args.format == Format::Json;
+                let mut first = true;
+                if json {
+                    out.write_all(b"[")?;
+                }
+                let format = |view: Vec<ViewEvent>| {
+                    let mut bytes = Vec::with_capacity(view.len() * 256);
+                    for v in view.iter().filter(|v| wanted(v)) {
+                        if json {
+                            bytes.push(b',');
+                        }
+                        write_view_event(v, &mut bytes);
+                        if !json {
+                            bytes.push(b'\n');
+                        }
                     }
-                    write_view_event(v, &mut bytes);
-                    if !json {
-                        bytes.push(b'\n');
-                    }
+                    bytes
+                };
+                view::stream_map(store, &id, scope, &projector, format, |bytes| {
+                    let skip = usize::from(json && first && !bytes.is_empty());
+                    first &= bytes.is_empty();
+                    out.write_all(&bytes[skip..])?;
+                    Ok(())
+                })?;
+                if json {
+                    out.write_all(b"]\n")?;
                 }
-                bytes
-            };
-            view::stream_map(store, &id, scope, &projector, format, |bytes| {
-                let skip = usize::from(json && first && !bytes.is_empty());
-                first &= bytes.is_empty();
-                out.write_all(&bytes[skip..])?;
-                Ok(())
-            })?;
-            if json {
-                out.write_all(b"]\n")?;
+            }
+            Format::Openai => {
+                let mut events = Vec::new();
+                view::stream(store, &id, scope, &projector, |v| {
+                    if wanted(v) {
+                        events.push(v.clone());
+                    }
+                    Ok(())
+                })?;
+                write_openai(out, &events, notes)?;
+            }
+            Format::Text => {
+                view::stream(store, &id, scope, &projector, |v| {
+                    if wanted(v) {
+                        writeln!(out, "{}", text_line(v))?;
+                    }
+                    Ok(())
+                })?;
             }
         }
-        Format::Openai => {
-            let mut events = Vec::new();
-            view::stream(store, &id, scope, &projector, |v| {
-                if wanted(v) {
-                    events.push(v.clone());
-                }
-                Ok(())
-            })?;
-            write_openai(&mut out, &events, notes)?;
-        }
-        Format::Text => {
-            view::stream(store, &id, scope, &projector, |v| {
-                if wanted(v) {
-                    writeln!(out, "{}", text_line(v))?;
-                }
-                Ok(())
-            })?;
-        }
+        Ok(())
+    };
+    if let Some(file) = file {
+        file.write_with(&mut write)?;
+    } else {
+        let mut out = output::stdout();
+        write(&mut out)?;
+        out.flush()?;
     }
-    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -103,31 +115,17 @@ pub(crate) fn note_dropped(dropped: Dropped, notes: &Notes) {
             output::plural(dropped.results, "tool result")
         ));
     }
+    if dropped.other > 0 {
+        notes.say(&format!(
+            "openai: left out {} (reasoning, config, extension, compaction: no Chat Completions message holds them)",
+            output::plural(dropped.other, "event")
+        ));
+    }
 }
 
 pub(crate) use convstore_engine::error::turns_note;
 
-/// `A..B` (both inclusive), `A..`, `..B` or `N`.
+/// The range `text` gives (checked already when the arguments were read).
 pub(crate) fn parse_turns(text: &str) -> Result<RangeInclusive<u64>> {
-    let number = |s: &str| -> Result<u64> {
-        s.trim()
-            .parse()
-            .with_context(|| format!("--turns {text}: \"{s}\" is not a turn number"))
-    };
-    let range = if let Some((a, b)) = text.split_once("..") {
-        let a = if a.is_empty() { 0 } else { number(a)? };
-        let b = if b.is_empty() {
-            u64::MAX
-        } else {
-            number(b.trim_start_matches('='))?
-        };
-        a..=b
-    } else {
-        let n = number(text)?;
-        n..=n
-    };
-    if range.is_empty() {
-        bail!("--turns {text}: the range is empty (from is after to)");
-    }
-    Ok(range)
+    crate::args::parse_turns(text).map_err(|e| anyhow::anyhow!("--turns {text}: {e}"))
 }

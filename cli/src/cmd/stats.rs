@@ -96,15 +96,18 @@ pub(crate) fn run(engine: &Engine, args: &StatsArgs, notes: &Notes) -> Result<Ex
     // Tokens as a model would read them: of the raw history, and of the view.
     let tokenizer =
         Tokenizer::named(&args.tokenizer).map_err(|e| anyhow::anyhow!("--tokenizer: {e}"))?;
-    let progress = output::Progress::bar(notes, 2 * info.len, "counting");
-    progress.attach(store);
+    let progress = output::Progress::bar(notes, info.len, "counting the log");
     let mut raw = Tally::default();
     for record in store.scan(&id, 0..info.len)? {
         raw.add_counted(&record?.event, &tokenizer);
         progress.inc(1);
     }
+    progress.finish();
+    let progress = output::Progress::bar(notes, info.len, "counting the view");
+    progress.attach(store);
     let view = tally_with(store, &id, Scope { end: info.len }, None, &tokenizer)?;
     progress.finish();
+    store.set_progress(None);
     let compactions = compaction_rows(store, &id, info.len)?;
     let mut out = output::stdout();
     let total_bytes: u64 = info.kinds.iter().map(|k| k.bytes).sum();

@@ -12,22 +12,22 @@ use crate::output::{self, Notes};
 
 pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<ExitCode> {
     let store = engine.store();
-    let conversations = store.conversations()?;
-    let total = match &args.conversation {
-        Some(_) => None,
-        None => Some(
-            conversations
-                .iter()
-                .map(|c| c.len - c.fork.map_or(0, |p| p.at))
-                .sum(),
-        ),
-    };
-    let progress = output::Progress::bar(notes, total.unwrap_or(0), "verifying");
-    progress.attach(store);
     let id = match &args.conversation {
         Some(query) => Some(store.resolve(query)?),
         None => None,
     };
+    // Records to check: a fork's own and its parents' (checked through
+    // it); every conversation's own records, once.
+    let total = match &id {
+        Some(id) => store.info(id)?.len,
+        None => store
+            .conversations()?
+            .iter()
+            .map(|c| c.len - c.fork.map_or(0, |p| p.at))
+            .sum(),
+    };
+    let progress = output::Progress::bar(notes, total, "verifying");
+    progress.attach(store);
     // Every record, then each stored view against a fresh projection of
     // its head.
     let verified = engine.verify(id.as_ref())?;

@@ -65,11 +65,11 @@ pub(crate) fn run(engine: &Engine, args: &ViewArgs, notes: &Notes) -> Result<Exi
     }
     // The output file is created before the view is stored or updated: a
     // path that cannot be written fails the command before it writes.
-    let file = args
-        .output
-        .as_deref()
-        .map(output::OutputFile::create)
-        .transpose()?;
+    // `-` is stdout, as for export.
+    let file = match args.output.as_deref() {
+        None | Some("-") => None,
+        Some(path) => Some(output::OutputFile::create(std::path::Path::new(path))?),
+    };
     let progress = match store.view_state(&id, &args.name)? {
         None => output::Progress::bar(notes, store.info(&id)?.len, "building the view"),
         Some(_) => output::Progress::bar(&Notes { quiet: true }, 0, ""),
