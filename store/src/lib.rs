@@ -51,7 +51,8 @@ mod settings;
 mod staging;
 mod store;
 pub mod strict;
-#[doc(hidden)]
+/// Hooks for tests of damage and old formats (the `testing` feature).
+#[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
 mod views;

@@ -111,14 +111,25 @@ impl TestEnv {
 }
 
 /// The real JP conversations, when the shared data is beside the checkout.
+/// Absent, the test is skipped, and says so loudly; with
+/// `CONVSTORE_REQUIRE_JP_DATA=1` (CI sets it when the data is there) an
+/// absent directory fails the test instead.
 pub fn jp_data_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/jp");
     if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} is absent", dir.display());
-        None
+        return Some(dir);
     }
+    if std::env::var_os("CONVSTORE_REQUIRE_JP_DATA").is_some_and(|v| v == "1") {
+        panic!(
+            "{} is absent, and CONVSTORE_REQUIRE_JP_DATA=1 requires it",
+            dir.display()
+        );
+    }
+    eprintln!(
+        "\n*** SKIPPED: {} is absent; this test of the real JP conversations did not run ***\n",
+        dir.display()
+    );
+    None
 }
 
 /// The 21 real JP conversation files, sorted; `None` (with a message) when
