@@ -36,6 +36,7 @@ mod codec;
 mod error;
 pub mod event;
 mod fork;
+mod frames;
 mod hash;
 mod ids;
 mod index;
