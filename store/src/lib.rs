@@ -45,9 +45,11 @@ pub mod json;
 mod keys;
 mod log;
 mod names;
+mod opening;
 mod segments;
 mod settings;
 mod staging;
+mod state;
 mod store;
 #[doc(hidden)]
 pub mod testing;

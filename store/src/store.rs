@@ -49,6 +49,8 @@ pub struct Store {
     /// so a process that reads the overlays again and again (a server, the
     /// automatic compaction loop) decodes each once.
     pub(crate) overlay_cache: Mutex<HashMap<(ConversationId, u64), crate::log::StoredOverlay>>,
+    /// What convstore records beside sled's files (`state.rs`).
+    tracker: crate::state::Tracker,
 }
 
 /// Overlays kept decoded at most; past it the cache starts over.
@@ -68,6 +70,7 @@ impl Drop for Store {
     /// `--no-sync` writes are durable) once a `Store` is gone.
     fn drop(&mut self) {
         let _ = self.db.flush();
+        self.tracker.on_drop(&self.path, &self.db);
     }
 }
 
@@ -157,7 +160,9 @@ impl Store {
     /// [`StoreError::Locked`].
     pub fn open_waiting(path: impl AsRef<Path>, wait: Duration) -> StoreResult<Store> {
         let path = path.as_ref().to_path_buf();
+        let precheck = crate::state::before_open(&path)?;
         let (db, discarded_snapshots) = open_sled(&path, wait.max(LOCK_GRACE))?;
+        let tracker = crate::state::after_open(&path, &db, precheck)?;
         let format = match db.get(keys::FORMAT)? {
             Some(bytes) => {
                 let found =
@@ -191,6 +196,7 @@ impl Store {
             segment_min_bytes: AtomicU64::new(DEFAULT_SEGMENT_MIN_BYTES),
             settle_records: AtomicU64::new(crate::staging::SETTLE_RECORDS),
             overlay_cache: Mutex::new(HashMap::new()),
+            tracker,
         })
     }
 
@@ -262,6 +268,7 @@ impl Store {
     }
 
     pub(crate) fn lock_writes(&self) -> MutexGuard<'_, ()> {
+        self.tracker.wrote();
         // A panic while holding the lock cannot leave sled half-written
         // (writes are single batches), so a poisoned lock is still usable.
         self.write_lock
@@ -452,11 +459,11 @@ fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>
     let started = Instant::now();
     let mut discarded = Vec::new();
     loop {
-        let opened = sled::Config::new()
+        let config = sled::Config::new()
             .path(path)
             .cache_capacity(CACHE_BYTES)
-            .flush_every_ms(Some(500))
-            .open();
+            .flush_every_ms(Some(500));
+        let opened = crate::opening::open(path, &config);
         match opened {
             Ok(db) => return Ok((db, discarded)),
             Err(sled::Error::Corruption { .. })
@@ -475,7 +482,7 @@ fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>
 }
 
 /// The `snap.*.generating` files in database directory `path`.
-fn unfinished_snapshots(path: &Path) -> Vec<PathBuf> {
+pub(crate) fn unfinished_snapshots(path: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(path).map_or_else(
         |_| Vec::new(),
         |dir| {
@@ -507,10 +514,17 @@ fn discard_unfinished_snapshots(path: &Path) -> StoreResult<Vec<PathBuf>> {
         });
     }
     let target = path.join("discarded");
-    std::fs::create_dir_all(&target).map_err(io)?;
     let stamp = Timestamp::now().as_micros();
     let mut moved = Vec::new();
     for file in unfinished_snapshots(path) {
+        // An empty one holds nothing to keep (an open that failed before
+        // writing it, e.g. on a full disk, where `discarded/` could not be
+        // made either).
+        if std::fs::metadata(&file).is_ok_and(|m| m.len() == 0) {
+            std::fs::remove_file(&file).map_err(io)?;
+            continue;
+        }
+        std::fs::create_dir_all(&target).map_err(io)?;
         let name = file.file_name().unwrap_or_default().to_string_lossy();
         let to = target.join(format!("{name}.{stamp}"));
         match std::fs::rename(&file, &to) {

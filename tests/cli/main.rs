@@ -9,4 +9,5 @@ mod test_errors;
 mod test_lineage;
 mod test_project;
 mod test_read;
+mod test_recovery;
 mod test_segments;

@@ -72,8 +72,8 @@ fn open_or_create(cli: &Cli) -> Result<Store> {
     let store = Store::open_waiting(&cli.db, wait)?;
     for file in store.discarded_snapshots() {
         Notes { quiet: cli.quiet }.say(&format!(
-            "note: a crash had left an unfinished sled snapshot; moved it to {} and \
-             recovered from the previous snapshot and the log",
+            "note: an unfinished sled snapshot was left by an earlier crash or failed open; \
+             moved it to {} and recovered from the previous snapshot and the log",
             file.display()
         ));
     }
