@@ -137,6 +137,13 @@ Examples:
     Explain(ExplainArgs),
     /// Re-hash every record and check everything derived from them.
     Verify(VerifyArgs),
+    /// Copy every conversation, as of one moment, into a new database and
+    /// verify the copy; other commands may use the database meanwhile.
+    #[command(after_help = "\
+Examples:
+  convstore backup /backups/chats-2026-03-01.db
+  convstore --db chats.db backup chats-copy.db --json")]
+    Backup(BackupArgs),
     /// List conversations.
     List(ListArgs),
     /// Counts of a conversation: events, turns, bytes per kind.
@@ -487,6 +494,17 @@ pub struct ExplainArgs {
 pub struct VerifyArgs {
     /// Only this conversation (default: all).
     pub conversation: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `backup`
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// Where the copy goes: a new database directory (it must not exist,
+    /// or be empty).
+    pub dest: PathBuf,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

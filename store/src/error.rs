@@ -108,6 +108,14 @@ pub enum StoreError {
     /// The database failed.
     #[error("database error: {0}")]
     Sled(sled::Error),
+    /// A copy (backup, salvage) cannot be written where it was asked to go.
+    #[error("cannot write to {}: {reason}", path.display())]
+    Destination {
+        /// Where the copy was to go.
+        path: PathBuf,
+        /// Why it cannot.
+        reason: String,
+    },
 }
 
 /// An I/O error in words: sled hands some of them on with their debug form

@@ -32,7 +32,9 @@
 #![warn(missing_docs)]
 
 mod append;
+mod backup;
 mod codec;
+mod copy;
 mod error;
 pub mod event;
 mod fork;
@@ -57,6 +59,7 @@ mod verify;
 mod views;
 
 pub use append::{AppendOptions, Appended};
+pub use backup::BackupReport;
 pub use codec::{BlobRef, INLINE_MAX};
 pub use error::{StoreError, StoreResult};
 pub use event::{Compaction, Event, EventKind, EventType, Timestamp, TurnTracker};

@@ -1,6 +1,7 @@
 //! One module per subcommand; [`dispatch`] picks it.
 
 mod append;
+mod backup;
 mod compact;
 mod demo;
 mod explain;
@@ -55,6 +56,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Explain(args) => explain::run(&open_existing(cli)?, args),
         Command::Pin(args) => pin::run(&open_existing(cli)?, args),
         Command::Verify(args) => verify::run(&open_existing(cli)?, args),
+        Command::Backup(args) => backup::run(&open_existing(cli)?, args),
         Command::List(args) => stats::list(&open_existing(cli)?, args),
         Command::Stats(args) => stats::run(&open_existing(cli)?, args),
         Command::Completions { shell } => {
