@@ -144,6 +144,14 @@ Examples:
   convstore backup /backups/chats-2026-03-01.db
   convstore --db chats.db backup chats-copy.db --json")]
     Backup(BackupArgs),
+    /// Recover every conversation that can still be read from a damaged
+    /// database into a new one, and report what was recovered and lost.
+    /// DAMAGED is only read.
+    #[command(after_help = "\
+Examples:
+  convstore salvage broken.db recovered.db
+  convstore salvage broken.db recovered.db --json")]
+    Salvage(SalvageArgs),
     /// List conversations.
     List(ListArgs),
     /// Counts of a conversation: events, turns, bytes per kind.
@@ -506,6 +514,19 @@ pub struct BackupArgs {
     /// or be empty).
     pub dest: PathBuf,
     /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `salvage`
+#[derive(Debug, Args)]
+pub struct SalvageArgs {
+    /// The damaged database directory (only read, never written).
+    pub damaged: PathBuf,
+    /// Where the recovered database goes (it must not exist, or be empty).
+    pub dest: PathBuf,
+    /// Machine-readable report: one JSON object per conversation, then a
+    /// summary.
     #[arg(long)]
     pub json: bool,
 }

@@ -48,6 +48,7 @@ mod keys;
 mod log;
 mod names;
 mod opening;
+mod salvage;
 mod segments;
 mod settings;
 mod staging;
@@ -71,6 +72,7 @@ pub use json::{EventError, Json};
 pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
+pub use salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use settings::AutoState;
 pub use store::{
     ConversationInfo, KindStats, Store, DEFAULT_MAX_EVENT_BYTES, DEFAULT_SEGMENT_MIN_BYTES,

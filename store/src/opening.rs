@@ -88,11 +88,18 @@ pub(crate) fn no_space(error: &io::Error) -> bool {
 /// panic hook prints nothing for panics raised in sled's (or its
 /// dependencies') code meanwhile.
 pub(crate) fn guarded<T>(open: impl FnOnce() -> sled::Result<T>) -> sled::Result<T> {
+    quiet(open).unwrap_or(Err(sled::Error::Corruption { at: None, bt: () }))
+}
+
+/// Runs `f`; `None` if it panicked in sled's (or its dependencies') code,
+/// which the panic hook does not print meanwhile. For reading damaged
+/// files, where sled may panic rather than fail.
+pub(crate) fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
     install_quiet_hook();
     QUIET.fetch_add(1, Ordering::SeqCst);
-    let result = panic::catch_unwind(AssertUnwindSafe(open));
+    let result = panic::catch_unwind(AssertUnwindSafe(f));
     QUIET.fetch_sub(1, Ordering::SeqCst);
-    result.unwrap_or(Err(sled::Error::Corruption { at: None, bt: () }))
+    result.ok()
 }
 
 /// How many guarded opens are running.

@@ -79,7 +79,6 @@ pub(crate) struct CatalogEntry {
     pub head: String,
 }
 
-#[allow(dead_code)] // salvage reads it
 impl CatalogEntry {
     pub(crate) fn conversation(&self) -> Option<ConversationId> {
         ConversationId::from_hex(&self.id)
@@ -230,7 +229,6 @@ pub(crate) fn read_state(path: &Path) -> Option<State> {
 }
 
 /// The catalog of `path`: its lines that read.
-#[allow(dead_code)] // salvage reads it
 pub(crate) fn read_catalog(path: &Path) -> Vec<CatalogEntry> {
     let Ok(text) = std::fs::read_to_string(path.join(CATALOG)) else {
         return Vec::new();

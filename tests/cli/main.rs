@@ -10,4 +10,5 @@ mod test_lineage;
 mod test_project;
 mod test_read;
 mod test_recovery;
+mod test_salvage;
 mod test_segments;

@@ -1,4 +1,5 @@
-//! `convstore backup`: a verified copy of a database.
+//! `convstore backup` and `convstore salvage`: a verified copy of a
+//! database, and what can still be read from a damaged one.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use anyhow::Result;
 use convstore_store::Store;
 use serde_json::json;
 
-use crate::args::BackupArgs;
+use crate::args::{BackupArgs, SalvageArgs};
 use crate::materialize;
 use crate::output;
 
@@ -55,4 +56,98 @@ fn check_views(copy: &Store) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `convstore salvage DAMAGED DEST`: what can still be read, into a new
+/// database; a line per conversation saying what was recovered, and where
+/// and why it stopped.
+pub(crate) fn salvage(args: &SalvageArgs) -> Result<ExitCode> {
+    let report = convstore_store::salvage(&args.damaged, &args.dest)?;
+    let mut out = output::stdout();
+    let whole = report.conversations.iter().filter(|c| c.is_whole()).count();
+    let lost: u64 = report
+        .conversations
+        .iter()
+        .map(|c| {
+            c.expected
+                .or(c.at_least)
+                .unwrap_or(0)
+                .saturating_sub(c.recovered)
+        })
+        .sum();
+    if args.json {
+        for c in &report.conversations {
+            let value = json!({
+                "id": c.id.hex(),
+                "name": c.name,
+                "fork": c.fork.map(|(parent, at)| json!({"parent": parent.hex(), "at": at})),
+                "recovered": c.recovered,
+                "expected": c.expected,
+                "at_least": c.at_least,
+                "whole": c.is_whole(),
+                "stopped_at": c.stopped.as_ref().map(|s| s.0),
+                "reason": c.stopped.as_ref().map(|s| s.1.clone()),
+                "notes": c.notes,
+            });
+            writeln!(out, "{value}")?;
+        }
+        let value = json!({
+            "ok": true,
+            "dest": args.dest.display().to_string(),
+            "conversations": report.conversations.len(),
+            "whole": whole,
+            "records": report.records,
+            "records_lost": lost,
+            "blobs": report.blobs,
+            "sources": report.sources,
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(
+            out,
+            "salvaged {} into {} (the copy verifies):",
+            args.damaged.display(),
+            args.dest.display()
+        )?;
+        for c in &report.conversations {
+            writeln!(out, "  {}", describe(c))?;
+        }
+        writeln!(
+            out,
+            "recovered {whole} of {} conversation(s) whole, {} record(s) ({lost} known lost), {} blob(s)",
+            report.conversations.len(),
+            report.records,
+            report.blobs
+        )?;
+        writeln!(out, "sources: {}", report.sources.join("; "))?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One conversation's line of the salvage report.
+fn describe(c: &convstore_store::SalvagedConversation) -> String {
+    let fork = c.fork.map_or(String::new(), |(parent, at)| {
+        format!(" (fork of {} at {at})", parent.short())
+    });
+    let recovered = c.recovered;
+    let counts = match (c.expected, c.at_least) {
+        (Some(e), _) if recovered > e => {
+            format!("{recovered} records (its metadata found says {e})")
+        }
+        (Some(e), _) => format!("{recovered} of {e} records"),
+        (None, Some(n)) => format!("{recovered} records (at least {n} per the catalog)"),
+        (None, None) => format!("{recovered} records"),
+    };
+    let mut parts = vec![format!(
+        "{} {}{fork}: {counts}",
+        c.name.as_deref().unwrap_or("(no name)"),
+        c.id.short()
+    )];
+    match &c.stopped {
+        None => parts.push("whole".to_owned()),
+        Some((seq, why)) => parts.push(format!("stopped at record {seq}: {why}")),
+    }
+    parts.extend(c.notes.iter().cloned());
+    parts.join("; ")
 }

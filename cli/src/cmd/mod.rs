@@ -57,6 +57,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Pin(args) => pin::run(&open_existing(cli)?, args),
         Command::Verify(args) => verify::run(&open_existing(cli)?, args),
         Command::Backup(args) => backup::run(&open_existing(cli)?, args),
+        Command::Salvage(args) => backup::salvage(args),
         Command::List(args) => stats::list(&open_existing(cli)?, args),
         Command::Stats(args) => stats::run(&open_existing(cli)?, args),
         Command::Completions { shell } => {
