@@ -8,6 +8,7 @@ mod args;
 pub mod auto;
 mod cmd;
 pub mod generate;
+mod limits;
 pub mod materialize;
 mod output;
 pub mod settings;
@@ -22,6 +23,9 @@ pub use args::{AsOf, Cli};
 
 /// Runs the command line and returns its exit code.
 pub fn run() -> ExitCode {
+    if let Some(code) = limits::check() {
+        return code;
+    }
     let matches = match Cli::command().try_get_matches() {
         Ok(matches) => matches,
         Err(e) => {

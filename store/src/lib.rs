@@ -72,6 +72,7 @@ pub use json::{EventError, Json};
 pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
+pub use opening::address_space_limit;
 pub use salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use settings::AutoState;
 pub use store::{

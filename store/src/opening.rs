@@ -88,18 +88,67 @@ pub(crate) fn no_space(error: &io::Error) -> bool {
 /// panic hook prints nothing for panics raised in sled's (or its
 /// dependencies') code meanwhile.
 pub(crate) fn guarded<T>(open: impl FnOnce() -> sled::Result<T>) -> sled::Result<T> {
-    quiet(open).unwrap_or(Err(sled::Error::Corruption { at: None, bt: () }))
+    match caught(open) {
+        Ok(result) => result,
+        Err(message) => Err(sled::Error::Io(describe_panic(&message))),
+    }
 }
 
 /// Runs `f`; `None` if it panicked in sled's (or its dependencies') code,
 /// which the panic hook does not print meanwhile. For reading damaged
 /// files, where sled may panic rather than fail.
 pub(crate) fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
+    caught(f).ok()
+}
+
+/// Runs `f`, catching a panic (its message) quietly.
+fn caught<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     install_quiet_hook();
     QUIET.fetch_add(1, Ordering::SeqCst);
     let result = panic::catch_unwind(AssertUnwindSafe(f));
     QUIET.fetch_sub(1, Ordering::SeqCst);
-    result.ok()
+    result.map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default()
+    })
+}
+
+/// What a panic in sled's open means. sled does not check its page
+/// table's allocation: under an address space limit (`ulimit -v`) too low
+/// for it, it panics on the null pointer (`converting zero into Owned`)
+/// in a debug build and crashes in a release one. Any other panic is its
+/// recovery failing on what it reads.
+fn describe_panic(message: &str) -> io::Error {
+    if message.contains("converting zero into") || message.contains("memory allocation") {
+        let limit = address_space_limit().map_or(String::new(), |l| {
+            format!(" (the address space limit, ulimit -v, is {} MiB)", l >> 20)
+        });
+        return io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("not enough memory for sled's page table{limit}"),
+        );
+    }
+    io::Error::other(format!(
+        "sled failed while recovering its files ({message}); they may be damaged: \
+         `convstore salvage` copies out what can still be read"
+    ))
+}
+
+/// The process's address space limit (`ulimit -v`) in bytes, if one is
+/// set (Linux: read from `/proc/self/limits`).
+pub fn address_space_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    let soft = line
+        .trim_start_matches("Max address space")
+        .split_whitespace()
+        .next()?;
+    soft.parse().ok()
 }
 
 /// How many guarded opens are running.

@@ -1379,7 +1379,12 @@ fn read_at(path: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
             "the file ends before it",
         ));
     }
-    let mut buffer = vec![0; usize::try_from(len).map_err(std::io::Error::other)?];
+    let len = usize::try_from(len).map_err(std::io::Error::other)?;
+    let mut buffer = Vec::new();
+    buffer
+        .try_reserve_exact(len)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::OutOfMemory, "out of memory"))?;
+    buffer.resize(len, 0);
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut buffer, offset)?;
     Ok(buffer)
 }
