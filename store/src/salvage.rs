@@ -568,10 +568,9 @@ impl Sources {
             // it, unless a fork branches off here (its first record would
             // be taken for this conversation's next).
             if next.is_empty() && (before_end || !self.fork_bases.contains(&address)) {
-                let toward = k
-                    .catalog_head
-                    .zip(k.at_least)
-                    .and_then(|(head, len)| (seq < len).then_some((head, len - seq)));
+                let toward = k.catalog_head.zip(k.at_least).and_then(|(head, len)| {
+                    len.checked_sub(seq).filter(|&n| n > 0).map(|n| (head, n))
+                });
                 match self.scanned_next(&k.id, address, toward) {
                     Ok(Some(record)) => next.push(record),
                     Ok(None) => {}
