@@ -65,6 +65,12 @@ pub(crate) fn salvage(args: &SalvageArgs) -> Result<ExitCode> {
     let report = convstore_store::salvage(&args.damaged, &args.dest)?;
     let mut out = output::stdout();
     let whole = report.conversations.iter().filter(|c| c.is_whole()).count();
+    let unknown = report
+        .conversations
+        .iter()
+        .filter(|c| !c.is_whole() && c.expected.is_none())
+        .count();
+    let cut = report.conversations.len() - whole - unknown;
     let lost: u64 = report
         .conversations
         .iter()
@@ -96,6 +102,8 @@ pub(crate) fn salvage(args: &SalvageArgs) -> Result<ExitCode> {
             "dest": args.dest.display().to_string(),
             "conversations": report.conversations.len(),
             "whole": whole,
+            "cut_short": cut,
+            "length_unknown": unknown,
             "records": report.records,
             "records_lost": lost,
             "blobs": report.blobs,
@@ -114,10 +122,12 @@ pub(crate) fn salvage(args: &SalvageArgs) -> Result<ExitCode> {
         }
         writeln!(
             out,
-            "recovered {whole} of {} conversation(s) whole, {} record(s) ({lost} known lost), {} blob(s)",
-            report.conversations.len(),
+            "recovered {} record(s) and {} blob(s) in {} conversation(s): {whole} whole, \
+             {cut} cut short, {unknown} of unknown length (no readable metadata); \
+             {lost} record(s) known lost",
             report.records,
-            report.blobs
+            report.blobs,
+            report.conversations.len(),
         )?;
         writeln!(out, "sources: {}", report.sources.join("; "))?;
     }
