@@ -172,6 +172,21 @@ Examples:
   convstore verify
   convstore verify chat --json")]
     Verify(VerifyArgs),
+    /// Copy every conversation, as of one moment, into a new database and
+    /// verify the copy; other commands may use the database meanwhile.
+    #[command(after_help = "\
+Examples:
+  convstore backup /backups/chats-2026-03-01.db
+  convstore --db chats.db backup chats-copy.db --json")]
+    Backup(BackupArgs),
+    /// Recover every conversation that can still be read from a damaged
+    /// database into a new one, and report what was recovered and lost.
+    /// DAMAGED is only read.
+    #[command(after_help = "\
+Examples:
+  convstore salvage broken.db recovered.db
+  convstore salvage broken.db recovered.db --json")]
+    Salvage(SalvageArgs),
     /// List conversations.
     #[command(after_help = "\
 Examples:
@@ -717,6 +732,30 @@ pub struct VerifyArgs {
     #[arg(add = conversations(), value_parser = name)]
     pub conversation: Option<String>,
     /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `backup`
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// Where the copy goes: a new database directory (it must not exist,
+    /// or be empty).
+    pub dest: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `salvage`
+#[derive(Debug, Args)]
+pub struct SalvageArgs {
+    /// The damaged database directory (only read, never written).
+    pub damaged: PathBuf,
+    /// Where the recovered database goes (it must not exist, or be empty).
+    pub dest: PathBuf,
+    /// Machine-readable report: one JSON object per conversation, then a
+    /// summary.
     #[arg(long)]
     pub json: bool,
 }

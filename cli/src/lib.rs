@@ -8,6 +8,7 @@ mod args;
 mod calls;
 mod cmd;
 mod interrupt;
+mod limits;
 mod output;
 mod stdout;
 
@@ -59,6 +60,9 @@ fn usage(e: &clap::Error) -> ExitCode {
 
 /// Runs the command line and returns its exit code.
 pub fn run() -> ExitCode {
+    if let Some(code) = limits::check() {
+        return code;
+    }
     // `COMPLETE=bash convstore -- WORDS`: the shell asking for completions.
     clap_complete::CompleteEnv::with_factory(Cli::command).complete();
     // An empty `CONVSTORE_DB` is as if it were not set.

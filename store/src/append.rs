@@ -18,6 +18,7 @@ use crate::codec::{
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
+use crate::frames::{self, Frame};
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
@@ -148,7 +149,13 @@ impl Store {
                 .map(|(_, b)| *b)
                 .chain(chunks.iter().map(|c| c.body.as_slice()))
                 .collect();
-            let places = self.segments.write(&bodies)?;
+            // Each body after a frame saying what it is (`frames.rs`).
+            let frames: Vec<Frame<'_>> = blobs
+                .iter()
+                .map(|(hash, _)| Frame::blob(hash.as_bytes()))
+                .chain(chunks.iter().map(|c| Frame::chunk(&c.key, c.records)))
+                .collect();
+            let places = frames::write(&self.segments, &frames, &bodies)?;
             let (blob_places, chunk_places) = places.split_at(blobs.len());
             for ((hash, _), at) in blobs.iter().zip(blob_places) {
                 blob_batch.insert(hash.as_bytes(), encode(&BlobValue::Segment(*at)));

@@ -142,6 +142,14 @@ pub enum StoreError {
     /// The database failed.
     #[error("database error: {0}")]
     Sled(sled::Error),
+    /// A copy (backup, salvage) cannot be written where it was asked to go.
+    #[error("cannot write to {}: {reason}", path.display())]
+    Destination {
+        /// Where the copy was to go.
+        path: PathBuf,
+        /// Why it cannot.
+        reason: String,
+    },
 }
 
 /// A name as errors show it: at most 60 characters.

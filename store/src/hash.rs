@@ -86,6 +86,11 @@ impl BlobHash {
         &self.0
     }
 
+    /// From raw bytes (a hash read back, not computed).
+    pub(crate) fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
     /// Lower-case hex, 64 characters.
     pub fn hex(&self) -> String {
         hex(&self.0)

@@ -32,12 +32,15 @@
 #![warn(missing_docs)]
 
 mod append;
+mod backup;
 mod bulk;
 mod codec;
+mod copy;
 mod durable;
 mod error;
 pub mod event;
 mod fork;
+mod frames;
 mod hash;
 mod ids;
 mod index;
@@ -46,9 +49,12 @@ pub mod json;
 mod keys;
 mod log;
 mod names;
+mod opening;
+mod salvage;
 mod segments;
 mod settings;
 mod staging;
+mod state;
 mod store;
 pub mod strict;
 /// Hooks for tests of damage and old formats (the `testing` feature).
@@ -58,6 +64,7 @@ mod verify;
 mod views;
 
 pub use append::{event_size, AppendOptions, Appended};
+pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget};
 pub use codec::{BlobRef, INLINE_MAX};
 pub use error::{StoreError, StoreResult};
@@ -70,6 +77,8 @@ pub use json::{EventError, Json};
 pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
+pub use opening::address_space_limit;
+pub use salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use settings::AutoState;
 pub use store::{
     validate_conversation_name, validate_view_name, ConversationInfo, KindStats, OpenOptions,

@@ -768,6 +768,25 @@ impl RawChunk {
         Ok(())
     }
 
+    /// Its records with a seq in `start..end` as `(seq, record bytes)`,
+    /// undecoded: for copying a log byte for byte (`copy.rs`).
+    pub(crate) fn raw_records(
+        &self,
+        store: &Store,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+        let chunk = self.chunk.load(store, &self.id)?;
+        let mut out = Vec::with_capacity(chunk.layout.entries.len());
+        for i in 0..chunk.layout.entries.len() {
+            let seq = chunk.first_seq + i as u64;
+            if seq >= start && seq < end && self.records.contains(&seq) {
+                out.push((seq, chunk.record_bytes(i).to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
     /// Its records with a seq in `start..end`, decoded (blobs loaded from
     /// `store`) as `(seq, turn, event)`, without their addresses; records
     /// for which `skip(seq, turn, type)` holds are left out before their

@@ -366,7 +366,15 @@ impl Segments {
             .reader(at.file)
             .map_err(|e| corrupt(format!("segment file {:08}: {e}", at.file)))?;
         let len = usize::try_from(at.len).map_err(|_| corrupt("too long".to_owned()))?;
-        let mut bytes = vec![0; len];
+        // A damaged length, or too little memory, is an error, not an abort.
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(len).map_err(|_| {
+            StoreError::Io(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("{}: cannot allocate {len} bytes to read it", what()),
+            ))
+        })?;
+        bytes.resize(len, 0);
         read_exact_at(&file, &mut bytes, at.offset).map_err(|e| {
             corrupt(format!(
                 "segment file {:08} at offset {}: {e}",

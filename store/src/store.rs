@@ -58,6 +58,8 @@ pub struct Store {
     pub(crate) overlay_cache: Mutex<HashMap<(ConversationId, u64), crate::log::StoredOverlay>>,
     /// Told how many records long operations have got through.
     progress: std::sync::RwLock<Option<ProgressFn>>,
+    /// What convstore records beside sled's files (`state.rs`).
+    tracker: crate::state::Tracker,
 }
 
 /// A callback told how many more records a long operation (verify, a
@@ -94,6 +96,7 @@ impl Drop for Store {
             let _ = self.db.flush();
             let _ = self.durability.sync_sled_blobs();
         }
+        self.tracker.on_drop(&self.path, &self.db);
         let mut dropped = DROPPED
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -323,7 +326,9 @@ impl Store {
 
     fn open_inspected(path: &Path, options: &OpenOptions, found: Found) -> StoreResult<Store> {
         let path = path.to_path_buf();
+        let precheck = crate::state::before_open(&path)?;
         let (db, discarded_snapshots) = open_sled(&path, options.wait)?;
+        let tracker = crate::state::after_open(&path, &db, precheck)?;
         let format = match db.get(keys::FORMAT)? {
             Some(bytes) => {
                 let found =
@@ -374,6 +379,7 @@ impl Store {
             bulk_memory_bytes: AtomicU64::new(DEFAULT_BULK_MEMORY_BYTES),
             overlay_cache: Mutex::new(HashMap::new()),
             progress: std::sync::RwLock::new(None),
+            tracker,
         })
     }
 
@@ -493,6 +499,7 @@ impl Store {
     }
 
     pub(crate) fn lock_writes(&self) -> MutexGuard<'_, ()> {
+        self.tracker.wrote();
         // A panic while holding the lock cannot leave sled half-written
         // (writes are single batches), so a poisoned lock is still usable.
         self.write_lock
@@ -807,11 +814,11 @@ fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>
     let retry = if recent { wait.max(LOCK_GRACE) } else { wait };
     let mut discarded = Vec::new();
     loop {
-        let opened = sled::Config::new()
+        let config = sled::Config::new()
             .path(path)
             .cache_capacity(CACHE_BYTES)
-            .flush_every_ms(Some(500))
-            .open();
+            .flush_every_ms(Some(500));
+        let opened = crate::opening::open(path, &config);
         match opened {
             Ok(db) => return Ok((db, discarded)),
             Err(sled::Error::Corruption { .. })
@@ -833,7 +840,7 @@ fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>
 }
 
 /// The `snap.*.generating` files in database directory `path`.
-fn unfinished_snapshots(path: &Path) -> Vec<PathBuf> {
+pub(crate) fn unfinished_snapshots(path: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(path).map_or_else(
         |_| Vec::new(),
         |dir| {
@@ -866,10 +873,17 @@ fn discard_unfinished_snapshots(path: &Path) -> StoreResult<Vec<PathBuf>> {
         });
     }
     let target = path.join("discarded");
-    std::fs::create_dir_all(&target).map_err(io)?;
     let stamp = Timestamp::now().as_micros();
     let mut moved = Vec::new();
     for file in unfinished_snapshots(path) {
+        // An empty one holds nothing to keep (an open that failed before
+        // writing it, e.g. on a full disk, where `discarded/` could not be
+        // made either).
+        if std::fs::metadata(&file).is_ok_and(|m| m.len() == 0) {
+            std::fs::remove_file(&file).map_err(io)?;
+            continue;
+        }
+        std::fs::create_dir_all(&target).map_err(io)?;
         let name = file.file_name().unwrap_or_default().to_string_lossy();
         let to = target.join(format!("{name}.{stamp}"));
         match std::fs::rename(&file, &to) {

@@ -60,6 +60,13 @@ fn chunk_of(
     Ok((key.to_vec(), bytes, (seq - first) as usize))
 }
 
+/// Makes every store in this process write segment bodies without frames
+/// (`frames.rs`), as convstore did before frames existed; `false` again
+/// restores them.
+pub fn write_unframed(unframed: bool) {
+    crate::frames::UNFRAMED.store(unframed, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Overwrites the database's format version, as a newer convstore would.
 pub fn set_format_version(path: &std::path::Path, version: u32) -> StoreResult<()> {
     let db = sled::open(path)?;

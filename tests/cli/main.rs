@@ -12,6 +12,8 @@ mod test_new_user;
 mod test_no_panic;
 mod test_project;
 mod test_read;
+mod test_recovery;
 mod test_reliability;
+mod test_salvage;
 mod test_segments;
 mod test_tour;

@@ -1,6 +1,7 @@
 //! One module per subcommand; [`dispatch`] picks it.
 
 mod append;
+mod backup;
 mod compact;
 mod demo;
 mod explain;
@@ -60,6 +61,8 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Pin(args) => pin::run(&read()?, args),
         Command::Unpin(args) => pin::unpin(&read()?, args),
         Command::Verify(args) => verify::run(&read()?, args, &notes),
+        Command::Backup(args) => backup::run(read()?.store(), args),
+        Command::Salvage(args) => backup::salvage(args),
         Command::List(args) => stats::list(&read()?, args),
         Command::Stats(args) => stats::run(&read()?, args, &notes),
         Command::Completions { shell } => completions(*shell),
@@ -96,8 +99,8 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
         .with_secrets(Secrets::from_fn(|name| std::env::var(name).ok()));
     for file in engine.store().discarded_snapshots() {
         Notes { quiet: cli.quiet }.say(&format!(
-            "note: a crash had left an unfinished sled snapshot; moved it to {} and \
-             recovered from the previous snapshot and the log",
+            "note: an unfinished sled snapshot was left by an earlier crash or failed open; \
+             moved it to {} and recovered from the previous snapshot and the log",
             file.display()
         ));
     }

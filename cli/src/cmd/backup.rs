@@ -1,0 +1,164 @@
+//! `convstore backup` and `convstore salvage`: a verified copy of a
+//! database, and what can still be read from a damaged one.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use convstore_engine::store::Store;
+use convstore_engine::views as materialize;
+use serde_json::json;
+
+use crate::args::{BackupArgs, SalvageArgs};
+use crate::output::{self, plural};
+
+pub(crate) fn run(store: &Store, args: &BackupArgs) -> Result<ExitCode> {
+    let report = store.backup_checked(&args.dest, check_views)?;
+    let mut out = output::stdout();
+    if args.json {
+        let value = json!({
+            "ok": true,
+            "dest": args.dest.display().to_string(),
+            "conversations": report.conversations,
+            "records": report.records,
+            "blobs": report.blobs,
+            "views": report.views,
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(
+            out,
+            "backed up {}, {}, {}, {} to {}; the copy verifies",
+            plural(report.conversations, "conversation"),
+            plural(report.records, "record"),
+            plural(report.blobs, "blob"),
+            plural(report.views, "view"),
+            args.dest.display()
+        )?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every stored view of `copy` against a fresh projection of its head.
+fn check_views(copy: &Store) -> Result<(), String> {
+    let conversations = copy.conversations().map_err(|e| e.to_string())?;
+    for conversation in conversations {
+        for state in copy.views(&conversation.id).map_err(|e| e.to_string())? {
+            let problem =
+                materialize::check(copy, &conversation.id, &state).map_err(|e| format!("{e:#}"))?;
+            if let Some(problem) = problem {
+                return Err(format!(
+                    "conversation {}: view \"{}\": {problem}",
+                    conversation.id, state.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `convstore salvage DAMAGED DEST`: what can still be read, into a new
+/// database; a line per conversation saying what was recovered, and where
+/// and why it stopped.
+pub(crate) fn salvage(args: &SalvageArgs) -> Result<ExitCode> {
+    let report = convstore_engine::store::salvage(&args.damaged, &args.dest)?;
+    let mut out = output::stdout();
+    let whole = report.conversations.iter().filter(|c| c.is_whole()).count();
+    let unknown = report
+        .conversations
+        .iter()
+        .filter(|c| !c.is_whole() && c.expected.is_none())
+        .count();
+    let cut = report.conversations.len() - whole - unknown;
+    let lost: u64 = report
+        .conversations
+        .iter()
+        .map(|c| {
+            c.expected
+                .or(c.at_least)
+                .unwrap_or(0)
+                .saturating_sub(c.recovered)
+        })
+        .sum();
+    if args.json {
+        for c in &report.conversations {
+            let value = json!({
+                "id": c.id.hex(),
+                "name": c.name,
+                "fork": c.fork.map(|(parent, at)| json!({"parent": parent.hex(), "at": at})),
+                "recovered": c.recovered,
+                "expected": c.expected,
+                "at_least": c.at_least,
+                "whole": c.is_whole(),
+                "stopped_at": c.stopped.as_ref().map(|s| s.0),
+                "reason": c.stopped.as_ref().map(|s| s.1.clone()),
+                "notes": c.notes,
+            });
+            writeln!(out, "{value}")?;
+        }
+        let value = json!({
+            "ok": true,
+            "dest": args.dest.display().to_string(),
+            "conversations": report.conversations.len(),
+            "whole": whole,
+            "cut_short": cut,
+            "length_unknown": unknown,
+            "records": report.records,
+            "records_lost": lost,
+            "blobs": report.blobs,
+            "sources": report.sources,
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(
+            out,
+            "salvaged {} into {} (the copy verifies):",
+            args.damaged.display(),
+            args.dest.display()
+        )?;
+        for c in &report.conversations {
+            writeln!(out, "  {}", describe(c))?;
+        }
+        writeln!(
+            out,
+            "recovered {} and {} in {}: {whole} whole, \
+             {cut} cut short, {unknown} of unknown length (no readable metadata); \
+             {} known lost",
+            plural(report.records, "record"),
+            plural(report.blobs, "blob"),
+            plural(report.conversations.len() as u64, "conversation"),
+            plural(lost, "record"),
+        )?;
+        writeln!(out, "sources: {}", report.sources.join("; "))?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One conversation's line of the salvage report.
+fn describe(c: &convstore_store::SalvagedConversation) -> String {
+    let fork = c.fork.map_or(String::new(), |(parent, at)| {
+        format!(" (fork of {} at {at})", parent.short())
+    });
+    let recovered = c.recovered;
+    let counts = match (c.expected, c.at_least) {
+        (Some(e), _) if recovered > e => {
+            format!("{recovered} records (its metadata found says {e})")
+        }
+        (Some(e), _) => format!("{recovered} of {e} records"),
+        (None, Some(n)) => format!("{recovered} records (at least {n} per the catalog)"),
+        (None, None) => format!("{recovered} records"),
+    };
+    let mut parts = vec![format!(
+        "{} {}{fork}: {counts}",
+        c.name.as_deref().unwrap_or("(no name)"),
+        c.id.short()
+    )];
+    match &c.stopped {
+        None => parts.push("whole".to_owned()),
+        Some((seq, why)) => parts.push(format!("stopped at record {seq}: {why}")),
+    }
+    parts.extend(c.notes.iter().cloned());
+    parts.join("; ")
+}

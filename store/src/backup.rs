@@ -1,0 +1,227 @@
+//! Online backup: [`Store::backup`] copies a consistent snapshot of every
+//! conversation into a new database and verifies the copy.
+//!
+//! It runs inside a process that has the store open (a server, the CLI),
+//! beside its reads and writes: a raw copy of a live sled directory is not
+//! a database. Under the write lock, for a moment, it reads what a
+//! snapshot needs: every conversation's metadata (length, head), fork
+//! point, pins and automatic compaction state, and copies the stored views
+//! (small values, read whole). Then, without the lock, it copies records
+//! `0..len` of each conversation as they were at that moment: the log is
+//! append-only, so those records cannot change while appends go on.
+//! Records are copied byte for byte through the append path into a new
+//! database beside the destination, which is verified (every record
+//! re-hashed, every head and count compared with the snapshot's) before it
+//! is moved into place.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use crate::codec::{decode, decode_record, TextRepr};
+use crate::copy::{ConversationWriter, Destination, Identity, RawRecord};
+use crate::error::{StoreError, StoreResult};
+use crate::fork::ForkPoint;
+use crate::ids::ConversationId;
+use crate::keys;
+use crate::store::{ConversationMeta, Store};
+
+/// What a backup copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackupReport {
+    /// Conversations copied.
+    pub conversations: u64,
+    /// Records copied (a fork's shared records counted once, with their
+    /// owner).
+    pub records: u64,
+    /// Distinct blobs the copy holds.
+    pub blobs: u64,
+    /// Stored views copied.
+    pub views: u64,
+}
+
+/// One conversation as the snapshot saw it.
+struct Captured {
+    id: ConversationId,
+    meta: ConversationMeta,
+    fork: Option<ForkPoint>,
+    settings: Vec<(Vec<u8>, sled::IVec)>,
+}
+
+impl Store {
+    /// Copies a consistent snapshot of every conversation into a new
+    /// database at `dest` (which must not exist, or be an empty directory)
+    /// and verifies it; see `backup.rs`. Appends may go on meanwhile.
+    pub fn backup(&self, dest: impl AsRef<Path>) -> StoreResult<BackupReport> {
+        self.backup_checked(dest, |_| Ok(()))
+    }
+
+    /// [`Store::backup`], with `check` run on the copy (open) after it
+    /// verified and before it is moved to `dest`: the caller's own checks,
+    /// such as stored views against fresh projections. An `Err` fails the
+    /// backup and leaves nothing at `dest`.
+    pub fn backup_checked(
+        &self,
+        dest: impl AsRef<Path>,
+        check: impl FnOnce(&Store) -> Result<(), String>,
+    ) -> StoreResult<BackupReport> {
+        let dest = dest.as_ref();
+        let (destination, out) = Destination::create(dest)?;
+        let (captured, views) = self.capture(&out)?;
+        let mut report = BackupReport {
+            views,
+            ..BackupReport::default()
+        };
+        for conversation in fork_order(&captured)? {
+            let start = conversation.fork.map_or(0, |p| p.at);
+            let who = Identity {
+                id: conversation.id,
+                name: conversation.meta.name.clone(),
+                created: conversation.meta.created,
+                fork: conversation.fork,
+            };
+            let mut writer = ConversationWriter::new(&out, &who);
+            for chunk in self.chunks(&conversation.id, start, conversation.meta.len)? {
+                let chunk = chunk?;
+                for (_, bytes) in chunk.raw_records(self, start, conversation.meta.len)? {
+                    let mut blobs = Vec::new();
+                    for text in decode_record(&bytes)?.texts() {
+                        if let TextRepr::Blob(blob) = text {
+                            blobs.push((blob.hash, self.load_blob(blob)?));
+                        }
+                    }
+                    writer.push(RawRecord { bytes, blobs })?;
+                }
+            }
+            let (len, head) = writer.finish()?;
+            if (len, head) != (conversation.meta.len, conversation.meta.head) {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "conversation {}: the copy holds {len} records ending at {head}, \
+                         the database {} ending at {}",
+                        conversation.id, conversation.meta.len, conversation.meta.head
+                    ),
+                });
+            }
+            let mut batch = sled::Batch::default();
+            for (key, value) in &conversation.settings {
+                batch.insert(key.as_slice(), value.clone());
+            }
+            out.db.apply_batch(batch)?;
+            report.conversations += 1;
+            report.records += len - start;
+        }
+        out.flush()?;
+        let verified = out.verify_all()?.map_err(|failure| StoreError::Corrupt {
+            what: format!("the backup does not verify: {failure}"),
+        })?;
+        for conversation in &captured {
+            let copy = out.meta(&conversation.id)?;
+            let original = &conversation.meta;
+            if (copy.len, copy.head, copy.turns, copy.kinds)
+                != (original.len, original.head, original.turns, original.kinds)
+            {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "the backup of conversation {} differs from the original",
+                        conversation.id
+                    ),
+                });
+            }
+        }
+        report.blobs = verified.blobs;
+        check(&out).map_err(|problem| StoreError::Corrupt {
+            what: format!("the backup does not verify: {problem}"),
+        })?;
+        destination.publish(out)?;
+        Ok(report)
+    }
+
+    /// Under the write lock: every conversation's metadata, fork point,
+    /// pins and automatic compaction state, and its stored views copied
+    /// into `out`; returns them and the number of views.
+    fn capture(&self, out: &Store) -> StoreResult<(Vec<Captured>, u64)> {
+        let _guard = self.lock_writes();
+        let mut captured = Vec::new();
+        let mut views = 0;
+        for item in self.db.scan_prefix([keys::CONVERSATION]) {
+            let (key, value) = item?;
+            let id = key
+                .get(1..17)
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(ConversationId::from_bytes)
+                .ok_or_else(|| StoreError::Corrupt {
+                    what: "a conversation key is truncated".to_owned(),
+                })?;
+            let meta: ConversationMeta = decode(&value, &format!("metadata of conversation {id}"))?;
+            let fork = self.fork_point(&id)?;
+            let mut settings = Vec::new();
+            for key in [keys::pins(&id), keys::auto(&id)] {
+                if let Some(value) = self.db.get(&key)? {
+                    settings.push((key, value));
+                }
+            }
+            let mut batch = sled::Batch::default();
+            for prefix in [keys::VIEW, keys::VIEW_BLOCK, keys::VIEW_CALLS] {
+                let mut start = vec![prefix];
+                start.extend_from_slice(id.as_bytes());
+                for item in self.db.scan_prefix(start) {
+                    let (key, value) = item?;
+                    if prefix == keys::VIEW {
+                        views += 1;
+                    }
+                    batch.insert(key, value);
+                }
+            }
+            out.db.apply_batch(batch)?;
+            captured.push(Captured {
+                id,
+                meta,
+                fork,
+                settings,
+            });
+        }
+        Ok((captured, views))
+    }
+}
+
+/// The conversations ordered so that each fork's parent comes before it.
+fn fork_order(captured: &[Captured]) -> StoreResult<Vec<&Captured>> {
+    let by_id: HashMap<ConversationId, &Captured> = captured.iter().map(|c| (c.id, c)).collect();
+    let mut order = Vec::with_capacity(captured.len());
+    let mut placed = HashSet::new();
+    for conversation in captured {
+        let mut chain = Vec::new();
+        let mut current = Some(conversation);
+        while let Some(c) = current {
+            if placed.contains(&c.id) {
+                break;
+            }
+            if chain.iter().any(|x: &&Captured| x.id == c.id) {
+                return Err(StoreError::Corrupt {
+                    what: format!("conversation {}: its lineage loops", c.id),
+                });
+            }
+            chain.push(c);
+            current = match c.fork {
+                Some(point) => {
+                    Some(
+                        *by_id
+                            .get(&point.parent)
+                            .ok_or_else(|| StoreError::Corrupt {
+                                what: format!(
+                                    "conversation {}: its parent {} does not exist",
+                                    c.id, point.parent
+                                ),
+                            })?,
+                    )
+                }
+                None => None,
+            };
+        }
+        for c in chain.into_iter().rev() {
+            placed.insert(c.id);
+            order.push(c);
+        }
+    }
+    Ok(order)
+}

@@ -1,0 +1,246 @@
+//! Writing conversations into a new database record byte for record byte,
+//! keeping their ids, names, creation times and fork points: what
+//! [`Store::backup`] and salvage (`salvage.rs`) write with.
+//!
+//! Records go through the append path (`write_records`, `Store::commit`):
+//! chunked, indexed and placed (sled or segment files) as any append, all
+//! settled. Addresses are re-chained from the records' bytes, so a copy
+//! whose head equals the original's holds exactly its records.
+
+use crate::append::{write_records, Placement, Writes};
+use crate::codec::{decode_record, encode, BodyRepr, EncodedRecord, TextRepr};
+use crate::error::{StoreError, StoreResult};
+use crate::event::{Timestamp, TurnTracker};
+use crate::fork::ForkPoint;
+use crate::hash::{Address, BlobHash};
+use crate::ids::ConversationId;
+use crate::keys;
+use crate::store::{ConversationMeta, KindStats, Store};
+
+/// Records per batch written.
+const BATCH_RECORDS: usize = 8192;
+/// Bytes (records and blob texts) per batch written.
+const BATCH_BYTES: usize = 32 << 20;
+
+/// A conversation to write: who it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    pub id: ConversationId,
+    pub name: Option<String>,
+    pub created: Timestamp,
+    pub fork: Option<ForkPoint>,
+}
+
+/// A record to write: its canonical bytes and the texts of its blobs.
+pub(crate) struct RawRecord {
+    pub bytes: Vec<u8>,
+    pub blobs: Vec<(BlobHash, String)>,
+}
+
+/// Writes one conversation into a store, batch by batch.
+pub(crate) struct ConversationWriter<'s> {
+    store: &'s Store,
+    id: ConversationId,
+    meta: ConversationMeta,
+    /// The keys the first batch writes besides the records (name, lineage).
+    first: Option<Writes>,
+    pending: Vec<RawRecord>,
+    pending_bytes: usize,
+}
+
+impl<'s> ConversationWriter<'s> {
+    /// Starts writing `who` into `store`; nothing is written before
+    /// [`ConversationWriter::finish`] or enough records are pushed.
+    pub(crate) fn new(store: &'s Store, who: &Identity) -> Self {
+        let (head, len, turns) = match &who.fork {
+            Some(point) => (point.base, point.at, point.turns),
+            None => (Address::ROOT, 0, TurnTracker::new()),
+        };
+        let meta = ConversationMeta {
+            name: who.name.clone(),
+            created: who.created,
+            head,
+            len,
+            turns,
+            kinds: [KindStats::default(); 10],
+        };
+        let mut first = Writes::default();
+        if let Some(name) = &who.name {
+            first
+                .batch
+                .insert(keys::name(name), who.id.as_bytes().as_slice());
+        }
+        if let Some(point) = &who.fork {
+            first.batch.insert(keys::lineage(&who.id), encode(point));
+        }
+        ConversationWriter {
+            store,
+            id: who.id,
+            meta,
+            first: Some(first),
+            pending: Vec::new(),
+            pending_bytes: 0,
+        }
+    }
+
+    /// Adds a record after those pushed before.
+    pub(crate) fn push(&mut self, record: RawRecord) -> StoreResult<()> {
+        self.pending_bytes +=
+            record.bytes.len() + record.blobs.iter().map(|(_, t)| t.len()).sum::<usize>();
+        self.pending.push(record);
+        if self.pending.len() >= BATCH_RECORDS || self.pending_bytes >= BATCH_BYTES {
+            self.write()?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is pending; returns the conversation's length and head.
+    pub(crate) fn finish(mut self) -> StoreResult<(u64, Address)> {
+        self.write()?;
+        Ok((self.meta.len, self.meta.head))
+    }
+
+    fn write(&mut self) -> StoreResult<()> {
+        if self.pending.is_empty() && self.first.is_none() {
+            return Ok(());
+        }
+        let records = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        // The tool calls' ids and names, owned apart from the record bytes
+        // the encoded records take.
+        let mut calls: Vec<Option<(String, String)>> = Vec::with_capacity(records.len());
+        let mut kinds = Vec::with_capacity(records.len());
+        for record in &records {
+            let repr = decode_record(&record.bytes).map_err(|e| StoreError::Corrupt {
+                what: format!(
+                    "conversation {}: record {}: {e}",
+                    self.id,
+                    self.meta.len + kinds.len() as u64
+                ),
+            })?;
+            let mut blob_bytes = 0;
+            for text in repr.texts() {
+                if let TextRepr::Blob(blob) = text {
+                    blob_bytes += blob.len;
+                }
+            }
+            calls.push(match &repr.body {
+                BodyRepr::ToolCall { id, name, .. } => Some(((*id).to_owned(), (*name).to_owned())),
+                _ => None,
+            });
+            kinds.push((repr.body.event_type(), blob_bytes));
+        }
+        let mut encoded = Vec::with_capacity(records.len());
+        let mut texts = Vec::with_capacity(records.len());
+        for record in records {
+            texts.push(record.blobs);
+            encoded.push(record.bytes);
+        }
+        let encoded: Vec<EncodedRecord<'_>> = encoded
+            .into_iter()
+            .zip(&texts)
+            .zip(&calls)
+            .zip(&kinds)
+            .map(
+                |(((bytes, blobs), call), &(event_type, blob_bytes))| EncodedRecord {
+                    size: bytes.len() as u64 + blob_bytes,
+                    bytes,
+                    event_type,
+                    blobs: blobs.iter().map(|(h, t)| (*h, t.as_str())).collect(),
+                    call: call.as_ref().map(|(i, n)| (i.as_str(), n.as_str())),
+                },
+            )
+            .collect();
+        let mut writes = self.first.take().unwrap_or_default();
+        let _guard = self.store.lock_writes();
+        if encoded.is_empty() {
+            writes
+                .batch
+                .insert(keys::conversation(&self.id), encode(&self.meta));
+        } else {
+            let appended = write_records(
+                &self.id,
+                self.meta.clone(),
+                &encoded,
+                &Placement::Settled(None),
+                &mut writes,
+            )?;
+            for record in &encoded {
+                self.meta.turns.next(record.event_type);
+                let stats = &mut self.meta.kinds[record.event_type.index()];
+                stats.count += 1;
+                stats.bytes += record.size;
+            }
+            self.meta.len += encoded.len() as u64;
+            self.meta.head = appended.head;
+        }
+        self.store.commit(&encoded, writes)
+    }
+}
+
+/// A new database being written for `dest`: in a temporary directory
+/// beside it until complete, then moved there, so that `dest` never holds
+/// half a copy (a failed copy leaves nothing).
+pub(crate) struct Destination {
+    dest: std::path::PathBuf,
+    temp: tempfile::TempDir,
+}
+
+impl Destination {
+    /// Refuses a `dest` that exists (other than as an empty directory)
+    /// and opens a new store in a temporary directory beside it.
+    pub(crate) fn create(dest: &std::path::Path) -> StoreResult<(Self, Store)> {
+        let refuse = |reason: String| StoreError::Destination {
+            path: dest.to_path_buf(),
+            reason,
+        };
+        if dest.exists() {
+            let empty = std::fs::read_dir(dest).is_ok_and(|mut d| d.next().is_none());
+            if !empty {
+                return Err(refuse(
+                    "it already exists; a copy is written to a new path".to_owned(),
+                ));
+            }
+        }
+        let parent = dest
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let temp = tempfile::Builder::new()
+            .prefix(".convstore-copy-")
+            .tempdir_in(parent)
+            .map_err(|e| refuse(e.to_string()))?;
+        let store = Store::open(temp.path().join("db"))?;
+        Ok((
+            Destination {
+                dest: dest.to_path_buf(),
+                temp,
+            },
+            store,
+        ))
+    }
+
+    /// Closes `store` (flushing it) and moves it to the destination.
+    pub(crate) fn publish(self, store: Store) -> StoreResult<()> {
+        drop(store);
+        let from = self.temp.path().join("db");
+        if self.dest.exists() {
+            // An empty directory: replaced.
+            let _ = std::fs::remove_dir(&self.dest);
+        }
+        std::fs::rename(&from, &self.dest).map_err(|e| StoreError::Destination {
+            path: self.dest.clone(),
+            reason: e.to_string(),
+        })?;
+        if let Some(parent) = self.dest.parent() {
+            if let Ok(dir) = std::fs::File::open(if parent.as_os_str().is_empty() {
+                std::path::Path::new(".")
+            } else {
+                parent
+            }) {
+                let _ = dir.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
