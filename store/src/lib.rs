@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 mod append;
+pub mod backend;
 mod backup;
 mod bulk;
 mod codec;

@@ -4,6 +4,7 @@
 use std::ops::Range;
 
 use crate::append::{OverlayEntry, TurnEntry};
+use crate::backend::{self, Bytes, Keyspace, KvIter};
 use crate::codec::{
     self, decode_record, record_to_event, BlobRef, BlobValue, CallDirectory, ChunkLayout,
     ChunkValue, TextRepr,
@@ -43,9 +44,10 @@ pub struct StoredOverlay {
     pub event: Event,
 }
 
-/// A chunk's bytes: a value sled holds, or read from a segment file.
+/// A chunk's bytes: a value the backend holds, or read from a segment
+/// file.
 pub(crate) enum ChunkBytes {
-    Sled(sled::IVec),
+    Shared(Bytes),
     Owned(Vec<u8>),
 }
 
@@ -54,7 +56,7 @@ impl std::ops::Deref for ChunkBytes {
 
     fn deref(&self) -> &[u8] {
         match self {
-            ChunkBytes::Sled(bytes) => bytes,
+            ChunkBytes::Shared(bytes) => bytes,
             ChunkBytes::Owned(bytes) => bytes,
         }
     }
@@ -102,7 +104,7 @@ impl Located {
         format: u32,
         id: &ConversationId,
         key: &[u8],
-        value: sled::IVec,
+        value: Bytes,
     ) -> StoreResult<Self> {
         let first_seq = keys::key_seq(key).ok_or_else(|| StoreError::Corrupt {
             what: format!("conversation {id}: a chunk key is truncated"),
@@ -111,18 +113,18 @@ impl Located {
             return Ok(Located::Loaded(LoadedChunk::parse(
                 id,
                 first_seq,
-                ChunkBytes::Sled(value),
+                ChunkBytes::Shared(value),
             )?));
         }
         let what = || format!("conversation {id}: chunk at seq {first_seq}");
         match codec::decode_named(&value, &what)? {
             ChunkValue::Inline(bytes) => {
                 let offset = bytes.as_ptr() as usize - value.as_ptr() as usize;
-                let bytes = value.subslice(offset, bytes.len());
+                let bytes = value.slice(offset..offset + bytes.len());
                 Ok(Located::Loaded(LoadedChunk::parse(
                     id,
                     first_seq,
-                    ChunkBytes::Sled(bytes),
+                    ChunkBytes::Shared(bytes),
                 )?))
             }
             ChunkValue::Segment { at, records } => Ok(Located::Segment {
@@ -184,7 +186,15 @@ fn read_segment_chunk(
     records: u64,
 ) -> StoreResult<LoadedChunk> {
     let what = || format!("conversation {id}: chunk at seq {first_seq}");
-    let bytes = store.segments.read(at, &what)?;
+    let bytes = store
+        .segments()
+        .ok_or_else(|| StoreError::Corrupt {
+            what: format!(
+                "{}: refers to segment files this database does not have",
+                what()
+            ),
+        })?
+        .read(at, &what)?;
     let chunk = LoadedChunk::parse(id, first_seq, ChunkBytes::Owned(bytes))?;
     if chunk.layout.entries.len() as u64 != records {
         return Err(StoreError::Corrupt {
@@ -242,14 +252,15 @@ impl Store {
         id: &ConversationId,
         start: u64,
         end: u64,
-    ) -> StoreResult<Vec<(Piece, sled::Iter)>> {
+    ) -> StoreResult<Vec<(Piece, KvIter<'_>)>> {
         let mut out = Vec::new();
         for (space, piece) in self.spaced_pieces(id, start, end)? {
             let owner = &piece.owner;
             let from = self.chunk_start(space, owner, piece.start)?;
-            let chunks = self
-                .db
-                .range(keys::chunk(space, owner, from)..keys::chunk(space, owner, piece.end));
+            let chunks = self.scan_range(
+                keys::chunk(space, owner, from),
+                keys::chunk(space, owner, piece.end),
+            );
             out.push((piece, chunks));
         }
         Ok(out)
@@ -313,9 +324,13 @@ impl Store {
     /// empty log).
     fn chunk_start(&self, space: Space, id: &ConversationId, seq: u64) -> StoreResult<u64> {
         let found = self
-            .db
-            .range(keys::chunks(space, id)..=keys::chunk(space, id, seq))
-            .next_back()
+            .kv
+            .scan(
+                Keyspace::Main,
+                backend::through(keys::chunks(space, id), keys::chunk(space, id, seq)),
+                true,
+            )
+            .next()
             .transpose()?;
         Ok(found.and_then(|(key, _)| keys::key_seq(&key)).unwrap_or(0))
     }
@@ -327,7 +342,7 @@ impl Store {
         first_seq: u64,
     ) -> StoreResult<LoadedChunk> {
         let key = keys::chunk(space, id, first_seq);
-        let bytes = self.db.get(&key)?.ok_or_else(|| StoreError::Corrupt {
+        let bytes = self.get(&key)?.ok_or_else(|| StoreError::Corrupt {
             what: format!("conversation {id}: chunk at seq {first_seq} is missing"),
         })?;
         self.read_chunk(id, &key, bytes)
@@ -338,7 +353,7 @@ impl Store {
         &self,
         id: &ConversationId,
         key: &[u8],
-        value: sled::IVec,
+        value: Bytes,
     ) -> StoreResult<LoadedChunk> {
         Located::new(self.format, id, key, value)?.into_loaded(self, id)
     }
@@ -417,8 +432,9 @@ impl Store {
     ) -> StoreResult<Option<u64>> {
         let settled = self.settled(owner)?;
         for space in [Space::Settled, Space::Staged] {
-            let index = self.db.range(
-                keys::turn(space, owner, turn, 0)..keys::turn(space, owner, u64::MAX, u64::MAX),
+            let index = self.scan_range(
+                keys::turn(space, owner, turn, 0),
+                keys::turn(space, owner, u64::MAX, u64::MAX),
             );
             for item in index {
                 let (key, value) = item?;
@@ -450,9 +466,10 @@ impl Store {
         let mut out = Vec::new();
         for piece in self.pieces(id, end)? {
             let owner = &piece.owner;
-            let entries = self
-                .db
-                .range(keys::overlay(owner, piece.start)..keys::overlay(owner, piece.end));
+            let entries = self.scan_range(
+                keys::overlay(owner, piece.start),
+                keys::overlay(owner, piece.end),
+            );
             for item in entries {
                 let (key, value) = item?;
                 let seq = keys::key_seq(&key).ok_or_else(|| StoreError::Corrupt {
@@ -556,14 +573,14 @@ impl Store {
         id: &ConversationId,
         start: u64,
         end: u64,
-        mut visit: impl FnMut(Range<u64>, sled::IVec),
+        mut visit: impl FnMut(Range<u64>, Bytes),
     ) -> StoreResult<()> {
         for (space, piece) in self.spaced_pieces(id, start, end)? {
             let owner = &piece.owner;
             let from = self.chunk_start(space, owner, piece.start)?;
-            let directories = self.db.range(
-                keys::call_directory(space, owner, from)
-                    ..keys::call_directory(space, owner, piece.end),
+            let directories = self.scan_range(
+                keys::call_directory(space, owner, from),
+                keys::call_directory(space, owner, piece.end),
             );
             for item in directories {
                 let (_, value) = item?;
@@ -613,7 +630,7 @@ impl Store {
     /// The chunks holding records `start..end`, in order, undecoded: for
     /// readers that decode them in parallel ([`RawChunk::events`]). A chunk
     /// shared with a fork's parent yields only the fork's records.
-    pub fn chunks(&self, id: &ConversationId, start: u64, end: u64) -> StoreResult<ChunkIter> {
+    pub fn chunks(&self, id: &ConversationId, start: u64, end: u64) -> StoreResult<ChunkIter<'_>> {
         let mut pieces = self.piece_chunks(id, start, end)?;
         pieces.reverse();
         Ok(ChunkIter {
@@ -669,7 +686,7 @@ impl Store {
     /// from its segment file, checked against the file's checksum; not
     /// against `hash`).
     pub(crate) fn blob_bytes(&self, hash: &BlobHash) -> StoreResult<Option<Vec<u8>>> {
-        let Some(value) = self.blobs.get(hash.as_bytes())? else {
+        let Some(value) = self.kv.get(Keyspace::Blobs, hash.as_bytes())? else {
             return Ok(None);
         };
         if self.format < 2 {
@@ -678,20 +695,25 @@ impl Store {
         let what = format!("blob {hash}");
         match codec::decode(&value, &what)? {
             BlobValue::Inline(bytes) => Ok(Some(bytes.to_vec())),
-            BlobValue::Segment(at) => self.segments.read(&at, &|| what.clone()).map(Some),
+            BlobValue::Segment(at) => match self.segments() {
+                Some(segments) => segments.read(&at, &|| what.clone()).map(Some),
+                None => Err(StoreError::Corrupt {
+                    what: format!("{what}: refers to segment files this database does not have"),
+                }),
+            },
         }
     }
 }
 
 /// Undecoded chunks of a conversation; see [`Store::chunks`].
-pub struct ChunkIter {
+pub struct ChunkIter<'s> {
     format: u32,
     /// The pieces still to read, the next one last.
-    pieces: Vec<(Piece, sled::Iter)>,
-    current: Option<(Piece, sled::Iter)>,
+    pieces: Vec<(Piece, KvIter<'s>)>,
+    current: Option<(Piece, KvIter<'s>)>,
 }
 
-impl Iterator for ChunkIter {
+impl Iterator for ChunkIter<'_> {
     type Item = StoreResult<RawChunk>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -700,7 +722,7 @@ impl Iterator for ChunkIter {
                 if let Some(item) = chunks.next() {
                     let piece = *piece;
                     let format = self.format;
-                    return Some(item.map_err(StoreError::from).and_then(|(key, bytes)| {
+                    return Some(item.and_then(|(key, bytes)| {
                         Ok(RawChunk {
                             id: piece.owner,
                             records: piece.start..piece.end,
@@ -823,8 +845,8 @@ pub struct LogIter<'s> {
     store: &'s Store,
     id: ConversationId,
     /// The pieces still to read.
-    pieces: std::vec::IntoIter<(Piece, sled::Iter)>,
-    chunks: Option<(Piece, sled::Iter)>,
+    pieces: std::vec::IntoIter<(Piece, KvIter<'s>)>,
+    chunks: Option<(Piece, KvIter<'s>)>,
     current: Option<(LoadedChunk, usize, Address)>,
     next_seq: u64,
     end_seq: u64,

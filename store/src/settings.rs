@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{Batch, Condition};
 use crate::codec::{decode, encode};
 use crate::error::StoreResult;
 use crate::ids::ConversationId;
@@ -21,7 +22,7 @@ impl Store {
     /// The pinned turn ranges of `id` (inclusive), sorted and merged.
     pub fn pins(&self, id: &ConversationId) -> StoreResult<Vec<(u64, u64)>> {
         self.meta(id)?;
-        match self.db.get(keys::pins(id))? {
+        match self.get(&keys::pins(id))? {
             Some(bytes) => decode(&bytes, &format!("pins of conversation {id}")),
             None => Ok(Vec::new()),
         }
@@ -29,21 +30,18 @@ impl Store {
 
     /// Pins turns `first..=last` of `id`; returns the pins after it.
     pub fn pin(&self, id: &ConversationId, first: u64, last: u64) -> StoreResult<Vec<(u64, u64)>> {
-        let guard = self.lock_writes();
-        let mut pins = self.pins(id)?;
-        pins.push((first.min(last), first.max(last)));
-        pins.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (a, b) in pins {
-            match merged.last_mut() {
-                Some(m) if a <= m.1.saturating_add(1) => m.1 = m.1.max(b),
-                _ => merged.push((a, b)),
+        self.update_pins(id, |pins| {
+            pins.push((first.min(last), first.max(last)));
+            pins.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for &(a, b) in pins.iter() {
+                match merged.last_mut() {
+                    Some(m) if a <= m.1.saturating_add(1) => m.1 = m.1.max(b),
+                    _ => merged.push((a, b)),
+                }
             }
-        }
-        self.db.insert(keys::pins(id), encode(&merged))?;
-        drop(guard);
-        self.sync()?;
-        Ok(merged)
+            *pins = merged;
+        })
     }
 
     /// Unpins turns `first..=last` of `id` (a pinned range that straddles
@@ -55,29 +53,58 @@ impl Store {
         last: u64,
     ) -> StoreResult<Vec<(u64, u64)>> {
         let (first, last) = (first.min(last), first.max(last));
-        let guard = self.lock_writes();
-        let mut kept = Vec::new();
-        for (a, b) in self.pins(id)? {
-            if b < first || a > last {
-                kept.push((a, b));
-                continue;
+        self.update_pins(id, |pins| {
+            let mut kept = Vec::new();
+            for &(a, b) in pins.iter() {
+                if b < first || a > last {
+                    kept.push((a, b));
+                    continue;
+                }
+                if a < first {
+                    kept.push((a, first - 1));
+                }
+                if b > last {
+                    kept.push((last + 1, b));
+                }
             }
-            if a < first {
-                kept.push((a, first - 1));
-            }
-            if b > last {
-                kept.push((last + 1, b));
+            *pins = kept;
+        })
+    }
+
+    /// Changes the pins of `id` with `change`, on condition that nobody
+    /// changed them meanwhile (else reads them again), durably.
+    fn update_pins(
+        &self,
+        id: &ConversationId,
+        change: impl Fn(&mut Vec<(u64, u64)>),
+    ) -> StoreResult<Vec<(u64, u64)>> {
+        let key = keys::pins(id);
+        loop {
+            let guard = self.lock_writes();
+            self.meta(id)?;
+            let stored = self.get(&key)?;
+            let mut pins: Vec<(u64, u64)> = match &stored {
+                Some(bytes) => decode(bytes, &format!("pins of conversation {id}"))?,
+                None => Vec::new(),
+            };
+            change(&mut pins);
+            let mut batch = Batch::new();
+            batch.put(key.clone(), encode(&pins));
+            let condition = Condition {
+                key: key.clone(),
+                expected: stored.map(|b| b.to_vec()),
+            };
+            if self.kv.apply_if(&[condition], batch)? {
+                drop(guard);
+                self.sync()?;
+                return Ok(pins);
             }
         }
-        self.db.insert(keys::pins(id), encode(&kept))?;
-        drop(guard);
-        self.sync()?;
-        Ok(kept)
     }
 
     /// Automatic compaction's state for `id`.
     pub fn auto_state(&self, id: &ConversationId) -> StoreResult<AutoState> {
-        match self.db.get(keys::auto(id))? {
+        match self.get(&keys::auto(id))? {
             Some(bytes) => decode(&bytes, &format!("automatic compaction state of {id}")),
             None => Ok(AutoState::default()),
         }
@@ -85,7 +112,9 @@ impl Store {
 
     /// Sets automatic compaction's state for `id`.
     pub fn set_auto_state(&self, id: &ConversationId, state: AutoState) -> StoreResult<()> {
-        self.db.insert(keys::auto(id), encode(&state))?;
+        let mut batch = Batch::new();
+        batch.put(keys::auto(id), encode(&state));
+        self.kv.apply(batch)?;
         self.sync()?;
         Ok(())
     }
