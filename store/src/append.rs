@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::{
     encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord,
-    EntryRepr, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    EntryRepr, OverlayEntry, TurnEntry, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -47,21 +47,6 @@ pub struct Appended {
     pub count: u64,
     /// The conversation's new head.
     pub head: Address,
-}
-
-/// The value of an overlay entry: the compaction's turn and record bytes.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub(crate) struct OverlayEntry<'a> {
-    pub turn: u64,
-    #[serde(with = "serde_bytes")]
-    pub record: &'a [u8],
-}
-
-/// The value of a turn index entry: where the chunk starts.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub(crate) struct TurnEntry {
-    pub first_turn: u64,
-    pub entries: u64,
 }
 
 impl Store {

@@ -34,8 +34,9 @@
 
 use std::collections::HashSet;
 
-use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended, OverlayEntry};
+use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended};
 use crate::backend::{Batch, Condition, Keyspace};
+use crate::codec::OverlayEntry;
 use crate::codec::{
     encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord, EntryRepr,
     CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,

@@ -19,6 +19,7 @@ use crate::event::TurnTracker;
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
+use crate::layout::Piece;
 use crate::store::{KindStats, Store};
 
 /// Where a fork branches from its parent.
@@ -33,15 +34,6 @@ pub struct ForkPoint {
     pub base: Address,
     /// The turn state after the shared records.
     pub turns: TurnTracker,
-}
-
-/// Records `start..end` of a conversation's log, stored under `owner`'s
-/// keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Piece {
-    pub owner: ConversationId,
-    pub start: u64,
-    pub end: u64,
 }
 
 impl Store {

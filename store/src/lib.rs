@@ -48,6 +48,7 @@ mod index;
 pub mod interop;
 pub mod json;
 mod keys;
+mod layout;
 mod log;
 mod names;
 mod opening;

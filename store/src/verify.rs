@@ -17,9 +17,9 @@ use std::sync::{Mutex, PoisonError};
 
 use rayon::prelude::*;
 
-use crate::append::{OverlayEntry, TurnEntry};
 use crate::backend::Bytes;
 use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, TextRepr};
+use crate::codec::{OverlayEntry, TurnEntry};
 use crate::error::StoreResult;
 use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
