@@ -500,6 +500,20 @@ impl Json {
     }
 }
 
+/// An event of the view, with where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewEvent {
+    /// The raw seq it was produced from (for an injected summary event: the
+    /// first event its run drops).
+    pub seq: u64,
+    /// The raw turn it was produced from.
+    pub turn: u64,
+    /// For injected summary events: the raw turns the run replaces.
+    pub summary_of: Option<(u64, u64)>,
+    /// The event as the model sees it.
+    pub event: Event,
+}
+
 #[cfg(test)]
 #[path = "event_tests.rs"]
 mod tests;

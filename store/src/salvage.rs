@@ -55,8 +55,8 @@ use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
 use crate::opening::quiet;
+use crate::pins::AutoState;
 use crate::segments::Segments;
-use crate::settings::AutoState;
 use crate::state::{self, CatalogEntry};
 use crate::store::{ConversationMeta, Store};
 

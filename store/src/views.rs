@@ -18,7 +18,7 @@ use crate::append::{encode_all, Writes};
 use crate::backend::{self, Batch, Keyspace};
 use crate::codec::{decode, decode_record, encode, record_to_event};
 use crate::error::{StoreError, StoreResult};
-use crate::event::{Event, Timestamp};
+use crate::event::{Timestamp, ViewEvent};
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
@@ -41,19 +41,6 @@ pub struct ViewState {
     pub created: Timestamp,
 }
 
-/// One event of a stored view, with where it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredViewEvent {
-    /// The raw seq it was produced from.
-    pub seq: u64,
-    /// The raw turn it was produced from.
-    pub turn: u64,
-    /// For injected summary events: the raw turns the run replaces.
-    pub summary_of: Option<(u64, u64)>,
-    /// The event.
-    pub event: Event,
-}
-
 /// The view events of raw turns `first_turn..=last_turn`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ViewBlock {
@@ -62,7 +49,7 @@ pub struct ViewBlock {
     /// Its last raw turn.
     pub last_turn: u64,
     /// Its events, in view order.
-    pub events: Vec<StoredViewEvent>,
+    pub events: Vec<ViewEvent>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -253,7 +240,7 @@ impl Store {
         for e in repr.events {
             let record = decode_record(e.record)?;
             let event = record_to_event(&record, &mut |blob| self.load_blob(blob))?;
-            events.push(StoredViewEvent {
+            events.push(ViewEvent {
                 seq: e.seq,
                 turn: e.turn,
                 summary_of: e.summary_of,
