@@ -85,7 +85,7 @@ fn projection(c: &mut Criterion) {
                         )
                         .expect("stream");
                         black_box(count)
-                    })
+                    });
                 },
             );
             let events = load(&store, &id);
