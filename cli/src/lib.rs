@@ -52,7 +52,7 @@ fn usage(e: &clap::Error) -> ExitCode {
                 // the usage.
                 .map(|u| format!(" (usage: {})", u.replace("--db <DIR> ", "")))
                 .unwrap_or_default();
-            eprintln!("{message}{usage}");
+            output::line_to_stderr(&format!("{message}{usage}"));
             ExitCode::from(2)
         }
     }
@@ -107,7 +107,7 @@ pub fn run() -> ExitCode {
                 }
                 _ => {}
             }
-            eprintln!("error: {message}");
+            output::line_to_stderr(&format!("error: {message}"));
             ExitCode::FAILURE
         }
     }
