@@ -246,9 +246,7 @@ fn flush_unless_disk_full(db: &sled::Db, blobs: &sled::Tree, path: &Path) -> boo
 /// Whether the file system holding `path` has (almost) no space left for
 /// its user.
 fn disk_full(path: &Path) -> bool {
-    rustix::fs::statvfs(path)
-        .map(|s| s.f_bavail.saturating_mul(s.f_frsize) < 1024 * 1024)
-        .unwrap_or(false)
+    rustix::fs::statvfs(path).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) < 1024 * 1024)
 }
 
 /// sled's page cache. Reads of a whole log pass through it once, so it need
