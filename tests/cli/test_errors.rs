@@ -419,3 +419,20 @@ fn each_cause_is_said_once() {
     );
     assert_eq!(toml.stderr.lines().count(), 1);
 }
+
+/// Only the commands that use the configuration read `convstore.toml`:
+/// a plain fork does not, a compacting one does.
+#[test]
+fn a_plain_fork_does_not_read_the_configuration() {
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "hello"]).ok();
+    std::fs::write(env.path().join("convstore.toml"), "[compaction\n").unwrap();
+    env.run(&["fork", "c", "--name", "plain"]).ok();
+    env.run(&["fork", "c", "--name", "compacted", "--compact"])
+        .fails();
+    assert!(env
+        .run(&["log", "compacted"])
+        .fails()
+        .stderr
+        .contains("no conversation"));
+}
