@@ -178,6 +178,37 @@ impl<'s> ConversationWriter<'s> {
     }
 }
 
+/// How the temporary directory of a copy is named, before the writing
+/// process's id.
+const COPY_PREFIX: &str = ".convstore-copy-";
+
+/// Removes the temporary directories in `parent` of copies whose process
+/// is gone (killed part-way: a finished or failed copy removes its own).
+fn remove_abandoned_copies(parent: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(COPY_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Gone: no such process (another user's is alive, not ours to
+        // signal).
+        let gone = rustix::process::Pid::from_raw(pid).is_some_and(|pid| {
+            rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
+        });
+        if gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// A new database being written for `dest`: in a temporary directory
 /// beside it until complete, then moved there, so that `dest` never holds
 /// half a copy (a failed copy leaves nothing).
@@ -206,8 +237,15 @@ impl Destination {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(std::path::Path::new("."));
+        if !parent.is_dir() {
+            return Err(refuse(format!(
+                "the directory {} does not exist",
+                parent.display()
+            )));
+        }
+        remove_abandoned_copies(parent);
         let temp = tempfile::Builder::new()
-            .prefix(".convstore-copy-")
+            .prefix(&format!("{COPY_PREFIX}{}-", std::process::id()))
             .tempdir_in(parent)
             .map_err(|e| refuse(e.to_string()))?;
         let store = Store::open(temp.path().join("db"))?;

@@ -364,3 +364,39 @@ fn salvage_recovers_what_damaged_copies_still_hold() {
         leftovers(env.path())
     );
 }
+
+/// Destinations: a missing parent directory and a URL are refused with
+/// what is wrong; a copy killed part-way is cleaned up by the next one.
+#[test]
+fn backup_destinations_are_checked_and_abandoned_copies_removed() {
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "hello"]).ok();
+    let missing = env.run(&["backup", "/nonexistent-dir/copy"]).fails();
+    assert!(
+        missing
+            .stderr
+            .contains("the directory /nonexistent-dir does not exist"),
+        "{}",
+        missing.stderr
+    );
+    assert!(
+        !missing.stderr.contains(".convstore-copy"),
+        "{}",
+        missing.stderr
+    );
+    for url in ["postgres:mydb", "s3://bucket/x"] {
+        let run = env.run(&["backup", url]).fails();
+        assert!(run.stderr.contains("URL"), "{}", run.stderr);
+        let db = env.db();
+        let run = env.run(&["salvage", db.to_str().unwrap(), url]).fails();
+        assert!(run.stderr.contains("URL"), "{}", run.stderr);
+    }
+    assert!(!env.path().join("postgres:mydb").exists());
+    // What a killed backup leaves: a copy directory of a process that is
+    // gone (pid 2^22 + 1 is above Linux's limit).
+    let abandoned = env.path().join(".convstore-copy-4194305-abc");
+    std::fs::create_dir_all(abandoned.join("db")).unwrap();
+    let dest = env.path().join("copy");
+    env.run(&["backup", dest.to_str().unwrap()]).ok();
+    assert!(!abandoned.exists());
+}

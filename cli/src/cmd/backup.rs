@@ -12,8 +12,21 @@ use serde_json::json;
 use crate::args::{BackupArgs, SalvageArgs};
 use crate::output::{self, plural};
 
+/// A destination directory: as `--db`, a value that looks like a URL is
+/// never taken for a path.
+fn directory(path: &std::path::Path) -> Result<&std::path::Path> {
+    let location = convstore_engine::Location::parse(&path.to_string_lossy())?;
+    if location.path().is_none() {
+        anyhow::bail!(
+            "{}: a copy is written to a directory, not a URL",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
 pub(crate) fn run(store: &Store, args: &BackupArgs) -> Result<ExitCode> {
-    let report = store.backup_checked(&args.dest, check_views)?;
+    let report = store.backup_checked(directory(&args.dest)?, check_views)?;
     let mut out = output::stdout();
     if args.json {
         let value = json!({
@@ -62,7 +75,8 @@ fn check_views(copy: &Store) -> Result<(), String> {
 /// database; a line per conversation saying what was recovered, and where
 /// and why it stopped.
 pub(crate) fn salvage(args: &SalvageArgs) -> Result<ExitCode> {
-    let report = convstore_engine::store::salvage(&args.damaged, &args.dest)?;
+    let report =
+        convstore_engine::store::salvage(directory(&args.damaged)?, directory(&args.dest)?)?;
     let mut out = output::stdout();
     let whole = report.conversations.iter().filter(|c| c.is_whole()).count();
     let unknown = report
