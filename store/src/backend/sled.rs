@@ -227,16 +227,20 @@ fn flush_unless_disk_full(db: &sled::Db, blobs: &sled::Tree, path: &Path) -> boo
         .spawn(move || {
             let _ = handles.0.flush();
             let _ = done.send(());
-            // The handles are dropped here, after the caller's: their drop
-            // has nothing left to flush.
+            // The handles are dropped here: there is nothing left to flush.
         });
-    if spawned.is_err() {
+    let Ok(thread) = spawned else {
         let _ = db.flush();
         return true;
-    }
+    };
     loop {
         match finished.recv_timeout(Duration::from_millis(500)) {
-            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return true,
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                // Its handles gone before the caller's, so that the
+                // database is released when the caller's are.
+                let _ = thread.join();
+                return true;
+            }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) if disk_full(path) => return false,
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
