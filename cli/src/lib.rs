@@ -77,7 +77,10 @@ pub fn run() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage(&e),
     };
-    interrupt::install();
+    // `serve` shuts down on its own signals (gracefully).
+    if !matches!(cli.command, args::Command::Serve(_)) {
+        interrupt::install();
+    }
     // The command has released the database when it returns: only then
     // does what a slow reader has not taken yet get written.
     let done = cmd::dispatch(&cli, &matches).and_then(|code| {

@@ -12,6 +12,7 @@ mod import;
 mod log;
 mod pin;
 mod project;
+mod serve;
 mod stats;
 mod verify;
 mod view;
@@ -65,6 +66,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Salvage(args) => backup::salvage(args),
         Command::List(args) => stats::list(&read()?, args),
         Command::Stats(args) => stats::run(&read()?, args, &notes),
+        Command::Serve(args) => serve::run(cli, args, &notes),
         Command::Completions { shell } => completions(*shell),
     }
 }

@@ -1,0 +1,76 @@
+//! Group commit: concurrent writes share one durable flush.
+//!
+//! A write request applies its batch without a sync
+//! (`AppendOptions::no_sync`), then asks [`Committer::durable`]. One thread
+//! takes every request waiting, makes the database durable with one
+//! `Store::flush` (sled's flush, the fsync of new blob files, an
+//! `fdatasync` of sled's log file: `store/src/durable.rs`), and answers
+//! them all. Requests that arrive while a flush runs wait for the next
+//! one, which starts as soon as the current one ends: a writer waits for
+//! at most two flushes, and under load each flush serves many writers.
+//!
+//! Why it is correct: a request's batch was applied before it was queued,
+//! and a round flushes after it took the requests from the queue, so
+//! every batch of a round is applied before the round's flush starts.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use convstore_engine::Engine;
+use tokio::sync::oneshot;
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+type Waiter = oneshot::Sender<Result<(), String>>;
+
+/// The group committer: a thread and the queue of writers waiting for it.
+pub struct Committer {
+    queue: mpsc::Sender<Waiter>,
+}
+
+impl Committer {
+    /// Starts the commit thread of `engine`'s store.
+    pub fn start(engine: Arc<Engine>, metrics: Arc<Metrics>) -> std::io::Result<Committer> {
+        let (queue, waiting) = mpsc::channel::<Waiter>();
+        std::thread::Builder::new()
+            .name("convstore-commit".to_owned())
+            .spawn(move || {
+                while let Ok(first) = waiting.recv() {
+                    let mut group = vec![first];
+                    group.extend(waiting.try_iter());
+                    let started = Instant::now();
+                    let result = engine.store().flush().map_err(|e| e.to_string());
+                    metrics.flush(group.len(), started.elapsed());
+                    for waiter in group {
+                        let _ = waiter.send(result.clone());
+                    }
+                }
+            })?;
+        Ok(Committer { queue })
+    }
+
+    /// Returns once every write this task applied before the call is
+    /// durable.
+    pub async fn durable(&self) -> Result<(), ApiError> {
+        let (tx, rx) = oneshot::channel();
+        let stopped = || {
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "the server is shutting down",
+            )
+        };
+        self.queue.send(tx).map_err(|_| stopped())?;
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "storage",
+                format!("{message} (the write was applied but could not be made durable)"),
+            )),
+            Err(_) => Err(stopped()),
+        }
+    }
+}
