@@ -48,6 +48,18 @@ pub struct Cli {
         help_heading = "Global options"
     )]
     pub config: Option<PathBuf>,
+    /// Run the command through a convstore server at URL (`convstore
+    /// serve`) instead of opening the database; `$CONVSTORE_TOKEN` is sent
+    /// as its bearer token. Without it, a command whose --db is held by a
+    /// running server goes through that server.
+    #[arg(
+        long,
+        global = true,
+        env = "CONVSTORE_URL",
+        value_name = "URL",
+        help_heading = "Global options"
+    )]
+    pub url: Option<String>,
     /// Print nothing on stderr but errors: no notes, warnings or progress.
     #[arg(long, short, global = true, help_heading = "Global options")]
     pub quiet: bool,

@@ -22,14 +22,14 @@ use convstore_engine::projection::bounds::{Bound, RangeError};
 use convstore_engine::projection::{Tokenizer, ViewEvent};
 use convstore_engine::store::event::{ReasoningPolicy, ToolCallPolicy};
 use convstore_engine::store::{
-    json as event_json, Address, AppendOptions, ConversationId, ConversationInfo, Event, EventType,
-    Store, StoreError, Timestamp, ID_MARKER,
+    json as event_json, Address, AppendOptions, ConversationId, ConversationInfo, Event, Store,
+    StoreError, Timestamp, ID_MARKER,
 };
 use convstore_engine::views::{self, Refresh};
 use convstore_engine::{Engine, Error};
 use http_body_util::BodyExt;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
@@ -184,9 +184,10 @@ impl Write for ChannelWriter {
 }
 
 fn channel_body(rx: mpsc::Receiver<std::io::Result<Bytes>>) -> Body {
-    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }))
+    // (poll_fn: a closed channel keeps answering None, however often it is
+    // polled; compression polls once more after the end.)
+    let mut rx = rx;
+    Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }
 
 /// Streams what `write` writes, after `prepare` succeeded (its error is
@@ -987,10 +988,10 @@ fn follow_start(headers: &HeaderMap, from: Option<u64>, len: u64) -> Result<u64>
 }
 
 fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response {
-    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|item| (Ok::<_, std::convert::Infallible>(item), rx))
+    let mut rx = rx;
+    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx)
+            .map(|item| item.map(Ok::<_, std::convert::Infallible>))
     }));
     let mut response = Response::new(body);
     let headers = response.headers_mut();
@@ -1466,19 +1467,6 @@ pub(crate) async fn compact(
             })?;
             let (tokens_before, tokens_after) =
                 (report.before.total_tokens(), report.after.total_tokens());
-            let mut kinds = Map::new();
-            for kind in EventType::ALL {
-                let (b, a) = (report.before.of(kind), report.after.of(kind));
-                if b.0 + a.0 > 0 {
-                    kinds.insert(
-                        kind.as_str().to_owned(),
-                        json!({
-                            "events_before": b.0, "events_after": a.0,
-                            "tokens_before": report.before.tokens_of(kind), "tokens_after": report.after.tokens_of(kind),
-                        }),
-                    );
-                }
-            }
             if report.status == Status::Inflated && !body.dry_run {
                 return Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
@@ -1486,19 +1474,7 @@ pub(crate) async fn compact(
                     format!("inflated: the compaction would not shrink the view ({tokens_before} -> {tokens_after} tokens); nothing was stored (force stores it anyway)"),
                 ));
             }
-            let value = json!({
-                "status": report.status.as_str(),
-                "profile": report.profile,
-                "provenance": Value::Object(report.provenance.clone()),
-                "from_turn": report.from_turn,
-                "to_turn": report.to_turn,
-                "requested": [report.requested.0, report.requested.1],
-                "tokens_before": tokens_before,
-                "tokens_after": tokens_after,
-                "tokenizer": tokenizer.name(),
-                "head": report.head.map(|h| h.hex()),
-                "kinds": kinds,
-            });
+            let value = report.to_json();
             Ok((value, id, store.info(&id)?.len))
         })
         .await?;

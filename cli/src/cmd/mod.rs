@@ -1,10 +1,10 @@
 //! One module per subcommand; [`dispatch`] picks it.
 
-mod append;
+pub(crate) mod append;
 mod backup;
-mod compact;
+pub(crate) mod compact;
 mod demo;
-mod explain;
+pub(crate) mod explain;
 mod export;
 mod fork;
 mod gen;
@@ -33,6 +33,10 @@ use crate::output::Notes;
 /// Runs the subcommand `cli` names.
 pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
     let notes = Notes { quiet: cli.quiet };
+    // Through a server: `--url`, or the one that holds the database.
+    if let Some(client) = crate::client::target(cli)? {
+        return crate::client::dispatch(cli, matches, &client, &notes);
+    }
     location(cli)?;
     // An explicit configuration file must exist and parse, whatever the
     // command (and before anything is written).
