@@ -323,8 +323,8 @@ pub(crate) fn router(state: Shared) -> Router {
             state.limits.max_body_bytes,
         ))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), admit))
-        .layer(CompressionLayer::new())
         .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
+        .layer(CompressionLayer::new())
         .with_state(state)
 }
 
@@ -449,7 +449,10 @@ async fn structured(response: Response) -> Response {
     };
     let mut response = ApiError::new(status, code, message).into_response();
     for (name, value) in &parts.headers {
-        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+        if name != header::CONTENT_TYPE
+            && name != header::CONTENT_LENGTH
+            && name != header::CONTENT_ENCODING
+        {
             response.headers_mut().insert(name.clone(), value.clone());
         }
     }
