@@ -1,5 +1,6 @@
 //! `convstore serve` over real sockets: the binary starts on an ephemeral
 //! port and these tests talk HTTP to it (ureq), and run the CLI through it.
+#![allow(clippy::format_collect)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -402,9 +403,9 @@ fn sse_events(reader: &mut impl BufRead, count: usize) -> Vec<(Option<u64>, Stri
         } else if let Some(v) = line.strip_prefix("id: ") {
             id = v.parse().ok();
         } else if let Some(v) = line.strip_prefix("event: ") {
-            event = v.to_owned();
+            v.clone_into(&mut event);
         } else if let Some(v) = line.strip_prefix("data: ") {
-            data = v.to_owned();
+            v.clone_into(&mut data);
         }
     }
     events
@@ -604,7 +605,7 @@ fn the_cli_goes_through_the_server_that_holds_the_database() {
         "[turn 0] ── turn start ──\n[turn 0] user: hi\n[turn 0] assistant: hello\n"
     );
     let (_, through, _) = cli(&db, &["log", "chat"], None);
-    let (code, via_url, _) = {
+    let (code, via_url, ()) = {
         let out = Command::new(BIN)
             .args(["--url", &server.url, "log", "chat"])
             .output()
