@@ -660,3 +660,56 @@ fn kill_9_keeps_every_acknowledged_append_and_a_stale_discovery_file_is_ignored(
     assert_eq!(code, 0, "the stale file is ignored: {err}");
     assert_eq!(out.lines().count(), acknowledged);
 }
+
+#[test]
+fn the_curl_examples_of_docs_server_md_run_as_written() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/server.md"))
+        .expect("docs/server.md");
+    let examples = doc
+        .split("## Endpoints, with curl")
+        .nth(1)
+        .expect("the examples section");
+    let mut script = String::from("set -e\n");
+    let mut inside = false;
+    for line in examples.lines() {
+        match line {
+            "```sh" => inside = true,
+            "```" => inside = false,
+            _ if inside => {
+                script.push_str(line);
+                script.push('\n');
+            }
+            _ => {}
+        }
+    }
+    assert!(script.lines().count() > 30, "{script}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env("URL", &server.url)
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "\"created\":true",
+        "\"code\":\"conflict\"",
+        "convstore-next-seq: 4",
+        "[turn 0] user: Why does src/main.rs panic?",
+        "\"status\":\"dry_run\"",
+        "\"ok\":true",
+        "\"code\":\"not_found\"",
+        "event 0: field `text`: missing",
+        "id: 6",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
+    }
+    let log = get_text(&format!("{}/v1/conversations/chat/events", server.url));
+    assert_eq!(log.matches("Thanks!").count(), 1, "stored once");
+}

@@ -764,7 +764,7 @@ pub(crate) async fn append(
                         let mut response = (status, Json(value)).into_response();
                         response
                             .headers_mut()
-                            .insert("idempotent-replay", HeaderValue::from_static("true"));
+                            .insert("idempotency-replay", HeaderValue::from_static("true"));
                         return Ok(response);
                     }
                     Claim::Wait(mut done) => {
