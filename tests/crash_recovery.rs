@@ -543,6 +543,7 @@ fn server_text(c: usize, k: u64, j: u64) -> String {
     format!("client {c} batch {k} event {j}")
 }
 
+#[allow(clippy::format_collect)]
 /// One server kill: four clients append over HTTP until the server is
 /// killed; then every acknowledged batch must be in the database, whole.
 fn server_kill(db: &Path, seed: u64, iteration: u64) {
