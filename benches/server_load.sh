@@ -14,6 +14,7 @@ cargo build --release --quiet --bin convstore --example server_load
 bin=$PWD/target/release/convstore
 load=$PWD/target/release/examples/server_load
 work=$(mktemp -d)
+chmod 755 "$work"   # PostgreSQL's cluster lives here, as the postgres user
 trap 'kill $(cat "$work/pid" 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 db=$work/db
 
@@ -47,6 +48,7 @@ else
     "$load" "$url" "$db" follow 500
     "$load" "$url" "$db" followers 100
     "$load" "$url" "$db" view big 20
+    GZIP=1 "$load" "$url" "$db" view big 20
     "$load" "$url" "$db" stream big
 fi
 curl -s "$url/metrics" | grep -E '^convstore_(flushes_total|appends_total|flush_group_size_(sum|count))' || true

@@ -26,6 +26,16 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// Whether answers may come gzip-compressed (`GZIP=1`; default: no, as
+/// curl asks, and what loopback clients want: compression costs CPU).
+fn encoding() -> &'static str {
+    if std::env::var_os("GZIP").is_some_and(|v| v == "1") {
+        "gzip"
+    } else {
+        "identity"
+    }
+}
+
 fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(600))
@@ -303,6 +313,7 @@ fn main() {
                     let started = Instant::now();
                     let mut body = agent()
                         .get(&format!("{url}/v1/conversations/{name}/views/default"))
+                        .set("Accept-Encoding", encoding())
                         .call()
                         .expect("view")
                         .into_reader();
@@ -314,6 +325,7 @@ fn main() {
             let started = Instant::now();
             let mut body = agent()
                 .get(&format!("{url}/v1/conversations/{name}/view"))
+                .set("Accept-Encoding", encoding())
                 .call()
                 .expect("project")
                 .into_reader();
@@ -333,6 +345,7 @@ fn main() {
                         scope.spawn(|| {
                             let mut body = agent()
                                 .get(&format!("{url}/v1/conversations/{name}/events"))
+                                .set("Accept-Encoding", encoding())
                                 .call()
                                 .expect("log")
                                 .into_reader();
