@@ -30,11 +30,17 @@ pub struct Committer {
     queue: mpsc::Sender<Waiter>,
 }
 
+/// The commit thread; it ends once every [`Committer`] is dropped.
+pub type CommitThread = std::thread::JoinHandle<()>;
+
 impl Committer {
     /// Starts the commit thread of `engine`'s store.
-    pub fn start(engine: Arc<Engine>, metrics: Arc<Metrics>) -> std::io::Result<Committer> {
+    pub fn start(
+        engine: Arc<Engine>,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<(Committer, CommitThread)> {
         let (queue, waiting) = mpsc::channel::<Waiter>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("convstore-commit".to_owned())
             .spawn(move || {
                 while let Ok(first) = waiting.recv() {
@@ -48,7 +54,7 @@ impl Committer {
                     }
                 }
             })?;
-        Ok(Committer { queue })
+        Ok((Committer { queue }, thread))
     }
 
     /// Returns once every write this task applied before the call is

@@ -116,19 +116,40 @@ pub fn serve(
         .build()
         .map_err(|e| ServeError::Failed(format!("cannot start the runtime: {e}")))?;
     let engine = Arc::new(engine);
-    let result = runtime.block_on(run(Arc::clone(&engine), options, listening));
+    let metrics = Arc::new(Metrics::default());
+    let (committer, commit_thread) = Committer::start(Arc::clone(&engine), Arc::clone(&metrics))
+        .map_err(|e| ServeError::Failed(format!("cannot start the commit thread: {e}")))?;
+    let result = runtime.block_on(run(
+        Arc::clone(&engine),
+        committer,
+        metrics,
+        options,
+        listening,
+    ));
     // Blocking work left (a stream's writer whose client is gone) is not
     // waited for past a moment.
     runtime.shutdown_timeout(Duration::from_secs(5));
+    // The commit thread ends with the last request's state.
+    let waited = Instant::now();
+    while !commit_thread.is_finished() && waited.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let final_flush = engine
         .store()
         .flush()
         .map_err(|e| ServeError::Failed(format!("the final flush failed: {e}")));
+    // The last reference: the store closes as a command's would (its state
+    // file written, sled's files released).
+    if let Ok(engine) = Arc::try_unwrap(engine) {
+        drop(engine);
+    }
     result.and(final_flush)
 }
 
 async fn run(
     engine: Arc<Engine>,
+    committer: Committer,
+    metrics: Arc<Metrics>,
     options: &ServeOptions,
     listening: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
@@ -143,9 +164,6 @@ async fn run(
         addr: options.listen,
         source,
     })?;
-    let metrics = Arc::new(Metrics::default());
-    let committer = Committer::start(Arc::clone(&engine), Arc::clone(&metrics))
-        .map_err(|e| ServeError::Failed(format!("cannot start the commit thread: {e}")))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let instance = discovery::new_instance();
     let state: Shared = Arc::new(AppState {
