@@ -713,3 +713,62 @@ fn the_curl_examples_of_docs_server_md_run_as_written() {
     let log = get_text(&format!("{}/v1/conversations/chat/events", server.url));
     assert_eq!(log.matches("Thanks!").count(), 1, "stored once");
 }
+
+#[test]
+fn every_path_of_the_openapi_document_is_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &[]);
+    post(
+        &format!("{}/v1/conversations/chat/events", server.url),
+        TURN,
+    );
+    let served: Value = agent()
+        .get(&format!("{}/v1/openapi.json", server.url))
+        .call()
+        .expect("200")
+        .into_json()
+        .expect("json");
+    let checked_in: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/server/openapi.json"))
+            .expect("server/openapi.json"),
+    )
+    .expect("json");
+    assert_eq!(
+        served, checked_in,
+        "the served document is the checked-in one"
+    );
+    let paths = served["paths"].as_object().expect("paths");
+    assert!(paths.len() >= 15);
+    for (path, methods) in paths {
+        let concrete = path.replace("{conv}", "chat").replace("{name}", "default");
+        for method in methods.as_object().expect("methods").keys() {
+            let request = agent().request(
+                &method.to_ascii_uppercase(),
+                &format!("{}{concrete}", server.url),
+            );
+            let result = if method == "post" {
+                request.send_string("{}")
+            } else {
+                request.call()
+            };
+            // Follow streams answer at once and stay open: only the status
+            // is read.
+            let status = match result {
+                Ok(r) => r.status(),
+                Err(ureq::Error::Status(status, r)) => {
+                    let body: Value = r.into_json().expect("a JSON error");
+                    assert!(
+                        !matches!(
+                            body["error"]["code"].as_str(),
+                            Some("no_route" | "method_not_allowed")
+                        ),
+                        "{method} {path}: not served ({body})"
+                    );
+                    status
+                }
+                Err(e) => panic!("{method} {path}: {e}"),
+            };
+            assert!(status < 500, "{method} {path}: {status}");
+        }
+    }
+}
