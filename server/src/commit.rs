@@ -25,9 +25,20 @@ use crate::metrics::Metrics;
 
 type Waiter = oneshot::Sender<Result<(), String>>;
 
+/// A write the commit thread applies itself before its flush (see
+/// [`Committer::apply`]); it reports its own result.
+type Job = Box<dyn FnOnce(&Engine) + Send>;
+
+/// What the commit thread is asked: to wait for a flush, or to apply a
+/// write and then wait for the flush.
+enum Request {
+    Flush(Waiter),
+    Apply(Job, Waiter),
+}
+
 /// The group committer: a thread and the queue of writers waiting for it.
 pub struct Committer {
-    queue: mpsc::Sender<Waiter>,
+    queue: mpsc::Sender<Request>,
 }
 
 /// The commit thread; it ends once every [`Committer`] is dropped.
@@ -39,13 +50,27 @@ impl Committer {
         engine: Arc<Engine>,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<(Committer, CommitThread)> {
-        let (queue, waiting) = mpsc::channel::<Waiter>();
+        let (queue, waiting) = mpsc::channel::<Request>();
         let thread = std::thread::Builder::new()
             .name("convstore-commit".to_owned())
             .spawn(move || {
                 while let Ok(first) = waiting.recv() {
-                    let mut group = vec![first];
-                    group.extend(waiting.try_iter());
+                    let mut group = Vec::new();
+                    for request in std::iter::once(first).chain(waiting.try_iter()) {
+                        match request {
+                            Request::Flush(waiter) => group.push(waiter),
+                            Request::Apply(job, waiter) => {
+                                // A panicking write drops its result
+                                // sender (its request is answered with an
+                                // error) and leaves the thread running.
+                                let _ =
+                                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                        job(&engine)
+                                    }));
+                                group.push(waiter);
+                            }
+                        }
+                    }
                     let started = Instant::now();
                     let result = engine.store().flush().map_err(|e| e.to_string());
                     metrics.flush(group.len(), started.elapsed());
@@ -68,7 +93,43 @@ impl Committer {
                 "the server is shutting down",
             )
         };
-        self.queue.send(tx).map_err(|_| stopped())?;
+        self.queue.send(Request::Flush(tx)).map_err(|_| stopped())?;
+        Self::answer(rx).await
+    }
+
+    /// Applies `write` on the commit thread, then returns its result once
+    /// it is durable: the writes queued together are applied one after
+    /// the other and share the flush that follows them (one thread hop
+    /// where a blocking-pool apply and a flush request make two). For
+    /// small writes only: the thread applies one write at a time.
+    pub async fn apply<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let (result_tx, result_rx) = oneshot::channel();
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |engine| {
+            let _ = result_tx.send(write(engine));
+        });
+        self.queue
+            .send(Request::Apply(job, tx))
+            .map_err(|_| Self::stopped())?;
+        let result = result_rx.await.map_err(|_| Self::stopped())?;
+        let value = result?;
+        Self::answer(rx).await?;
+        Ok(value)
+    }
+
+    fn stopped() -> ApiError {
+        ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the server is shutting down",
+        )
+    }
+
+    async fn answer(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), ApiError> {
+        let stopped = Self::stopped;
         match rx.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(message)) => Err(ApiError::new(

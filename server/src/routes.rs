@@ -604,6 +604,9 @@ fn conflict(message: String, head: Address, len: u64) -> ApiError {
         .with("events", json!(len))
 }
 
+/// Appends with bodies up to this size are applied by the commit thread.
+const SMALL_APPEND: usize = 64 * 1024;
+
 struct Appended {
     id: ConversationId,
     name: Option<String>,
@@ -792,21 +795,46 @@ pub(crate) async fn append(
         let _permit = permit;
         let now = Timestamp::now();
         let max_event = limits.max_event_bytes;
+        let small = body.len() <= SMALL_APPEND;
         let conv2 = conv.clone();
         let expected_seq = q.expected_seq;
-        let applied = state
-            .blocking(move |engine| {
-                let events = parse_events(&body, ndjson, max_event, now)?;
-                if events.is_empty() {
-                    return Err(ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "empty",
-                        "no events to append: send a JSON array of events or NDJSON",
-                    ));
+        let parse = move || -> Result<Vec<Event>> {
+            let events = parse_events(&body, ndjson, max_event, now)?;
+            if events.is_empty() {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "empty",
+                    "no events to append: send a JSON array of events or NDJSON",
+                ));
+            }
+            Ok(events)
+        };
+        // A small append is parsed here and applied by the commit thread
+        // right before its flush; a large one is parsed and applied on the
+        // blocking pool, then waits for a flush.
+        let applied = if small {
+            match parse() {
+                Ok(events) => {
+                    state
+                        .committer
+                        .apply(move |engine| {
+                            apply_append(engine, &conv2, &events, expected_seq, expect_head)
+                        })
+                        .await
                 }
-                apply_append(engine, &conv2, &events, expected_seq, expect_head)
-            })
-            .await;
+                Err(e) => Err(e),
+            }
+        } else {
+            let applied = state
+                .blocking(move |engine| {
+                    apply_append(engine, &conv2, &parse()?, expected_seq, expect_head)
+                })
+                .await;
+            match applied {
+                Ok(appended) => state.committer.durable().await.map(|()| appended),
+                Err(e) => Err(e),
+            }
+        };
         let appended = match applied {
             Ok(appended) => appended,
             Err(e) => {
@@ -819,7 +847,6 @@ pub(crate) async fn append(
                 return Err(e);
             }
         };
-        state.committer.durable().await?;
         let len = appended.first_seq + appended.count;
         state.notify(&appended.id, len);
         state
