@@ -65,7 +65,7 @@ impl Committer {
                                 // error) and leaves the thread running.
                                 let _ =
                                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                        job(&engine)
+                                        job(&engine);
                                     }));
                                 group.push(waiter);
                             }
