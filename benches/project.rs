@@ -80,7 +80,7 @@ fn projection(c: &mut Criterion) {
                 BenchmarkId::new(format!("resolve/{m}_overlays"), n),
                 &n,
                 |b, _| {
-                    b.iter(|| black_box(resolve(overlays.clone(), last).segments.len()));
+                    b.iter(|| black_box(resolve(overlays.clone(), last).spans.len()));
                 },
             );
         }

@@ -3,7 +3,11 @@
 //! the chain stays valid.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod support;
+
 use std::sync::Arc;
+
+use support::backends::Place;
 
 use convstore_store::{
     Address, AppendOptions, ConversationId, Event, EventKind, Store, StoreError, Timestamp,
@@ -15,97 +19,99 @@ fn user(text: String) -> Event {
 
 #[test]
 fn threads_on_different_conversations_lose_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(dir.path().join("db")).unwrap());
-    let threads: Vec<_> = (0..8)
-        .map(|t| {
-            let store = Arc::clone(&store);
-            std::thread::spawn(move || {
-                let id = store.create_conversation(Some(&format!("c{t}"))).unwrap();
-                for i in 0..50 {
-                    let batch = vec![user(format!("{t}-{i}-a")), user(format!("{t}-{i}-b"))];
-                    let options = AppendOptions {
-                        no_sync: i % 2 == 0,
-                        ..AppendOptions::default()
-                    };
-                    store.append(&id, &batch, &options).unwrap();
-                }
-                id
+    for place in Place::each() {
+        let store = Arc::new(place.open());
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    let id = store.create_conversation(Some(&format!("c{t}"))).unwrap();
+                    for i in 0..50 {
+                        let batch = vec![user(format!("{t}-{i}-a")), user(format!("{t}-{i}-b"))];
+                        let options = AppendOptions {
+                            no_sync: i % 2 == 0,
+                            ..AppendOptions::default()
+                        };
+                        store.append(&id, &batch, &options).unwrap();
+                    }
+                    id
+                })
             })
-        })
-        .collect();
-    let ids: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    for (t, id) in ids.iter().enumerate() {
+            .collect();
+        let ids: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        for (t, id) in ids.iter().enumerate() {
+            let texts: Vec<String> = store
+                .scan(id, 0..u64::MAX)
+                .unwrap()
+                .map(|r| match r.unwrap().event.kind {
+                    EventKind::User { text } => text,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            let expected: Vec<String> = (0..50)
+                .flat_map(|i| [format!("{t}-{i}-a"), format!("{t}-{i}-b")])
+                .collect();
+            assert_eq!(texts, expected);
+        }
+        assert_eq!(store.verify_all().unwrap().unwrap().records, 8 * 100);
+    }
+}
+
+#[test]
+fn racing_appends_with_expect_head_report_every_conflict() {
+    for place in Place::each() {
+        let store = Arc::new(place.open());
+        let id = store.create_conversation(Some("shared")).unwrap();
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    let (mut won, mut conflicts) = (0u64, 0u64);
+                    while won < 20 {
+                        let head = store.info(&id).unwrap().head;
+                        let options = AppendOptions {
+                            expect_head: Some(head),
+                            no_sync: true,
+                        };
+                        match store.append(&id, &[user(format!("{t}-{won}"))], &options) {
+                            Ok(_) => won += 1,
+                            Err(StoreError::HeadMismatch { expected, actual }) => {
+                                assert_eq!(expected, head);
+                                assert_ne!(actual, head);
+                                conflicts += 1;
+                            }
+                            Err(other) => panic!("{other}"),
+                        }
+                    }
+                    conflicts
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // Every success is in the log exactly once, in some order, and each
+        // thread's own appends are in its order.
         let texts: Vec<String> = store
-            .scan(id, 0..u64::MAX)
+            .scan(&id, 0..u64::MAX)
             .unwrap()
             .map(|r| match r.unwrap().event.kind {
                 EventKind::User { text } => text,
                 other => panic!("{other:?}"),
             })
             .collect();
-        let expected: Vec<String> = (0..50)
-            .flat_map(|i| [format!("{t}-{i}-a"), format!("{t}-{i}-b")])
-            .collect();
-        assert_eq!(texts, expected);
+        assert_eq!(texts.len(), 6 * 20);
+        for t in 0..6 {
+            let mine: Vec<&String> = texts
+                .iter()
+                .filter(|x| x.starts_with(&format!("{t}-")))
+                .collect();
+            let expected: Vec<String> = (0..20).map(|i| format!("{t}-{i}")).collect();
+            assert_eq!(mine, expected.iter().collect::<Vec<_>>());
+        }
+        assert!(store.verify(&id).unwrap().is_ok());
+        assert_ne!(store.info(&id).unwrap().head, Address::ROOT);
     }
-    assert_eq!(store.verify_all().unwrap().unwrap().records, 8 * 100);
-}
-
-#[test]
-fn racing_appends_with_expect_head_report_every_conflict() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(dir.path().join("db")).unwrap());
-    let id = store.create_conversation(Some("shared")).unwrap();
-    let threads: Vec<_> = (0..6)
-        .map(|t| {
-            let store = Arc::clone(&store);
-            std::thread::spawn(move || {
-                let (mut won, mut conflicts) = (0u64, 0u64);
-                while won < 20 {
-                    let head = store.info(&id).unwrap().head;
-                    let options = AppendOptions {
-                        expect_head: Some(head),
-                        no_sync: true,
-                    };
-                    match store.append(&id, &[user(format!("{t}-{won}"))], &options) {
-                        Ok(_) => won += 1,
-                        Err(StoreError::HeadMismatch { expected, actual }) => {
-                            assert_eq!(expected, head);
-                            assert_ne!(actual, head);
-                            conflicts += 1;
-                        }
-                        Err(other) => panic!("{other}"),
-                    }
-                }
-                conflicts
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    // Every success is in the log exactly once, in some order, and each
-    // thread's own appends are in its order.
-    let texts: Vec<String> = store
-        .scan(&id, 0..u64::MAX)
-        .unwrap()
-        .map(|r| match r.unwrap().event.kind {
-            EventKind::User { text } => text,
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    assert_eq!(texts.len(), 6 * 20);
-    for t in 0..6 {
-        let mine: Vec<&String> = texts
-            .iter()
-            .filter(|x| x.starts_with(&format!("{t}-")))
-            .collect();
-        let expected: Vec<String> = (0..20).map(|i| format!("{t}-{i}")).collect();
-        assert_eq!(mine, expected.iter().collect::<Vec<_>>());
-    }
-    assert!(store.verify(&id).unwrap().is_ok());
-    assert_ne!(store.info(&id).unwrap().head, Address::ROOT);
 }
 
 /// Every record of `id`'s log as (seq, address, event).

@@ -6,15 +6,16 @@ mod support;
 use convstore_store::json::{event_to_string, parse_event};
 use convstore_store::{testing, Address, AppendOptions, Event, EventKind, Store, Timestamp};
 use proptest::prelude::*;
+use support::backends::Place;
 use support::gen;
 
-fn open(dir: &tempfile::TempDir) -> Store {
-    Store::open(dir.path().join("db")).expect("open")
+fn open(place: &Place) -> Store {
+    place.open()
 }
 
 /// A store whose appends keep their bodies in the segment files (`true`)
 /// or in sled (`false`), whatever their size.
-fn open_placing(dir: &tempfile::TempDir, in_segments: bool) -> Store {
+fn open_placing(dir: &Place, in_segments: bool) -> Store {
     let store = open(dir);
     store.set_segment_min_bytes(if in_segments { 0 } else { u64::MAX });
     store
@@ -43,8 +44,8 @@ proptest! {
 
     /// Any valid event round-trips JSON -> store -> JSON unchanged.
     #[test]
-    fn events_round_trip_json_store_json(events in gen::events(24), in_segments: bool) {
-        let dir = tempfile::tempdir().unwrap();
+    fn events_round_trip_json_store_json(events in gen::events(24), in_segments: bool, memory: bool) {
+        let dir = Place::new(memory);
         let store = open_placing(&dir, in_segments);
         let lines: Vec<String> = events.iter().map(event_to_string).collect();
         let parsed: Vec<Event> = lines
@@ -64,8 +65,9 @@ proptest! {
         batches in prop::collection::vec(gen::events(12), 1..8),
         placing in prop::collection::vec(any::<bool>(), 8),
         settle in 1u64..40,
+        memory: bool,
     ) {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = Place::new(memory);
         let all: Vec<Event> = batches.concat();
         let id = {
             let store = open(&dir);
@@ -145,8 +147,9 @@ proptest! {
         mask in 1u8..=255,
         in_segments: bool,
         settle in 1u64..30,
+        memory: bool,
     ) {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = Place::new(memory);
         let store = open_placing(&dir, in_segments);
         store.set_settle_records(settle);
         let id = store.create_conversation(None).unwrap();
@@ -165,8 +168,8 @@ proptest! {
     /// N events in one call or in N calls give the same head, and equal
     /// histories in two conversations have equal heads.
     #[test]
-    fn one_batch_or_many_give_the_same_head(events in gen::events(30), split in 1usize..5) {
-        let dir = tempfile::tempdir().unwrap();
+    fn one_batch_or_many_give_the_same_head(events in gen::events(30), split in 1usize..5, memory: bool) {
+        let dir = Place::new(memory);
         let store = open(&dir);
         let (whole, appended) = store.create_and_append(None, &events, &fast()).unwrap();
         let single = store.create_conversation(None).unwrap();
@@ -189,156 +192,161 @@ proptest! {
 /// the first bad record in log order, wherever the bad records fall.
 #[test]
 fn verify_names_the_first_bad_record_across_windows() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
-    let id = store.create_conversation(None).unwrap();
-    // One append per event: one chunk per record, more than two windows.
-    let events: Vec<Event> = (0..700)
-        .map(|i| {
-            let line = match i % 5 {
-                0 => r#"{"type":"turn_start"}"#.to_owned(),
-                _ => format!(r#"{{"type":"user","text":"message {i}"}}"#),
-            };
-            parse_event(&line, Timestamp::now()).unwrap()
-        })
-        .collect();
-    for event in &events {
-        store
-            .append(&id, std::slice::from_ref(event), &fast())
-            .unwrap();
-    }
-    let bad = [650, 420, 300, 301];
-    for seq in bad {
-        testing::flip_record_byte(&store, &id, seq, 0, 0x10).unwrap();
-    }
-    for (fixed, expected) in [
-        (None, 300),
-        (Some(300), 301),
-        (Some(301), 420),
-        (Some(420), 650),
-    ] {
-        if let Some(seq) = fixed {
+    for dir in Place::each() {
+        let store = open(&dir);
+        let id = store.create_conversation(None).unwrap();
+        // One append per event: one chunk per record, more than two windows.
+        let events: Vec<Event> = (0..700)
+            .map(|i| {
+                let line = match i % 5 {
+                    0 => r#"{"type":"turn_start"}"#.to_owned(),
+                    _ => format!(r#"{{"type":"user","text":"message {i}"}}"#),
+                };
+                parse_event(&line, Timestamp::now()).unwrap()
+            })
+            .collect();
+        for event in &events {
+            store
+                .append(&id, std::slice::from_ref(event), &fast())
+                .unwrap();
+        }
+        let bad = [650, 420, 300, 301];
+        for seq in bad {
             testing::flip_record_byte(&store, &id, seq, 0, 0x10).unwrap();
         }
-        let failure = store.verify(&id).unwrap().unwrap_err();
-        assert_eq!(failure.seq, Some(expected), "{failure}");
+        for (fixed, expected) in [
+            (None, 300),
+            (Some(300), 301),
+            (Some(301), 420),
+            (Some(420), 650),
+        ] {
+            if let Some(seq) = fixed {
+                testing::flip_record_byte(&store, &id, seq, 0, 0x10).unwrap();
+            }
+            let failure = store.verify(&id).unwrap().unwrap_err();
+            assert_eq!(failure.seq, Some(expected), "{failure}");
+        }
+        testing::flip_record_byte(&store, &id, 650, 0, 0x10).unwrap();
+        let report = store.verify(&id).unwrap().unwrap();
+        assert_eq!(report.records, 700);
     }
-    testing::flip_record_byte(&store, &id, 650, 0, 0x10).unwrap();
-    let report = store.verify(&id).unwrap().unwrap();
-    assert_eq!(report.records, 700);
 }
 
 #[test]
 fn expect_head_appends_only_on_a_match() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
-    let event = Event::new(Timestamp::now(), convstore_store::EventKind::TurnStart);
-    let (id, first) = store
-        .create_and_append(
-            Some("c"),
-            std::slice::from_ref(&event),
-            &AppendOptions::default(),
-        )
-        .unwrap();
-    let stale = AppendOptions {
-        expect_head: Some(Address::ROOT),
-        no_sync: false,
-    };
-    let err = store
-        .append(&id, std::slice::from_ref(&event), &stale)
-        .unwrap_err();
-    assert!(
-        matches!(err, convstore_store::StoreError::HeadMismatch { .. }),
-        "{err}"
-    );
-    assert_eq!(store.info(&id).unwrap().len, 1);
-    let current = AppendOptions {
-        expect_head: Some(first.head),
-        no_sync: false,
-    };
-    let second = store
-        .append(&id, std::slice::from_ref(&event), &current)
-        .unwrap();
-    assert_eq!(second.first_seq, 1);
+    for dir in Place::each() {
+        let store = open(&dir);
+        let event = Event::new(Timestamp::now(), convstore_store::EventKind::TurnStart);
+        let (id, first) = store
+            .create_and_append(
+                Some("c"),
+                std::slice::from_ref(&event),
+                &AppendOptions::default(),
+            )
+            .unwrap();
+        let stale = AppendOptions {
+            expect_head: Some(Address::ROOT),
+            no_sync: false,
+        };
+        let err = store
+            .append(&id, std::slice::from_ref(&event), &stale)
+            .unwrap_err();
+        assert!(
+            matches!(err, convstore_store::StoreError::HeadMismatch { .. }),
+            "{err}"
+        );
+        assert_eq!(store.info(&id).unwrap().len, 1);
+        let current = AppendOptions {
+            expect_head: Some(first.head),
+            no_sync: false,
+        };
+        let second = store
+            .append(&id, std::slice::from_ref(&event), &current)
+            .unwrap();
+        assert_eq!(second.first_seq, 1);
+    }
 }
 
 #[test]
 fn long_payloads_are_stored_once_across_conversations() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
-    let big = "lorem ipsum ".repeat(50_000);
-    let event = Event::new(
-        Timestamp::now(),
-        convstore_store::EventKind::ToolResult {
-            id: "1".into(),
-            content: big.clone(),
-            is_error: false,
-        },
-    );
-    store
-        .create_and_append(Some("a"), std::slice::from_ref(&event), &fast())
-        .unwrap();
-    store.flush().unwrap();
-    let size_one = store.size_on_disk().unwrap();
-    for name in ["b", "c", "d", "e"] {
+    for dir in Place::each() {
+        let store = open(&dir);
+        let big = "lorem ipsum ".repeat(50_000);
+        let event = Event::new(
+            Timestamp::now(),
+            convstore_store::EventKind::ToolResult {
+                id: "1".into(),
+                content: big.clone(),
+                is_error: false,
+            },
+        );
         store
-            .create_and_append(Some(name), std::slice::from_ref(&event), &fast())
+            .create_and_append(Some("a"), std::slice::from_ref(&event), &fast())
             .unwrap();
-    }
-    store.flush().unwrap();
-    let size_five = store.size_on_disk().unwrap();
-    assert!(
+        store.flush().unwrap();
+        let size_one = store.size_on_disk().unwrap();
+        for name in ["b", "c", "d", "e"] {
+            store
+                .create_and_append(Some(name), std::slice::from_ref(&event), &fast())
+                .unwrap();
+        }
+        store.flush().unwrap();
+        let size_five = store.size_on_disk().unwrap();
+        assert!(
         size_five < size_one + big.len() as u64,
         "four more copies of a {} byte payload grew the database from {size_one} to {size_five}",
         big.len()
     );
-    let report = store.verify_all().unwrap().unwrap();
-    assert_eq!(report.blobs, 1);
+        let report = store.verify_all().unwrap().unwrap();
+        assert_eq!(report.blobs, 1);
+    }
 }
 
 #[test]
 fn names_and_id_prefixes_resolve() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
-    let a = store.create_conversation(Some("alpha")).unwrap();
-    let b = store.create_conversation(None).unwrap();
-    assert_eq!(store.resolve("alpha").unwrap(), a);
-    assert_eq!(store.resolve(&b.hex()).unwrap(), b);
-    assert_eq!(store.resolve(&b.hex()[..10]).unwrap(), b);
-    assert_eq!(store.resolve(&b.hex()[..9].to_uppercase()).unwrap(), b);
-    assert!(matches!(
-        store.create_conversation(Some("alpha")),
-        Err(convstore_store::StoreError::NameTaken { .. })
-    ));
-    assert!(store.create_conversation(Some(" spaced")).is_err());
-    assert!(store.find("zz-not-there").unwrap().is_none());
-    // Prefixes shorter than four digits are names, not prefixes.
-    assert!(store.find(&b.hex()[..3]).unwrap().is_none());
+    for dir in Place::each() {
+        let store = open(&dir);
+        let a = store.create_conversation(Some("alpha")).unwrap();
+        let b = store.create_conversation(None).unwrap();
+        assert_eq!(store.resolve("alpha").unwrap(), a);
+        assert_eq!(store.resolve(&b.hex()).unwrap(), b);
+        assert_eq!(store.resolve(&b.hex()[..10]).unwrap(), b);
+        assert_eq!(store.resolve(&b.hex()[..9].to_uppercase()).unwrap(), b);
+        assert!(matches!(
+            store.create_conversation(Some("alpha")),
+            Err(convstore_store::StoreError::NameTaken { .. })
+        ));
+        assert!(store.create_conversation(Some(" spaced")).is_err());
+        assert!(store.find("zz-not-there").unwrap().is_none());
+        // Prefixes shorter than four digits are names, not prefixes.
+        assert!(store.find(&b.hex()[..3]).unwrap().is_none());
+    }
 }
 
 #[test]
 fn an_ambiguous_prefix_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
-    // Random ids: create until two share their first four hex digits
-    // (about 300 on average).
-    let mut seen = std::collections::HashMap::new();
-    let shared = loop {
-        let id = store.create_conversation(None).unwrap();
-        let prefix = id.hex()[..4].to_owned();
-        if seen.insert(prefix.clone(), id).is_some() {
-            break prefix;
-        }
-        assert!(seen.len() < 20_000, "no shared prefix");
-    };
-    let err = store.resolve(&shared).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            convstore_store::StoreError::AmbiguousConversation { .. }
-        ),
-        "{err}"
-    );
+    for dir in Place::each() {
+        let store = open(&dir);
+        // Random ids: create until two share their first four hex digits
+        // (about 300 on average).
+        let mut seen = std::collections::HashMap::new();
+        let shared = loop {
+            let id = store.create_conversation(None).unwrap();
+            let prefix = id.hex()[..4].to_owned();
+            if seen.insert(prefix.clone(), id).is_some() {
+                break prefix;
+            }
+            assert!(seen.len() < 20_000, "no shared prefix");
+        };
+        let err = store.resolve(&shared).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                convstore_store::StoreError::AmbiguousConversation { .. }
+            ),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -358,91 +366,94 @@ fn a_newer_format_version_is_refused() {
 /// records after the parent settles them, and stages its own appends.
 #[test]
 fn forks_read_through_staged_and_settled_records() {
-    let dir = tempfile::tempdir().expect("dir");
-    let store = open(&dir);
-    store.set_settle_records(10);
-    let events = |from: usize, n: usize| -> Vec<Event> {
-        (from..from + n)
-            .map(|i| {
-                let kind = if i % 4 == 0 {
-                    convstore_store::EventKind::TurnStart
-                } else {
-                    convstore_store::EventKind::User {
-                        text: format!("event {i}"),
-                    }
-                };
-                Event::new(Timestamp::now(), kind)
-            })
-            .collect()
-    };
-    let parent = store.create_conversation(Some("p")).expect("create");
-    let mut model = Vec::new();
-    for e in events(0, 14) {
-        store
-            .append(&parent, std::slice::from_ref(&e), &fast())
-            .expect("append");
-        model.push(e);
-    }
-    // Records 10..14 are staged; fork after record 12.
-    let (fork, _) = store.fork(&parent, 12, Some("f"), &[]).expect("fork");
-    let mut fork_model = model[..12].to_vec();
-    for e in events(100, 25) {
-        store
-            .append(&fork, std::slice::from_ref(&e), &fast())
-            .expect("append");
-        fork_model.push(e);
-    }
-    for e in events(14, 30) {
-        store
-            .append(&parent, std::slice::from_ref(&e), &fast())
-            .expect("append");
-        model.push(e);
-    }
-    let texts = |id| -> Vec<Event> { scan_all(&store, id).into_iter().map(|r| r.event).collect() };
-    assert_eq!(texts(&parent), model);
-    assert_eq!(texts(&fork), fork_model);
-    for (id, len) in [(&parent, model.len()), (&fork, fork_model.len())] {
-        for seq in 0..len as u64 {
-            let turn = store.turn_of(id, seq).expect("turn");
-            assert_eq!(turn, seq / 4, "seq {seq}");
+    for dir in Place::each() {
+        let store = open(&dir);
+        store.set_settle_records(10);
+        let events = |from: usize, n: usize| -> Vec<Event> {
+            (from..from + n)
+                .map(|i| {
+                    let kind = if i % 4 == 0 {
+                        convstore_store::EventKind::TurnStart
+                    } else {
+                        convstore_store::EventKind::User {
+                            text: format!("event {i}"),
+                        }
+                    };
+                    Event::new(Timestamp::now(), kind)
+                })
+                .collect()
+        };
+        let parent = store.create_conversation(Some("p")).expect("create");
+        let mut model = Vec::new();
+        for e in events(0, 14) {
+            store
+                .append(&parent, std::slice::from_ref(&e), &fast())
+                .expect("append");
+            model.push(e);
         }
-        assert!(store.verify(id).expect("verify").is_ok());
+        // Records 10..14 are staged; fork after record 12.
+        let (fork, _) = store.fork(&parent, 12, Some("f"), &[]).expect("fork");
+        let mut fork_model = model[..12].to_vec();
+        for e in events(100, 25) {
+            store
+                .append(&fork, std::slice::from_ref(&e), &fast())
+                .expect("append");
+            fork_model.push(e);
+        }
+        for e in events(14, 30) {
+            store
+                .append(&parent, std::slice::from_ref(&e), &fast())
+                .expect("append");
+            model.push(e);
+        }
+        let texts =
+            |id| -> Vec<Event> { scan_all(&store, id).into_iter().map(|r| r.event).collect() };
+        assert_eq!(texts(&parent), model);
+        assert_eq!(texts(&fork), fork_model);
+        for (id, len) in [(&parent, model.len()), (&fork, fork_model.len())] {
+            for seq in 0..len as u64 {
+                let turn = store.turn_of(id, seq).expect("turn");
+                assert_eq!(turn, seq / 4, "seq {seq}");
+            }
+            assert!(store.verify(id).expect("verify").is_ok());
+        }
+        assert!(store.verify_all().expect("verify").is_ok());
     }
-    assert!(store.verify_all().expect("verify").is_ok());
 }
 
 /// An append that would settle a damaged staged record fails, naming it,
 /// and stores nothing; `verify` names the same record.
 #[test]
 fn a_damaged_staged_record_fails_the_settling_append() {
-    let dir = tempfile::tempdir().expect("dir");
-    let store = open(&dir);
-    store.set_settle_records(8);
-    let user = |i: usize| {
-        Event::new(
-            Timestamp::now(),
-            convstore_store::EventKind::User {
-                text: format!("event {i}"),
-            },
-        )
-    };
-    let id = store.create_conversation(Some("c")).expect("create");
-    for i in 0..11 {
-        store.append(&id, &[user(i)], &fast()).expect("append");
+    for dir in Place::each() {
+        let store = open(&dir);
+        store.set_settle_records(8);
+        let user = |i: usize| {
+            Event::new(
+                Timestamp::now(),
+                convstore_store::EventKind::User {
+                    text: format!("event {i}"),
+                },
+            )
+        };
+        let id = store.create_conversation(Some("c")).expect("create");
+        for i in 0..11 {
+            store.append(&id, &[user(i)], &fast()).expect("append");
+        }
+        // Records 0..8 were settled by the eighth append; 8..11 are staged.
+        testing::flip_record_byte(&store, &id, 9, 3, 0x40).expect("damage");
+        assert_eq!(store.verify(&id).expect("verify").unwrap_err().seq, Some(9));
+        let head = store.info(&id).expect("info").head;
+        let many: Vec<Event> = (11..20).map(user).collect();
+        let error = store.append(&id, &many, &fast()).unwrap_err().to_string();
+        assert!(error.contains("staged record 9"), "{error}");
+        let info = store.info(&id).expect("info");
+        assert_eq!((info.len, info.head), (11, head));
+        // Appends that keep staging still work.
+        store.set_settle_records(1000);
+        store.append(&id, &[user(11)], &fast()).expect("append");
+        assert_eq!(store.info(&id).expect("info").len, 12);
     }
-    // Records 0..8 were settled by the eighth append; 8..11 are staged.
-    testing::flip_record_byte(&store, &id, 9, 3, 0x40).expect("damage");
-    assert_eq!(store.verify(&id).expect("verify").unwrap_err().seq, Some(9));
-    let head = store.info(&id).expect("info").head;
-    let many: Vec<Event> = (11..20).map(user).collect();
-    let error = store.append(&id, &many, &fast()).unwrap_err().to_string();
-    assert!(error.contains("staged record 9"), "{error}");
-    let info = store.info(&id).expect("info");
-    assert_eq!((info.len, info.head), (11, head));
-    // Appends that keep staging still work.
-    store.set_settle_records(1000);
-    store.append(&id, &[user(11)], &fast()).expect("append");
-    assert_eq!(store.info(&id).expect("info").len, 12);
 }
 
 /// The turn of each event, by SPEC §2's rule, written out here rather than

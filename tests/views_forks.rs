@@ -5,6 +5,8 @@
 
 mod support;
 
+use support::backends::Place;
+
 use convstore_engine::views::{self, BlockLimits, RefreshOptions};
 use convstore_projection::{project, LogEvent, ViewEvent};
 use convstore_store::{AppendOptions, ConversationId, Event, Store};
@@ -64,10 +66,9 @@ proptest! {
     /// through the store, and everything verifies. A fork's model is its
     /// parent's prefix plus its own events.
     #[test]
-    fn views_stay_equal_to_fresh_projections(ops in prop::collection::vec(op(), 1..14)) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("db");
-        let mut store = Store::open(&path).unwrap();
+    fn views_stay_equal_to_fresh_projections(ops in prop::collection::vec(op(), 1..14), memory: bool) {
+        let place = Place::new(memory);
+        let mut store = place.open();
         let first = store.create_conversation(Some("c0")).unwrap();
         let mut models: Vec<(ConversationId, Vec<Event>)> = vec![(first, Vec::new())];
         for op in ops {
@@ -87,7 +88,7 @@ proptest! {
                 }
                 Op::Reopen => {
                     drop(store);
-                    store = Store::open(&path).unwrap();
+                    store = place.open();
                 }
             }
             for (id, model) in &models {
@@ -118,109 +119,111 @@ proptest! {
 /// around the new events, not the whole log.
 #[test]
 fn an_append_recomputes_only_the_last_blocks() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("db")).unwrap();
-    let now = convstore_store::Timestamp::now();
-    let turn = |i: usize| {
-        vec![
-            Event::new(now, convstore_store::EventKind::TurnStart),
-            Event::new(
-                now,
-                convstore_store::EventKind::User {
-                    text: format!("question {i}"),
-                },
-            ),
-        ]
-    };
-    let events: Vec<Event> = (0..100).flat_map(turn).collect();
-    let (id, _) = store
-        .create_and_append(Some("c"), &events, &AppendOptions::default())
-        .unwrap();
-    let limits = RefreshOptions {
-        limits: BlockLimits {
-            events: 8,
-            turns: 4,
-        },
-        no_sync: false,
-    };
-    let (_, built) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
-    assert_eq!(built, views::Refresh::Built);
-    store
-        .append(&id, &turn(100), &AppendOptions::default())
-        .unwrap();
-    let (state, updated) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
-    // Turn 99 sits in the block of turns 96..=99; turn 100 is new.
-    assert_eq!(updated, views::Refresh::Updated(vec![(96, 100)]));
-    assert_eq!(views::check(&store, &id, &state).unwrap(), None);
-    let (_, again) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
-    assert_eq!(again, views::Refresh::Current);
+    for place in Place::each() {
+        let store = place.open();
+        let now = convstore_store::Timestamp::now();
+        let turn = |i: usize| {
+            vec![
+                Event::new(now, convstore_store::EventKind::TurnStart),
+                Event::new(
+                    now,
+                    convstore_store::EventKind::User {
+                        text: format!("question {i}"),
+                    },
+                ),
+            ]
+        };
+        let events: Vec<Event> = (0..100).flat_map(turn).collect();
+        let (id, _) = store
+            .create_and_append(Some("c"), &events, &AppendOptions::default())
+            .unwrap();
+        let limits = RefreshOptions {
+            limits: BlockLimits {
+                events: 8,
+                turns: 4,
+            },
+            no_sync: false,
+        };
+        let (_, built) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
+        assert_eq!(built, views::Refresh::Built);
+        store
+            .append(&id, &turn(100), &AppendOptions::default())
+            .unwrap();
+        let (state, updated) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
+        // Turn 99 sits in the block of turns 96..=99; turn 100 is new.
+        assert_eq!(updated, views::Refresh::Updated(vec![(96, 100)]));
+        assert_eq!(views::check(&store, &id, &state).unwrap(), None);
+        let (_, again) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
+        assert_eq!(again, views::Refresh::Current);
+    }
 }
 
 /// A stored view that differs from a fresh projection is reported by
 /// `check` (which `verify` runs for every view).
 #[test]
 fn check_finds_a_view_that_differs_from_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("db")).unwrap();
-    let now = convstore_store::Timestamp::now();
-    let events = vec![
-        Event::new(now, convstore_store::EventKind::TurnStart),
-        Event::new(
-            now,
-            convstore_store::EventKind::User {
-                text: "hello".to_owned(),
-            },
-        ),
-    ];
-    let (id, _) = store
-        .create_and_append(Some("c"), &events, &AppendOptions::default())
-        .unwrap();
-    let (state, _) = views::refresh(&store, &id, "v", None).unwrap();
-    assert_eq!(views::check(&store, &id, &state).unwrap(), None);
+    for place in Place::each() {
+        let store = place.open();
+        let now = convstore_store::Timestamp::now();
+        let events = vec![
+            Event::new(now, convstore_store::EventKind::TurnStart),
+            Event::new(
+                now,
+                convstore_store::EventKind::User {
+                    text: "hello".to_owned(),
+                },
+            ),
+        ];
+        let (id, _) = store
+            .create_and_append(Some("c"), &events, &AppendOptions::default())
+            .unwrap();
+        let (state, _) = views::refresh(&store, &id, "v", None).unwrap();
+        assert_eq!(views::check(&store, &id, &state).unwrap(), None);
 
-    // Rewrite its one block with a changed text.
-    let mut block = store
-        .view_blocks(&id, "v", 0)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap();
-    block.events[1].event.kind = convstore_store::EventKind::User {
-        text: "tampered".to_owned(),
-    };
-    store
-        .write_view(
+        // Rewrite its one block with a changed text.
+        let mut block = store
+            .view_blocks(&id, "v", 0)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        block.events[1].event.kind = convstore_store::EventKind::User {
+            text: "tampered".to_owned(),
+        };
+        store
+            .write_view(
+                &id,
+                &convstore_store::ViewUpdate {
+                    expected_len: Some(state.len),
+                    state: state.clone(),
+                    removed: vec![(0, u64::MAX)],
+                    blocks: vec![block],
+                    reset_calls: false,
+                    calls: Vec::new(),
+                    no_sync: false,
+                },
+            )
+            .unwrap();
+        let state = store.view_state(&id, "v").unwrap().unwrap();
+        let problem = views::check(&store, &id, &state).unwrap().unwrap();
+        assert!(problem.contains("event 1 differs"), "{problem}");
+
+        // A write computed from a state that is no longer stored is refused.
+        let stale = store.write_view(
             &id,
             &convstore_store::ViewUpdate {
-                expected_len: Some(state.len),
-                state: state.clone(),
-                removed: vec![(0, u64::MAX)],
-                blocks: vec![block],
+                expected_len: Some(state.len + 1),
+                state,
+                removed: Vec::new(),
+                blocks: Vec::new(),
                 reset_calls: false,
                 calls: Vec::new(),
                 no_sync: false,
             },
-        )
-        .unwrap();
-    let state = store.view_state(&id, "v").unwrap().unwrap();
-    let problem = views::check(&store, &id, &state).unwrap().unwrap();
-    assert!(problem.contains("event 1 differs"), "{problem}");
-
-    // A write computed from a state that is no longer stored is refused.
-    let stale = store.write_view(
-        &id,
-        &convstore_store::ViewUpdate {
-            expected_len: Some(state.len + 1),
-            state,
-            removed: Vec::new(),
-            blocks: Vec::new(),
-            reset_calls: false,
-            calls: Vec::new(),
-            no_sync: false,
-        },
-    );
-    assert!(matches!(
-        stale,
-        Err(convstore_store::StoreError::HeadMismatch { .. })
-    ));
+        );
+        assert!(matches!(
+            stale,
+            Err(convstore_store::StoreError::HeadMismatch { .. })
+        ));
+    }
 }

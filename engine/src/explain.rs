@@ -45,20 +45,17 @@ pub fn explain(store: &Store, id: &ConversationId, scope: Scope, turn: u64) -> R
         .collect();
     covering.sort_by_key(Overlay::precedence);
     let resolution = resolve(overlays, Some(last_turn));
-    let segment = resolution.segment(turn);
+    let span = resolution.span(turn);
     let winner = |index: Option<usize>| index.map(|i| resolution.overlays[i].clone());
     let winners = vec![
-        (
-            ContentType::Summary,
-            winner(segment.and_then(|s| s.summary)),
-        ),
+        (ContentType::Summary, winner(span.and_then(|s| s.summary))),
         (
             ContentType::Reasoning,
-            winner(segment.and_then(|s| s.reasoning)),
+            winner(span.and_then(|s| s.reasoning)),
         ),
         (
             ContentType::ToolCalls,
-            winner(segment.and_then(|s| s.tool_calls)),
+            winner(span.and_then(|s| s.tool_calls)),
         ),
     ];
     Ok(Explanation {

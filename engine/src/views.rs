@@ -27,8 +27,8 @@ use std::collections::{btree_map, BTreeMap, HashMap, HashSet};
 use convstore_projection::config::Config;
 use convstore_projection::{resolve, Overlay, Plan, Projector, Run, ViewEvent};
 use convstore_store::{
-    call_bucket, Address, CallEntry, ConversationId, EventKind, EventType, Store, StoredViewEvent,
-    Timestamp, ToolNames, ViewBlock, ViewState, ViewUpdate,
+    call_bucket, Address, CallEntry, ConversationId, EventKind, EventType, Store, Timestamp,
+    ToolNames, ViewBlock, ViewState, ViewUpdate,
 };
 
 use crate::error::{Error, Result};
@@ -520,7 +520,7 @@ fn split_into_blocks(
                 current.last_turn = e.turn;
             }
         }
-        current.events.push(StoredViewEvent {
+        current.events.push(ViewEvent {
             seq: e.seq,
             turn: e.turn,
             summary_of: e.summary_of,

@@ -6,7 +6,7 @@
 //! event to a [`Plan`], which collects the compaction overlays, the name of
 //! the latest call for each tool call id, and where each turn's first
 //! conversation event is; [`Plan::finish`] resolves the overlays
-//! ([`resolve`]: disjoint turn segments with a winner per content type, and
+//! ([`resolve`]: disjoint turn spans with a winner per content type, and
 //! the summary runs) into a [`Projector`]. The second pass transforms each
 //! raw event into zero or more [`ViewEvent`]s, in any order and on any
 //! thread ([`Projector::decode_transform_map`]), so a view can be streamed.
@@ -37,15 +37,15 @@ pub mod config;
 pub mod openai;
 mod overlay;
 mod project;
+mod projector;
 #[cfg(any(test, feature = "reference"))]
 pub mod reference;
 mod resolve;
 pub mod summarize;
 mod tokens;
-mod view;
 
 pub use overlay::{Overlay, Summary, ToolPolicy};
 pub use project::project;
-pub use resolve::{resolve, ContentType, Resolution, Run, Segment};
+pub use projector::{LogEvent, Plan, Projector, ViewEvent, SUMMARY_HEADER};
+pub use resolve::{resolve, ContentType, Resolution, Run, Span};
 pub use tokens::{estimate_chars, tokens_for_chars, Tokenizer, TokenizerError};
-pub use view::{LogEvent, Plan, Projector, ViewEvent, SUMMARY_HEADER};

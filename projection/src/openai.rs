@@ -21,7 +21,7 @@ use convstore_store::interop::openai::META_KEY;
 use convstore_store::{Event, EventKind};
 use serde_json::{json, Map, Value};
 
-use crate::view::ViewEvent;
+use crate::projector::ViewEvent;
 
 /// The messages of a view, and what had to be left out to keep them valid.
 #[derive(Debug, Clone, Default, PartialEq)]

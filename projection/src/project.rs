@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use crate::view::{LogEvent, Plan, Projector, ViewEvent};
+use crate::projector::{LogEvent, Plan, Projector, ViewEvent};
 
 /// The view of a whole stream in memory: two passes (plan, transform), the
 /// second in parallel over chunks. Output is in log order and does not

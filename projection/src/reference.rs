@@ -99,7 +99,7 @@ fn tools_of(c: &Compaction) -> Option<impl Fn(&str) -> ToolEffect + '_> {
     }) as Box<dyn Fn(&str) -> ToolEffect>)
 }
 
-use crate::view::{LogEvent, ViewEvent, SUMMARY_HEADER};
+use crate::projector::{LogEvent, ViewEvent, SUMMARY_HEADER};
 
 /// Which compaction (by its index in the stream) wins a policy for a turn.
 fn winner<'c, T>(

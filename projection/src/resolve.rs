@@ -1,4 +1,4 @@
-//! Resolves overlays into disjoint turn segments, each with its winner per
+//! Resolves overlays into disjoint turn spans, each with its winner per
 //! content type. See [`resolve`].
 
 use std::collections::BTreeSet;
@@ -21,7 +21,7 @@ pub enum ContentType {
 /// A run of turns with the same winners. Winners are indices into
 /// [`Resolution::overlays`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Segment {
+pub struct Span {
     /// First turn (inclusive).
     pub first: u64,
     /// Last turn (inclusive).
@@ -58,17 +58,17 @@ pub struct Run {
 pub struct Resolution {
     /// The overlays, in the order given.
     pub overlays: Vec<Overlay>,
-    /// Disjoint segments in turn order; turns in no segment have no policy.
-    pub segments: Vec<Segment>,
+    /// Disjoint spans in turn order; turns in no span have no policy.
+    pub spans: Vec<Span>,
     /// Summary runs in turn order.
     pub runs: Vec<Run>,
 }
 
 impl Resolution {
-    /// The segment holding `turn`, if any overlay covers it: O(log S).
-    pub fn segment(&self, turn: u64) -> Option<&Segment> {
-        let i = self.segments.partition_point(|s| s.last < turn);
-        self.segments.get(i).filter(|s| s.first <= turn)
+    /// The span holding `turn`, if any overlay covers it: O(log S).
+    pub fn span(&self, turn: u64) -> Option<&Span> {
+        let i = self.spans.partition_point(|s| s.last < turn);
+        self.spans.get(i).filter(|s| s.first <= turn)
     }
 }
 
@@ -77,7 +77,7 @@ impl Resolution {
 /// O(M log M) for M overlays, whatever the length of their ranges.
 ///
 /// A covers 0..=9 and newer B covers 3..=5, both stripping reasoning: the
-/// segments are 0..=2 (A), 3..=5 (B), 6..=9 (A).
+/// spans are 0..=2 (A), 3..=5 (B), 6..=9 (A).
 pub fn resolve(overlays: Vec<Overlay>, last_turn: Option<u64>) -> Resolution {
     let Some(last_turn) = last_turn else {
         return Resolution {
@@ -113,7 +113,7 @@ pub fn resolve(overlays: Vec<Overlay>, last_turn: Option<u64>) -> Resolution {
         ContentType::Reasoning => 1,
         ContentType::ToolCalls => 2,
     };
-    let mut segments: Vec<Segment> = Vec::new();
+    let mut spans: Vec<Span> = Vec::new();
     let mut p = 0;
     while p < points.len() {
         let turn = points[p].0;
@@ -131,51 +131,50 @@ pub fn resolve(overlays: Vec<Overlay>, last_turn: Option<u64>) -> Resolution {
             break;
         };
         let winner = |s: usize| active[s].last().map(|&(_, _, i)| i);
-        let segment = Segment {
+        let span = Span {
             first: turn,
             last: next - 1,
             summary: winner(0),
             reasoning: winner(1),
             tool_calls: winner(2),
         };
-        if segment.summary.is_none() && segment.reasoning.is_none() && segment.tool_calls.is_none()
-        {
+        if span.summary.is_none() && span.reasoning.is_none() && span.tool_calls.is_none() {
             continue;
         }
-        match segments.last_mut() {
+        match spans.last_mut() {
             Some(prev)
-                if prev.last + 1 == segment.first
+                if prev.last + 1 == span.first
                     && (prev.summary, prev.reasoning, prev.tool_calls)
-                        == (segment.summary, segment.reasoning, segment.tool_calls) =>
+                        == (span.summary, span.reasoning, span.tool_calls) =>
             {
-                prev.last = segment.last;
+                prev.last = span.last;
             }
-            _ => segments.push(segment),
+            _ => spans.push(span),
         }
     }
 
     let mut runs: Vec<Run> = Vec::new();
-    for segment in &segments {
-        let Some(winner) = segment.summary else {
+    for span in &spans {
+        let Some(winner) = span.summary else {
             continue;
         };
         if !matches!(overlays[winner].summary, Some(Summary::Text(_))) {
             continue;
         }
         match runs.last_mut() {
-            Some(run) if run.overlay == winner && run.last + 1 == segment.first => {
-                run.last = segment.last;
+            Some(run) if run.overlay == winner && run.last + 1 == span.first => {
+                run.last = span.last;
             }
             _ => runs.push(Run {
-                first: segment.first,
-                last: segment.last,
+                first: span.first,
+                last: span.last,
                 overlay: winner,
             }),
         }
     }
     Resolution {
         overlays,
-        segments,
+        spans,
         runs,
     }
 }

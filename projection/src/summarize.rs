@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use convstore_store::{EventKind, Json};
 
-use crate::view::LogEvent;
+use crate::projector::LogEvent;
 
 /// Writes summaries.
 pub trait Summarizer {

@@ -145,7 +145,9 @@ fn store_error(error: &StoreError, message: String) -> ApiError {
         StoreError::EventTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "event_too_large"),
         StoreError::EmptyAppend => (StatusCode::BAD_REQUEST, "empty"),
         StoreError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
-        StoreError::Io(_) | StoreError::Sled(_) => (StatusCode::INTERNAL_SERVER_ERROR, "storage"),
+        StoreError::Io(_) | StoreError::Backend(_) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "storage")
+        }
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     };
     ApiError::new(status, code, message)

@@ -12,9 +12,10 @@
 
 use std::collections::HashSet;
 
+use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::{
     encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord,
-    EntryRepr, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    EntryRepr, OverlayEntry, TurnEntry, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -48,21 +49,6 @@ pub struct Appended {
     pub head: Address,
 }
 
-/// The value of an overlay entry: the compaction's turn and record bytes.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub(crate) struct OverlayEntry<'a> {
-    pub turn: u64,
-    #[serde(with = "serde_bytes")]
-    pub record: &'a [u8],
-}
-
-/// The value of a turn index entry: where the chunk starts.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub(crate) struct TurnEntry {
-    pub first_turn: u64,
-    pub entries: u64,
-}
-
 impl Store {
     /// Appends `events` to a conversation, atomically.
     ///
@@ -79,18 +65,30 @@ impl Store {
             return Err(StoreError::EmptyAppend);
         }
         let encoded = encode_all(events, self.max_event_bytes())?;
-        let guard = self.lock_writes();
-        let meta = self.meta(id)?;
-        check_head(options, &meta)?;
-        let placement = self.place(id, &meta, &encoded)?;
-        let mut writes = Writes::default();
-        let appended = write_records(id, meta, &encoded, &placement, &mut writes)?;
-        self.commit(&encoded, writes)?;
-        drop(guard);
-        if !options.no_sync {
-            self.sync()?;
+        // Another process sharing the backend may append between the read
+        // of the metadata and the write, which is then not applied: plan
+        // again from the new head (or, with an expected head, report it).
+        for _ in 0..COMMIT_ATTEMPTS {
+            let guard = self.lock_writes();
+            let (meta, raw) = self.meta_and_bytes(id)?;
+            check_head(options, &meta)?;
+            let placement = self.place(id, &meta, &encoded)?;
+            let mut writes = Writes::default();
+            writes.require(keys::conversation(id), Some(raw));
+            let appended = write_records(id, meta, &encoded, &placement, &mut writes)?;
+            match self.commit(&encoded, writes) {
+                Err(StoreError::Conflict { .. }) => continue,
+                other => other?,
+            }
+            drop(guard);
+            if !options.no_sync {
+                self.sync()?;
+            }
+            return Ok(appended);
         }
-        Ok(appended)
+        Err(StoreError::Conflict {
+            what: format!("conversation {id} kept changing under this append"),
+        })
     }
 
     /// Creates a conversation (named `name`, if given) holding `events`, in
@@ -111,7 +109,12 @@ impl Store {
         check_head(options, &meta)?;
         let placement = self.place(&id, &meta, &encoded)?;
         let appended = write_records(&id, meta, &encoded, &placement, &mut writes)?;
-        self.commit(&encoded, writes)?;
+        self.commit(&encoded, writes).map_err(|e| match (e, name) {
+            (StoreError::Conflict { .. }, Some(name)) => StoreError::NameTaken {
+                name: name.to_owned(),
+            },
+            (e, _) => e,
+        })?;
         drop(guard);
         if !options.no_sync {
             self.sync()?;
@@ -131,19 +134,21 @@ impl Store {
             mut batch,
             chunks,
             to_segments,
+            conditions,
         } = writes;
         let mut seen = HashSet::new();
         let mut blobs = Vec::new();
         for (hash, text) in encoded.iter().flat_map(|r| &r.blobs) {
-            if seen.insert(*hash) && !self.blobs.contains_key(hash.as_bytes())? {
+            if seen.insert(*hash) && !self.kv.contains(Keyspace::Blobs, hash.as_bytes())? {
                 blobs.push((hash, text.as_bytes()));
             }
         }
-        let mut blob_batch = sled::Batch::default();
+        let mut blob_batch = Batch::new();
         let bytes: usize = blobs.iter().map(|(_, b)| b.len()).sum::<usize>()
             + chunks.iter().map(|c| c.body.len()).sum::<usize>();
         let large = bytes as u64 >= self.segment_min_bytes();
-        if self.format >= 2 && bytes > 0 && (large || to_segments) {
+        let segments = self.segments();
+        if let Some(segments) = segments.filter(|_| bytes > 0 && (large || to_segments)) {
             let bodies: Vec<&[u8]> = blobs
                 .iter()
                 .map(|(_, b)| *b)
@@ -155,41 +160,56 @@ impl Store {
                 .map(|(hash, _)| Frame::blob(hash.as_bytes()))
                 .chain(chunks.iter().map(|c| Frame::chunk(&c.key, c.records)))
                 .collect();
-            let places = frames::write(&self.segments, &frames, &bodies)?;
+            let places = frames::write(segments, &frames, &bodies)?;
             let (blob_places, chunk_places) = places.split_at(blobs.len());
             for ((hash, _), at) in blobs.iter().zip(blob_places) {
-                blob_batch.insert(hash.as_bytes(), encode(&BlobValue::Segment(*at)));
+                blob_batch.insert(
+                    Keyspace::Blobs,
+                    hash.as_bytes(),
+                    encode(&BlobValue::Segment(*at)),
+                );
             }
             for (chunk, at) in chunks.iter().zip(chunk_places) {
                 let value = ChunkValue::Segment {
                     at: *at,
                     records: chunk.records,
                 };
-                batch.insert(chunk.key.as_slice(), encode(&value));
+                batch.put(chunk.key.as_slice(), encode(&value));
             }
         } else if self.format >= 2 {
             for (hash, text) in &blobs {
-                blob_batch.insert(hash.as_bytes(), encode(&BlobValue::Inline(text)));
+                blob_batch.insert(
+                    Keyspace::Blobs,
+                    hash.as_bytes(),
+                    encode(&BlobValue::Inline(text)),
+                );
             }
             for chunk in &chunks {
-                batch.insert(
+                batch.put(
                     chunk.key.as_slice(),
                     encode(&ChunkValue::Inline(&chunk.body)),
                 );
             }
         } else {
             for (hash, text) in &blobs {
-                blob_batch.insert(hash.as_bytes(), *text);
+                blob_batch.insert(Keyspace::Blobs, hash.as_bytes(), *text);
             }
             for chunk in chunks {
-                batch.insert(chunk.key, chunk.body);
+                batch.put(chunk.key, chunk.body);
             }
         }
-        if !blobs.is_empty() {
-            self.blobs.apply_batch(blob_batch)?;
+        // The blobs first (harmless if nothing comes to refer to them),
+        // then the append's one atomic, conditional write.
+        if !blob_batch.is_empty() {
+            self.kv.apply(blob_batch)?;
         }
-        self.db.apply_batch(batch)?;
-        Ok(())
+        if self.kv.apply_if(&conditions, batch)? {
+            Ok(())
+        } else {
+            Err(StoreError::Conflict {
+                what: "another writer changed the conversation first".to_owned(),
+            })
+        }
     }
 
     /// The metadata and the first writes of a conversation about to be
@@ -200,20 +220,23 @@ impl Store {
     ) -> StoreResult<(ConversationId, ConversationMeta, Writes)> {
         let (id, meta) = self.prepare_conversation(name)?;
         let mut writes = Writes::default();
+        writes.require(keys::conversation(&id), None);
         if let Some(name) = name {
-            writes
-                .batch
-                .insert(keys::name(name), id.as_bytes().as_slice());
+            writes.require(keys::name(name), None);
+            writes.batch.put(keys::name(name), id.as_bytes().as_slice());
         }
         Ok((id, meta, writes))
     }
 }
 
-/// What one append writes: a sled batch, and chunks to place in it (inline
-/// or in the segment files; see [`Store::commit`]).
+/// What one append writes: a batch, chunks to place in it (inline or in
+/// the segment files; see [`Store::commit`]), and what must still hold
+/// when it is applied.
 #[derive(Default)]
 pub(crate) struct Writes {
-    pub batch: sled::Batch,
+    pub batch: Batch,
+    /// Keys that must still hold what the append was planned from.
+    conditions: Vec<Condition>,
     chunks: Vec<PendingChunk>,
     /// Keep the chunks in the segment files whatever their size (format
     /// 2 and later): settled chunks a settle writes, which would otherwise
@@ -224,6 +247,11 @@ pub(crate) struct Writes {
 }
 
 impl Writes {
+    /// Applies only if `key` still holds `expected` (`None`: absent).
+    pub(crate) fn require(&mut self, key: Vec<u8>, expected: Option<Vec<u8>>) {
+        self.conditions.push(Condition { key, expected });
+    }
+
     /// Adds a chunk of `records` records to store under `key`.
     pub(crate) fn push_chunk(&mut self, key: Vec<u8>, body: Vec<u8>, records: u64) {
         self.chunks.push(PendingChunk { key, body, records });
@@ -236,6 +264,10 @@ struct PendingChunk {
     body: Vec<u8>,
     records: u64,
 }
+
+/// How many times an append plans again after another writer sharing the
+/// backend changed the conversation first.
+const COMMIT_ATTEMPTS: usize = 16;
 
 /// Fails with [`StoreError::HeadMismatch`] unless the conversation's head
 /// is the one `options` expects, if any.
@@ -351,7 +383,7 @@ pub(crate) fn write_records(
                 turn,
                 record: &record.bytes,
             };
-            writes.batch.insert(keys::overlay(id, seq), encode(&entry));
+            writes.batch.put(keys::overlay(id, seq), encode(&entry));
         }
         let stats = &mut meta.kinds[record.event_type.index()];
         stats.count += 1;
@@ -369,13 +401,13 @@ pub(crate) fn write_records(
     }
     chunk.write(id, writes);
     if let Some(staging) = staging {
-        writes.batch.insert(keys::staging(id), encode(&staging));
+        writes.batch.put(keys::staging(id), encode(&staging));
     }
 
     let count = encoded.len() as u64;
     meta.len += count;
     meta.head = parent;
-    writes.batch.insert(keys::conversation(id), encode(&meta));
+    writes.batch.put(keys::conversation(id), encode(&meta));
     Ok(Appended {
         first_seq,
         count,
@@ -459,7 +491,7 @@ impl<'a> ChunkBuilder<'a> {
         );
         let at = (self.space, id, self.first_seq);
         for (key, value) in chunk_index(at, &self.repr.entries, &self.calls) {
-            writes.batch.insert(key, value);
+            writes.batch.put(key, value);
         }
     }
 }

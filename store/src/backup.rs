@@ -17,6 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+use crate::backend::{Batch, Bytes};
 use crate::codec::{decode, decode_record, TextRepr};
 use crate::copy::{ConversationWriter, Destination, Identity, RawRecord};
 use crate::error::{StoreError, StoreResult};
@@ -44,7 +45,7 @@ struct Captured {
     id: ConversationId,
     meta: ConversationMeta,
     fork: Option<ForkPoint>,
-    settings: Vec<(Vec<u8>, sled::IVec)>,
+    settings: Vec<(Vec<u8>, Bytes)>,
 }
 
 impl Store {
@@ -102,11 +103,11 @@ impl Store {
                     ),
                 });
             }
-            let mut batch = sled::Batch::default();
+            let mut batch = Batch::new();
             for (key, value) in &conversation.settings {
-                batch.insert(key.as_slice(), value.clone());
+                batch.put(key.as_slice(), value.to_vec());
             }
-            out.db.apply_batch(batch)?;
+            out.kv.apply(batch)?;
             report.conversations += 1;
             report.records += len - start;
         }
@@ -143,7 +144,7 @@ impl Store {
         let _guard = self.lock_writes();
         let mut captured = Vec::new();
         let mut views = 0;
-        for item in self.db.scan_prefix([keys::CONVERSATION]) {
+        for item in self.scan_prefix([keys::CONVERSATION]) {
             let (key, value) = item?;
             let id = key
                 .get(1..17)
@@ -156,23 +157,23 @@ impl Store {
             let fork = self.fork_point(&id)?;
             let mut settings = Vec::new();
             for key in [keys::pins(&id), keys::auto(&id)] {
-                if let Some(value) = self.db.get(&key)? {
+                if let Some(value) = self.get(&key)? {
                     settings.push((key, value));
                 }
             }
-            let mut batch = sled::Batch::default();
+            let mut batch = Batch::new();
             for prefix in [keys::VIEW, keys::VIEW_BLOCK, keys::VIEW_CALLS] {
                 let mut start = vec![prefix];
                 start.extend_from_slice(id.as_bytes());
-                for item in self.db.scan_prefix(start) {
+                for item in self.scan_prefix(start) {
                     let (key, value) = item?;
                     if prefix == keys::VIEW {
                         views += 1;
                     }
-                    batch.insert(key, value);
+                    batch.put(key.to_vec(), value.to_vec());
                 }
             }
-            out.db.apply_batch(batch)?;
+            out.kv.apply(batch)?;
             captured.push(Captured {
                 id,
                 meta,

@@ -34,7 +34,9 @@
 
 use std::collections::HashSet;
 
-use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended, OverlayEntry};
+use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended};
+use crate::backend::{Batch, Condition, Keyspace};
+use crate::codec::OverlayEntry;
 use crate::codec::{
     encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord, EntryRepr,
     CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
@@ -79,6 +81,9 @@ pub struct BulkAppend<'s> {
     /// The conversation when the bulk append began: the commit checks it
     /// is still so.
     base: ConversationMeta,
+    /// Its metadata's stored bytes then (none for a new conversation): the
+    /// commit is conditional on them.
+    base_bytes: Option<Vec<u8>>,
     no_sync: bool,
     /// Events pushed.
     count: u64,
@@ -108,13 +113,16 @@ impl Store {
         target: BulkTarget<'_>,
         options: &AppendOptions,
     ) -> StoreResult<BulkAppend<'_>> {
-        let (id, base, target) = match target {
+        let (id, base, base_bytes, target) = match target {
             BulkTarget::New { name } => {
                 let (id, meta) = self.prepare_conversation(name)?;
                 let name = name.map(str::to_owned);
-                (id, meta, Target::New { name })
+                (id, meta, None, Target::New { name })
             }
-            BulkTarget::Existing(id) => (id, self.meta(&id)?, Target::Existing),
+            BulkTarget::Existing(id) => {
+                let (meta, bytes) = self.meta_and_bytes(&id)?;
+                (id, meta, Some(bytes), Target::Existing)
+            }
         };
         check_head(options, &base)?;
         Ok(BulkAppend {
@@ -122,6 +130,7 @@ impl Store {
             id,
             target,
             base,
+            base_bytes,
             no_sync: options.no_sync,
             count: 0,
             pending: Vec::new(),
@@ -167,7 +176,7 @@ impl BulkAppend<'_> {
         if self.spill.is_none() {
             let bytes: u64 = encoded.iter().map(|r| r.size).sum();
             let in_memory = self.pending_bytes + bytes;
-            if store.format < 2 || in_memory < store.bulk_memory_bytes() {
+            if store.segments().is_none() || in_memory < store.bulk_memory_bytes() {
                 self.pending.extend_from_slice(events);
                 self.pending_bytes = in_memory;
                 self.count += events.len() as u64;
@@ -244,12 +253,12 @@ impl BulkAppend<'_> {
         match &self.target {
             Target::New { name } => {
                 if let Some(name) = name {
-                    if store.db.contains_key(keys::name(name))? {
+                    if store.contains(&keys::name(name))? {
                         return Err(StoreError::NameTaken { name: name.clone() });
                     }
                     last.push((keys::name(name), id.as_bytes().to_vec()));
                 }
-                if store.db.contains_key(keys::conversation(&id))? {
+                if store.contains(&keys::conversation(&id))? {
                     return Err(StoreError::Corrupt {
                         what: format!(
                             "conversation {id} appeared during a bulk append creating it"
@@ -272,7 +281,7 @@ impl BulkAppend<'_> {
         for (hash, at) in &spill.blobs {
             // Another append may have stored the same text meanwhile: its
             // value stays (values are never rewritten), ours is garbage.
-            if !store.blobs.contains_key(hash.as_bytes())? {
+            if !store.kv.contains(Keyspace::Blobs, hash.as_bytes())? {
                 if blobs.is_empty() {
                     blobs.extend(numbers.iter().map(|&n| (keys::segment_file(n), Vec::new())));
                 }
@@ -305,24 +314,53 @@ impl BulkAppend<'_> {
         // existing conversation's keys go in one batch with its metadata:
         // readers and its next append would meet them.
         self.applied = true;
+        let segments = segment_files(store)?;
         if !blobs.is_empty() {
-            apply_in_groups(&store.blobs, blobs, GROUP_KEYS)?;
+            apply_in_groups(store, Keyspace::Blobs, blobs, GROUP_KEYS)?;
             // Blob references to the files are stored: they stay.
-            store.segments.committed(numbers.iter().copied());
+            segments.committed(numbers.iter().copied());
         }
         writes.sort_unstable();
-        let group = match self.target {
-            Target::New { .. } => {
-                apply_in_groups(&store.db, writes, GROUP_KEYS)?;
-                last
+        let (group, conditions) = match &self.target {
+            Target::New { name } => {
+                apply_in_groups(store, Keyspace::Main, writes, GROUP_KEYS)?;
+                let mut conditions = vec![Condition {
+                    key: keys::conversation(&id),
+                    expected: None,
+                }];
+                if let Some(name) = name {
+                    conditions.push(Condition {
+                        key: keys::name(name),
+                        expected: None,
+                    });
+                }
+                (last, conditions)
             }
             Target::Existing => {
                 writes.extend(last);
-                writes
+                let condition = Condition {
+                    key: keys::conversation(&id),
+                    expected: self.base_bytes.clone(),
+                };
+                (writes, vec![condition])
             }
         };
-        apply_in_groups(&store.db, group, usize::MAX)?;
-        store.segments.committed(numbers);
+        // The one write that makes it visible, on condition that nobody
+        // changed the conversation (or took the id or name) meanwhile.
+        let mut batch = Batch::new();
+        for (key, value) in group {
+            batch.put(key, value);
+        }
+        if !store.kv.apply_if(&conditions, batch)? {
+            return Err(match &self.target {
+                Target::New { name: Some(name) } => StoreError::NameTaken { name: name.clone() },
+                _ => StoreError::HeadMismatch {
+                    expected: self.base.head,
+                    actual: store.meta(&id).map_or(self.base.head, |m| m.head),
+                },
+            });
+        }
+        segments.committed(numbers);
         drop(guard);
         if !self.no_sync {
             store.sync()?;
@@ -334,10 +372,10 @@ impl BulkAppend<'_> {
 impl Drop for BulkAppend<'_> {
     /// Deletes the segment files of a bulk append that was not committed.
     fn drop(&mut self) {
-        if let (Some(spill), false) = (&self.spill, self.applied) {
-            self.store
-                .segments
-                .abandon(spill.files.iter().map(|f| f.number));
+        if let (Some(spill), false, Some(segments)) =
+            (&self.spill, self.applied, self.store.segments())
+        {
+            segments.abandon(spill.files.iter().map(|f| f.number));
         }
     }
 }
@@ -350,23 +388,24 @@ const GROUP_BYTES: usize = 1 << 20;
 /// Applies `writes` to `tree` in order, in batches of at most `keys` keys
 /// and about [`GROUP_BYTES`] bytes (`usize::MAX` keys: in one batch).
 fn apply_in_groups(
-    tree: &sled::Tree,
+    store: &Store,
+    space: Keyspace,
     writes: Vec<(Vec<u8>, Vec<u8>)>,
     keys: usize,
 ) -> StoreResult<()> {
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::new();
     let (mut count, mut bytes) = (0, 0);
     for (key, value) in writes {
         if keys != usize::MAX && (count == keys || bytes >= GROUP_BYTES) {
-            tree.apply_batch(std::mem::take(&mut batch))?;
+            store.kv.apply(std::mem::take(&mut batch))?;
             (count, bytes) = (0, 0);
         }
         count += 1;
         bytes += key.len() + value.len();
-        batch.insert(key, value);
+        batch.insert(space, key, value);
     }
     if count > 0 {
-        tree.apply_batch(batch)?;
+        store.kv.apply(batch)?;
     }
     Ok(())
 }
@@ -493,7 +532,9 @@ impl Spill {
             stats.count += 1;
             stats.bytes += record.size;
             for (hash, text) in &record.blobs {
-                if self.seen.insert(*hash) && !store.blobs.contains_key(hash.as_bytes())? {
+                if self.seen.insert(*hash)
+                    && !store.kv.contains(Keyspace::Blobs, hash.as_bytes())?
+                {
                     self.add_body(
                         store,
                         Body::Blob {
@@ -593,12 +634,13 @@ impl Spill {
             return Ok(());
         }
         let total = self.body_bytes as u64;
+        let segments = segment_files(store)?;
         let fits = self
             .files
             .last()
-            .is_some_and(|f| f.len == 0 || f.len + total <= store.segments.max_bytes);
+            .is_some_and(|f| f.len == 0 || f.len + total <= segments.max_bytes);
         if !fits {
-            self.files.push(store.segments.bulk_file()?);
+            self.files.push(segments.bulk_file()?);
         }
         let file = self.files.last_mut().expect("pushed above");
         let slices: Vec<&[u8]> = self.bodies.iter().map(Body::bytes).collect();
@@ -654,4 +696,12 @@ impl OpenChunk {
         let entries = self.entries.len();
         entries > 0 && (entries >= CHUNK_MAX_ENTRIES || self.bytes.len() + next > CHUNK_MAX_BYTES)
     }
+}
+
+/// The segment files a bulk append writes to (it spills only when the
+/// backend has them).
+fn segment_files(store: &Store) -> StoreResult<&crate::segments::Segments> {
+    store.segments().ok_or_else(|| StoreError::Corrupt {
+        what: "a bulk append wrote to segment files this database does not have".to_owned(),
+    })
 }

@@ -423,3 +423,18 @@ impl ChunkLayout {
 #[cfg(test)]
 #[path = "codec_tests.rs"]
 mod tests;
+
+/// The value of an overlay entry: the compaction's turn and record bytes.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct OverlayEntry<'a> {
+    pub turn: u64,
+    #[serde(with = "serde_bytes")]
+    pub record: &'a [u8],
+}
+
+/// The value of a turn index entry: where the chunk starts.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct TurnEntry {
+    pub first_turn: u64,
+    pub entries: u64,
+}

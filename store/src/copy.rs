@@ -68,10 +68,10 @@ impl<'s> ConversationWriter<'s> {
         if let Some(name) = &who.name {
             first
                 .batch
-                .insert(keys::name(name), who.id.as_bytes().as_slice());
+                .put(keys::name(name), who.id.as_bytes().as_slice());
         }
         if let Some(point) = &who.fork {
-            first.batch.insert(keys::lineage(&who.id), encode(point));
+            first.batch.put(keys::lineage(&who.id), encode(point));
         }
         ConversationWriter {
             store,
@@ -156,7 +156,7 @@ impl<'s> ConversationWriter<'s> {
         if encoded.is_empty() {
             writes
                 .batch
-                .insert(keys::conversation(&self.id), encode(&self.meta));
+                .put(keys::conversation(&self.id), encode(&self.meta));
         } else {
             let appended = write_records(
                 &self.id,

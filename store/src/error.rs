@@ -139,9 +139,16 @@ pub enum StoreError {
     /// size limit, a failing device); what was acknowledged before is kept.
     #[error("I/O error on the database: {}", describe_io(.0))]
     Io(std::io::Error),
-    /// The database failed.
+    /// The backend failed.
     #[error("database error: {0}")]
-    Sled(sled::Error),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// Another writer sharing the backend changed what a write was planned
+    /// from; nothing was stored.
+    #[error("conflict: {what}; nothing was stored")]
+    Conflict {
+        /// What changed.
+        what: String,
+    },
     /// A copy (backup, salvage) cannot be written where it was asked to go.
     #[error("cannot write to {}: {reason}", path.display())]
     Destination {
@@ -175,7 +182,7 @@ impl From<sled::Error> for StoreError {
     fn from(error: sled::Error) -> Self {
         match error {
             sled::Error::Io(e) => StoreError::Io(e),
-            other => StoreError::Sled(other),
+            other => StoreError::Backend(Box::new(other)),
         }
     }
 }

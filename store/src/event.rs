@@ -9,8 +9,6 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::json::Json;
-
 /// A point in time: microseconds since the Unix epoch, UTC.
 ///
 /// Events are timestamped to the microsecond; finer input is truncated.
@@ -460,6 +458,60 @@ pub enum HintAction {
     Keep,
     /// Strip it.
     Strip,
+}
+
+/// A JSON value kept as its compact text, as written by serde_json.
+///
+/// Payloads (`arguments`, `delta`, `payload`, `meta`) travel as text: the
+/// store never needs their structure, and writing them back is a copy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Json(String);
+
+impl Json {
+    /// The compact text of `value`.
+    pub fn from_value(value: &serde_json::Value) -> Self {
+        Self(value.to_string())
+    }
+
+    /// An empty object, `{}`.
+    pub fn empty_object() -> Self {
+        Self("{}".to_owned())
+    }
+
+    /// Text read back from the store. Callers guarantee it is JSON that
+    /// this module wrote.
+    pub(crate) fn from_stored(text: String) -> Self {
+        Self(text)
+    }
+
+    /// The compact JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// The value this text denotes.
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// An event of the view, with where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewEvent {
+    /// The raw seq it was produced from (for an injected summary event: the
+    /// first event its run drops).
+    pub seq: u64,
+    /// The raw turn it was produced from.
+    pub turn: u64,
+    /// For injected summary events: the raw turns the run replaces.
+    pub summary_of: Option<(u64, u64)>,
+    /// The event as the model sees it.
+    pub event: Event,
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::event::TurnTracker;
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
+use crate::layout::Piece;
 use crate::store::{KindStats, Store};
 
 /// Where a fork branches from its parent.
@@ -35,19 +36,10 @@ pub struct ForkPoint {
     pub turns: TurnTracker,
 }
 
-/// Records `start..end` of a conversation's log, stored under `owner`'s
-/// keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Piece {
-    pub owner: ConversationId,
-    pub start: u64,
-    pub end: u64,
-}
-
 impl Store {
     /// Where `id` was forked from, if it is a fork.
     pub fn fork_point(&self, id: &ConversationId) -> StoreResult<Option<ForkPoint>> {
-        match self.db.get(keys::lineage(id))? {
+        match self.get(&keys::lineage(id))? {
             Some(bytes) => Ok(Some(decode(
                 &bytes,
                 &format!("lineage of conversation {id}"),
@@ -169,20 +161,27 @@ impl Store {
             turns,
         };
         let mut writes = Writes::default();
-        writes.batch.insert(keys::lineage(&id), encode(&point));
+        // The fork exists only if neither its id nor its name appeared
+        // meanwhile.
+        writes.require(keys::conversation(&id), None);
+        writes.batch.put(keys::lineage(&id), encode(&point));
         if let Some(name) = name {
-            writes
-                .batch
-                .insert(keys::name(name), id.as_bytes().as_slice());
+            writes.require(keys::name(name), None);
+            writes.batch.put(keys::name(name), id.as_bytes().as_slice());
         }
         let head = if encoded.is_empty() {
-            writes.batch.insert(keys::conversation(&id), encode(&meta));
+            writes.batch.put(keys::conversation(&id), encode(&meta));
             base
         } else {
             let placement = self.place(&id, &meta, &encoded)?;
             write_records(&id, meta, &encoded, &placement, &mut writes)?.head
         };
-        self.commit(&encoded, writes)?;
+        self.commit(&encoded, writes).map_err(|e| match (e, name) {
+            (StoreError::Conflict { .. }, Some(name)) => StoreError::NameTaken {
+                name: name.to_owned(),
+            },
+            (e, _) => e,
+        })?;
         drop(guard);
         self.sync()?;
         Ok((id, head))

@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 mod append;
+pub mod backend;
 mod backup;
 mod bulk;
 mod codec;
@@ -47,12 +48,13 @@ mod index;
 pub mod interop;
 pub mod json;
 mod keys;
+mod layout;
 mod log;
 mod names;
 mod opening;
+mod pins;
 mod salvage;
 mod segments;
-mod settings;
 mod staging;
 mod state;
 mod store;
@@ -68,24 +70,22 @@ pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget};
 pub use codec::{BlobRef, INLINE_MAX};
 pub use error::{StoreError, StoreResult};
-pub use event::{Compaction, Event, EventKind, EventType, Timestamp, TurnTracker};
+pub use event::{Compaction, Event, EventKind, EventType, Json, Timestamp, TurnTracker, ViewEvent};
 pub use fork::ForkPoint;
 pub use hash::{Address, BlobHash};
 pub use ids::ConversationId;
 pub use index::OverlayIndex;
-pub use json::{EventError, Json};
+pub use json::EventError;
 pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
 pub use opening::address_space_limit;
+pub use pins::AutoState;
 pub use salvage::{salvage, SalvageReport, SalvagedConversation};
-pub use settings::AutoState;
 pub use store::{
     validate_conversation_name, validate_view_name, ConversationInfo, KindStats, OpenOptions,
     ProgressFn, Store, DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER, MIN_ID_PREFIX,
 };
 pub use verify::{Verified, VerifyFailure, VerifyReport};
-pub use views::{
-    call_bucket, CallEntry, StoredViewEvent, ViewBlock, ViewState, ViewUpdate, CALL_BUCKETS,
-};
+pub use views::{call_bucket, CallEntry, ViewBlock, ViewState, ViewUpdate, CALL_BUCKETS};

@@ -172,7 +172,7 @@ fn install_quiet_hook() {
 
 /// The names of the unfinished snapshot files in `path`.
 fn unfinished(path: &Path) -> HashSet<PathBuf> {
-    crate::store::unfinished_snapshots(path)
+    crate::backend::sled::unfinished_snapshots(path)
         .into_iter()
         .collect()
 }

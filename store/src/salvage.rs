@@ -55,8 +55,8 @@ use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
 use crate::opening::quiet;
+use crate::pins::AutoState;
 use crate::segments::Segments;
-use crate::settings::AutoState;
 use crate::state::{self, CatalogEntry};
 use crate::store::{ConversationMeta, Store};
 
@@ -1078,11 +1078,11 @@ fn write_conversation(
         })?;
     }
     let (recovered, _) = writer.finish()?;
-    let mut settings = sled::Batch::default();
+    let mut settings = crate::backend::Batch::new();
     for (key, value) in &k.settings {
-        settings.insert(key.as_slice(), value.clone());
+        settings.put(key.as_slice(), value.to_vec());
     }
-    out.db.apply_batch(settings)?;
+    out.kv.apply(settings)?;
     written.insert(k.id, recovered);
     let mut stopped = assembly.stop;
     if stopped.is_none() && k.expected.is_some_and(|e| recovered < e) {

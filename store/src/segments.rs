@@ -117,7 +117,7 @@ struct State {
 }
 
 /// The segment files of one database.
-pub(crate) struct Segments {
+pub struct Segments {
     dir: PathBuf,
     /// A file is closed to new writes once it passes this size.
     pub max_bytes: u64,

@@ -27,6 +27,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::Bytes;
 use crate::codec::{self, CallDirectory};
 use crate::error::StoreResult;
 use crate::hash::Address;
@@ -51,7 +52,7 @@ pub(crate) struct Staging {
 /// The staged records of a log, loaded to be settled: each chunk with its
 /// call directory's bytes, in log order.
 pub(crate) struct Staged {
-    pub chunks: Vec<(LoadedChunk, Option<sled::IVec>)>,
+    pub chunks: Vec<(LoadedChunk, Option<Bytes>)>,
 }
 
 impl Staged {
@@ -83,7 +84,7 @@ impl Staged {
 impl Store {
     /// The staging state of `id`, if it has one.
     pub(crate) fn staging(&self, id: &ConversationId) -> StoreResult<Option<Staging>> {
-        match self.db.get(keys::staging(id))? {
+        match self.get(&keys::staging(id))? {
             Some(bytes) => {
                 codec::decode(&bytes, &format!("staging of conversation {id}")).map(Some)
             }
@@ -119,10 +120,13 @@ impl Store {
         head: Address,
     ) -> StoreResult<Staged> {
         let mut chunks = Vec::new();
-        let range = keys::chunk(Space::Staged, id, from)..keys::chunk(Space::Staged, id, len);
         let mut seq = from;
         let mut address = None;
-        for item in self.db.range(range) {
+        let staged = self.scan_range(
+            keys::chunk(Space::Staged, id, from),
+            keys::chunk(Space::Staged, id, len),
+        );
+        for item in staged {
             let (key, value) = item?;
             let chunk = Located::new(self.format, id, &key, value)?.into_loaded(self, id)?;
             if chunk.first_seq != seq {
@@ -145,9 +149,7 @@ impl Store {
             }
             address = Some(at);
             seq += chunk.layout.entries.len() as u64;
-            let directory =
-                self.db
-                    .get(keys::call_directory(Space::Staged, id, chunk.first_seq))?;
+            let directory = self.get(&keys::call_directory(Space::Staged, id, chunk.first_seq))?;
             chunks.push((chunk, directory));
         }
         if seq != len || address.is_some_and(|a| a != head) {

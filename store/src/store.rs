@@ -3,13 +3,15 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{
+    self, Backend, Batch, Bytes, Condition, Keyspace, KvIter, MemoryBackend, SledBackend,
+};
 use crate::codec::{decode, encode};
-use crate::durable::{self, Durability};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{EventType, Timestamp, TurnTracker};
 use crate::fork::ForkPoint;
@@ -22,31 +24,21 @@ use crate::segments::Segments;
 /// are too easily meant as names (`append b` creates `b`).
 pub const MIN_ID_PREFIX: usize = 4;
 
-/// sled's page cache. Reads of a whole log pass through it once, so it need
-/// not hold one.
-const CACHE_BYTES: u64 = 64 * 1024 * 1024;
-
 /// A convstore database: conversations, their logs and the payloads they
-/// share, in one sled tree.
+/// share, in a [`Backend`] (sled in a directory by default; in memory, or
+/// any other ordered key-value store that keeps its guarantees).
 ///
 /// A `Store` can be shared between threads. Writes are serialised inside
-/// the process; sled's file lock keeps other processes out.
+/// the process, and each is applied on condition that the conversation's
+/// metadata is still what it was read as, so that a backend shared by
+/// several processes serialises them too.
 pub struct Store {
-    pub(crate) db: sled::Db,
-    /// Long texts by content hash (see `keys.rs`).
-    pub(crate) blobs: sled::Tree,
-    /// The database's format version: 1 keeps chunks and blobs in sled, 2
-    /// the bodies of large appends in `segments`.
+    /// Where everything is kept.
+    pub(crate) kv: Arc<dyn Backend>,
+    /// The database's format version: 1 keeps chunks and blobs in the
+    /// backend's keyspaces, 2 the bodies of large appends in its segment
+    /// files, 3 also stages small appends.
     pub(crate) format: u32,
-    pub(crate) segments: Segments,
-    /// The syncs that make a write durable (`durable.rs`).
-    durability: Durability,
-    /// Unfinished sled snapshots moved away when the database was opened.
-    discarded_snapshots: Vec<PathBuf>,
-    /// Segment files of interrupted bulk appends deleted when the database
-    /// was opened.
-    reclaimed: Vec<PathBuf>,
-    path: PathBuf,
     write_lock: Mutex<()>,
     max_event_bytes: AtomicU64,
     segment_min_bytes: AtomicU64,
@@ -58,8 +50,6 @@ pub struct Store {
     pub(crate) overlay_cache: Mutex<HashMap<(ConversationId, u64), crate::log::StoredOverlay>>,
     /// Told how many records long operations have got through.
     progress: std::sync::RwLock<Option<ProgressFn>>,
-    /// What convstore records beside sled's files (`state.rs`).
-    tracker: crate::state::Tracker,
 }
 
 /// A callback told how many more records a long operation (verify, a
@@ -82,38 +72,6 @@ pub const DEFAULT_MAX_EVENT_BYTES: u64 = 64 * 1024 * 1024;
 /// append, until they reach this many bytes; past it, it writes them to
 /// the segment files as it goes (`bulk.rs`).
 pub const DEFAULT_BULK_MEMORY_BYTES: u64 = 4 * 1024 * 1024;
-
-impl Drop for Store {
-    /// Makes pending writes durable, so that the files are released (and
-    /// `--no-sync` writes are durable) once a `Store` is gone: sled's flush
-    /// and the files it adds to `blobs/`; sled fsyncs its `db` file when
-    /// it is dropped, right after. Bulk files committed without a sync get
-    /// their names after a whole sync.
-    fn drop(&mut self) {
-        if self.segments.has_committed() {
-            let _ = self.sync();
-        } else {
-            let _ = self.db.flush();
-            let _ = self.durability.sync_sled_blobs();
-        }
-        self.tracker.on_drop(&self.path, &self.db);
-        let mut dropped = DROPPED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        dropped.retain(|(_, at)| at.elapsed() < LOCK_GRACE);
-        dropped.push((lock_key(&self.path), Instant::now()));
-    }
-}
-
-/// Databases this process closed lately, and when: sled's lock may outlive
-/// a `Store` for a moment (its last I/O jobs), and only an open of one of
-/// these waits that moment out.
-static DROPPED: Mutex<Vec<(PathBuf, Instant)>> = Mutex::new(Vec::new());
-
-/// A database path as [`DROPPED`] keeps it.
-fn lock_key(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
-}
 
 /// Counts for one kind of event in a conversation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -325,53 +283,66 @@ impl Store {
     }
 
     fn open_inspected(path: &Path, options: &OpenOptions, found: Found) -> StoreResult<Store> {
-        let path = path.to_path_buf();
-        let precheck = crate::state::before_open(&path)?;
-        let (db, discarded_snapshots) = open_sled(&path, options.wait)?;
-        let tracker = crate::state::after_open(&path, &db, precheck)?;
-        let format = match db.get(keys::FORMAT)? {
-            Some(bytes) => {
-                let found =
-                    <[u8; 4]>::try_from(bytes.as_ref()).map_or(u32::MAX, u32::from_be_bytes);
-                if !(OLDEST_FORMAT..=FORMAT_VERSION).contains(&found) {
-                    return Err(StoreError::UnsupportedFormat {
-                        path,
-                        found,
-                        supported: FORMAT_VERSION,
-                    });
-                }
-                found
-            }
-            // A new database, or one whose creation was cut short before
-            // its format key was written.
-            None if db.is_empty() && (options.create || found != Found::Database) => {
-                db.insert(keys::FORMAT, &FORMAT_VERSION.to_be_bytes())?;
-                db.flush()?;
-                durable::sync_new_database(&path)?;
+        let mut backend = SledBackend::open(path, options.wait)?;
+        // A new database, or one whose creation was cut short before its
+        // format key was written, may be set up here.
+        let create = options.create || found != Found::Database;
+        let format = match read_format(&backend, path)? {
+            Some(format) => format,
+            None if create && backend.is_empty()? => {
+                let mut batch = Batch::new();
+                batch.insert(Keyspace::Main, keys::FORMAT, FORMAT_VERSION.to_be_bytes());
+                backend.apply(batch)?;
+                backend.created()?;
                 FORMAT_VERSION
             }
-            None => return Err(StoreError::NotConvstore { path }),
+            None => {
+                return Err(StoreError::NotConvstore {
+                    path: path.to_path_buf(),
+                })
+            }
         };
-        let blobs = db.open_tree(keys::BLOBS)?;
-        let segments = Segments::new(&path);
-        let reclaimed = if format >= 2 {
-            segments.recover(&|number| {
-                let key = keys::segment_file(number);
-                Ok(db.contains_key(&key)? || blobs.contains_key(&key)?)
-            })?
-        } else {
-            Vec::new()
+        if format >= 2 {
+            backend.reclaim_bulk_files()?;
+        }
+        Ok(Store::assemble(Arc::new(backend), format))
+    }
+
+    /// A store over `backend`: its database as the format key says, or a
+    /// new one of the current format if the backend is empty.
+    pub fn with_backend(backend: Arc<dyn Backend>) -> StoreResult<Store> {
+        let format = match read_format(&*backend, Path::new("(backend)"))? {
+            Some(format) => format,
+            None if backend.is_empty()? => {
+                let mut batch = Batch::new();
+                batch.insert(Keyspace::Main, keys::FORMAT, FORMAT_VERSION.to_be_bytes());
+                backend.apply(batch)?;
+                backend.sync()?;
+                FORMAT_VERSION
+            }
+            None => {
+                return Err(StoreError::NotConvstore {
+                    path: PathBuf::from("(backend)"),
+                })
+            }
         };
-        let durability = Durability::new(&path)?;
-        Ok(Store {
-            db,
-            blobs,
+        Ok(Store::assemble(backend, format))
+    }
+
+    /// A new, empty database in memory (nothing survives the process).
+    pub fn in_memory() -> Store {
+        let backend = Arc::new(MemoryBackend::new());
+        let mut batch = Batch::new();
+        batch.insert(Keyspace::Main, keys::FORMAT, FORMAT_VERSION.to_be_bytes());
+        // A map in memory does not fail.
+        let _ = backend.apply(batch);
+        Store::assemble(backend, FORMAT_VERSION)
+    }
+
+    fn assemble(kv: Arc<dyn Backend>, format: u32) -> Store {
+        Store {
+            kv,
             format,
-            segments,
-            durability,
-            discarded_snapshots,
-            reclaimed,
-            path,
             write_lock: Mutex::new(()),
             max_event_bytes: AtomicU64::new(DEFAULT_MAX_EVENT_BYTES),
             segment_min_bytes: AtomicU64::new(DEFAULT_SEGMENT_MIN_BYTES),
@@ -379,8 +350,45 @@ impl Store {
             bulk_memory_bytes: AtomicU64::new(DEFAULT_BULK_MEMORY_BYTES),
             overlay_cache: Mutex::new(HashMap::new()),
             progress: std::sync::RwLock::new(None),
-            tracker,
-        })
+        }
+    }
+
+    /// The backend the database is kept in.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.kv
+    }
+
+    /// The segment files, when the backend keeps them and the format uses
+    /// them.
+    pub(crate) fn segments(&self) -> Option<&Segments> {
+        self.kv.segments().filter(|_| self.format >= 2)
+    }
+
+    /// The value of `key` in the main keyspace.
+    pub(crate) fn get(&self, key: &[u8]) -> StoreResult<Option<Bytes>> {
+        self.kv.get(Keyspace::Main, key)
+    }
+
+    /// Whether `key` has a value in the main keyspace.
+    pub(crate) fn contains(&self, key: &[u8]) -> StoreResult<bool> {
+        self.kv.contains(Keyspace::Main, key)
+    }
+
+    /// The main keyspace's pairs whose key starts with `prefix`.
+    pub(crate) fn scan_prefix(&self, prefix: impl Into<Vec<u8>>) -> KvIter<'_> {
+        self.kv
+            .scan(Keyspace::Main, backend::prefixed(prefix), false)
+    }
+
+    /// The main keyspace's pairs with a key from `start` (inclusive) to
+    /// `end` (exclusive).
+    pub(crate) fn scan_range(
+        &self,
+        start: impl Into<Vec<u8>>,
+        end: impl Into<Vec<u8>>,
+    ) -> KvIter<'_> {
+        self.kv
+            .scan(Keyspace::Main, backend::between(start, end), false)
     }
 
     /// Sets (or with `None` removes) the callback long operations report
@@ -465,19 +473,19 @@ impl Store {
     /// database moved to its `discarded/` directory (see `ARCHITECTURE.md`,
     /// "sled"); empty almost always.
     pub fn discarded_snapshots(&self) -> &[PathBuf] {
-        &self.discarded_snapshots
+        self.kv.discarded_snapshots()
     }
 
     /// The segment files of bulk appends a process was stopped in (killed,
     /// or cut off by a power loss) that opening the database deleted:
     /// nothing referred to them.
     pub fn reclaimed_bulk_files(&self) -> &[PathBuf] {
-        &self.reclaimed
+        self.kv.reclaimed_bulk_files()
     }
 
-    /// The database directory.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The database directory, for a database kept in one.
+    pub fn path(&self) -> Option<&Path> {
+        self.kv.path()
     }
 
     /// Makes every write so far durable.
@@ -488,18 +496,16 @@ impl Store {
     /// Makes every write applied before the call durable (see `durable.rs`):
     /// what every acknowledged write waits for.
     pub(crate) fn sync(&self) -> StoreResult<()> {
-        self.durability.sync(&self.db)?;
-        // Bulk files committed before this are durably referenced now.
-        self.segments.finish_committed()
+        self.kv.sync()
     }
 
     /// Bytes the database occupies on disk.
     pub fn size_on_disk(&self) -> StoreResult<u64> {
-        Ok(self.db.size_on_disk()? + self.segments.size_on_disk())
+        self.kv.size_on_disk()
     }
 
     pub(crate) fn lock_writes(&self) -> MutexGuard<'_, ()> {
-        self.tracker.wrote();
+        self.kv.on_write();
         // A panic while holding the lock cannot leave sled half-written
         // (writes are single batches), so a poisoned lock is still usable.
         self.write_lock
@@ -511,15 +517,47 @@ impl Store {
     pub fn create_conversation(&self, name: Option<&str>) -> StoreResult<ConversationId> {
         let guard = self.lock_writes();
         let (id, meta) = self.prepare_conversation(name)?;
-        let mut batch = sled::Batch::default();
-        batch.insert(keys::conversation(&id), encode(&meta));
+        let mut batch = Batch::new();
+        batch.insert(Keyspace::Main, keys::conversation(&id), encode(&meta));
         if let Some(name) = name {
-            batch.insert(keys::name(name), id.as_bytes().as_slice());
+            batch.insert(Keyspace::Main, keys::name(name), id.as_bytes().as_slice());
         }
-        self.db.apply_batch(batch)?;
+        self.apply_creating(&id, name, batch)?;
         drop(guard);
         self.sync()?;
         Ok(id)
+    }
+
+    /// Applies `batch`, which creates conversation `id` (named `name`), on
+    /// condition that neither its id nor its name exists meanwhile (another
+    /// process sharing the backend may have taken the name).
+    pub(crate) fn apply_creating(
+        &self,
+        id: &ConversationId,
+        name: Option<&str>,
+        batch: Batch,
+    ) -> StoreResult<()> {
+        let mut conditions = vec![Condition {
+            key: keys::conversation(id),
+            expected: None,
+        }];
+        if let Some(name) = name {
+            conditions.push(Condition {
+                key: keys::name(name),
+                expected: None,
+            });
+        }
+        if self.kv.apply_if(&conditions, batch)? {
+            return Ok(());
+        }
+        Err(match name {
+            Some(name) if self.contains(&keys::name(name))? => StoreError::NameTaken {
+                name: name.to_owned(),
+            },
+            _ => StoreError::Conflict {
+                what: format!("conversation {id} was created meanwhile"),
+            },
+        })
     }
 
     /// A fresh id and the metadata of an empty conversation named `name`,
@@ -531,7 +569,7 @@ impl Store {
     ) -> StoreResult<(ConversationId, ConversationMeta)> {
         if let Some(name) = name {
             validate_name(name)?;
-            if self.db.contains_key(keys::name(name))? {
+            if self.contains(&keys::name(name))? {
                 return Err(StoreError::NameTaken {
                     name: name.to_owned(),
                 });
@@ -539,7 +577,7 @@ impl Store {
         }
         let id = loop {
             let id = ConversationId::generate();
-            if !self.db.contains_key(keys::conversation(&id))? {
+            if !self.contains(&keys::conversation(&id))? {
                 break id;
             }
         };
@@ -555,8 +593,20 @@ impl Store {
     }
 
     pub(crate) fn meta(&self, id: &ConversationId) -> StoreResult<ConversationMeta> {
-        match self.db.get(keys::conversation(id))? {
-            Some(bytes) => decode(&bytes, &format!("metadata of conversation {id}")),
+        Ok(self.meta_and_bytes(id)?.0)
+    }
+
+    /// The metadata of `id` and its stored bytes, which a write of it is
+    /// conditional on.
+    pub(crate) fn meta_and_bytes(
+        &self,
+        id: &ConversationId,
+    ) -> StoreResult<(ConversationMeta, Vec<u8>)> {
+        match self.get(&keys::conversation(id))? {
+            Some(bytes) => Ok((
+                decode(&bytes, &format!("metadata of conversation {id}"))?,
+                bytes.to_vec(),
+            )),
             None => Err(StoreError::NoSuchConversation {
                 query: id.hex(),
                 hint: None,
@@ -572,7 +622,7 @@ impl Store {
     /// Every conversation, in id order.
     pub fn conversations(&self) -> StoreResult<Vec<ConversationInfo>> {
         let mut out = Vec::new();
-        for item in self.db.scan_prefix([keys::CONVERSATION]) {
+        for item in self.scan_prefix([keys::CONVERSATION]) {
             let (key, value) = item?;
             let id = conversation_id_of(&key)?;
             let meta: ConversationMeta = decode(&value, &format!("metadata of conversation {id}"))?;
@@ -583,7 +633,7 @@ impl Store {
 
     /// The conversation with this name, if any.
     pub fn find_name(&self, name: &str) -> StoreResult<Option<ConversationId>> {
-        match self.db.get(keys::name(name))? {
+        match self.get(&keys::name(name))? {
             Some(bytes) => {
                 let bytes =
                     <[u8; 16]>::try_from(bytes.as_ref()).map_err(|_| StoreError::Corrupt {
@@ -637,7 +687,7 @@ impl Store {
         let mut prefix = vec![keys::CONVERSATION];
         prefix.extend_from_slice(&whole);
         let mut found = Vec::new();
-        for item in self.db.scan_prefix(prefix) {
+        for item in self.scan_prefix(prefix) {
             let (key, _) = item?;
             let id = conversation_id_of(&key)?;
             if id.hex().starts_with(&hex) {
@@ -787,146 +837,19 @@ fn invisible(c: char) -> bool {
     )
 }
 
-/// How long `open` retries a locked database: a `Store` dropped an instant
-/// ago in this process may still hold sled's file lock while its last I/O
-/// jobs finish. Another process holding the database is reported after this.
-const LOCK_GRACE: Duration = Duration::from_millis(300);
-
-/// Opens sled, retrying a locked database for `wait`. A crash while sled
-/// wrote a snapshot leaves a `snap.*.generating` file that sled then reads
-/// as its latest snapshot and refuses to open (sled issues #1527, #1533).
-/// sled writes a snapshot to that name and renames it when complete, so
-/// such a file is never a snapshot sled committed to: when opening fails
-/// with corruption and such files exist, they are moved to `discarded/`
-/// and the open is tried once more (sled then recovers from its previous
-/// snapshot and its log). Returns the files moved.
-fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>)> {
-    let started = Instant::now();
-    // A `Store` this process dropped an instant ago may still hold the
-    // lock: then retry for a moment even when the caller does not wait.
-    // Another process's lock is reported at once.
-    let key = lock_key(path);
-    let recent = DROPPED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .any(|(p, at)| *p == key && at.elapsed() < LOCK_GRACE);
-    let retry = if recent { wait.max(LOCK_GRACE) } else { wait };
-    let mut discarded = Vec::new();
-    loop {
-        let config = sled::Config::new()
-            .path(path)
-            .cache_capacity(CACHE_BYTES)
-            .flush_every_ms(Some(500));
-        let opened = crate::opening::open(path, &config);
-        match opened {
-            Ok(db) => return Ok((db, discarded)),
-            Err(sled::Error::Corruption { .. })
-                if discarded.is_empty() && !unfinished_snapshots(path).is_empty() =>
-            {
-                discarded = discard_unfinished_snapshots(path)?;
-            }
-            Err(error) => match open_error(path, error) {
-                StoreError::Locked { .. } if started.elapsed() < retry => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                StoreError::Locked { path, .. } => {
-                    return Err(StoreError::Locked { path, waited: wait })
-                }
-                other => return Err(other),
-            },
-        }
-    }
-}
-
-/// The `snap.*.generating` files in database directory `path`.
-pub(crate) fn unfinished_snapshots(path: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(path).map_or_else(
-        |_| Vec::new(),
-        |dir| {
-            dir.flatten()
-                .filter(|entry| {
-                    let name = entry.file_name();
-                    let name = name.to_string_lossy();
-                    name.starts_with("snap.") && name.ends_with(".generating")
-                })
-                .map(|entry| entry.path())
-                .collect()
-        },
-    )
-}
-
-/// Moves the unfinished snapshot files of database directory `path` to
-/// its `discarded/` directory, holding sled's lock on the database file
-/// meanwhile (a database another process has open is left alone).
-fn discard_unfinished_snapshots(path: &Path) -> StoreResult<Vec<PathBuf>> {
-    let io = |e: std::io::Error| StoreError::Open {
-        path: path.to_path_buf(),
-        reason: format!("moving an unfinished snapshot file away: {e}"),
+/// The format version the database's format key gives, refused when this
+/// build cannot read it; `None` when there is no format key.
+fn read_format(backend: &dyn Backend, path: &Path) -> StoreResult<Option<u32>> {
+    let Some(bytes) = backend.get(Keyspace::Main, keys::FORMAT)? else {
+        return Ok(None);
     };
-    let lock = std::fs::File::open(path.join("db")).map_err(io)?;
-    // sled locks this file the same way (fs2's exclusive lock).
-    if fs2::FileExt::try_lock_exclusive(&lock).is_err() {
-        return Err(StoreError::Locked {
+    let found = <[u8; 4]>::try_from(bytes.as_ref()).map_or(u32::MAX, u32::from_be_bytes);
+    if !(OLDEST_FORMAT..=FORMAT_VERSION).contains(&found) {
+        return Err(StoreError::UnsupportedFormat {
             path: path.to_path_buf(),
-            waited: Duration::ZERO,
+            found,
+            supported: FORMAT_VERSION,
         });
     }
-    let target = path.join("discarded");
-    let stamp = Timestamp::now().as_micros();
-    let mut moved = Vec::new();
-    for file in unfinished_snapshots(path) {
-        // An empty one holds nothing to keep (an open that failed before
-        // writing it, e.g. on a full disk, where `discarded/` could not be
-        // made either).
-        if std::fs::metadata(&file).is_ok_and(|m| m.len() == 0) {
-            std::fs::remove_file(&file).map_err(io)?;
-            continue;
-        }
-        std::fs::create_dir_all(&target).map_err(io)?;
-        let name = file.file_name().unwrap_or_default().to_string_lossy();
-        let to = target.join(format!("{name}.{stamp}"));
-        match std::fs::rename(&file, &to) {
-            Ok(()) => moved.push(to),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
-    Ok(moved)
-}
-
-fn open_error(path: &Path, error: sled::Error) -> StoreError {
-    let path = path.to_path_buf();
-    match error {
-        sled::Error::Io(e) if e.to_string().contains("could not acquire lock") => {
-            StoreError::Locked {
-                path,
-                waited: Duration::ZERO,
-            }
-        }
-        sled::Error::Corruption { .. } => {
-            let reason = if unfinished_snapshots(&path).is_empty() {
-                "sled found corruption in its files".to_owned()
-            } else {
-                "sled found corruption; a crash left an unfinished snapshot file \
-                 (snap.*.generating) in the database directory that could not be \
-                 moved away: move it away and open the database again"
-                    .to_owned()
-            };
-            StoreError::Open { path, reason }
-        }
-        sled::Error::Io(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            StoreError::Open {
-                path,
-                reason: "permission denied: convstore needs write access to a database \
-                         directory even to read it (sled keeps its lock and log there); \
-                         read it as its owner"
-                    .to_owned(),
-            }
-        }
-        other => StoreError::Open {
-            path,
-            reason: other.to_string(),
-        },
-    }
+    Ok(Some(found))
 }

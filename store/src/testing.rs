@@ -2,6 +2,7 @@
 //! of the supported API.
 
 use crate::append::Writes;
+use crate::backend::{Bytes, Keyspace};
 use crate::codec::{decode, encode, ChunkRepr};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::ConversationId;
@@ -44,16 +45,16 @@ pub fn flip_record_byte(
     Ok(())
 }
 
-fn chunk_of(
-    store: &Store,
-    id: &ConversationId,
-    seq: u64,
-) -> StoreResult<(Vec<u8>, sled::IVec, usize)> {
+fn chunk_of(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<(Vec<u8>, Bytes, usize)> {
     let space = Store::space_of(seq, store.settled(id)?);
     let found = store
-        .db
-        .range(keys::chunks(space, id)..=keys::chunk(space, id, seq))
-        .next_back()
+        .kv
+        .scan(
+            Keyspace::Main,
+            crate::backend::through(keys::chunks(space, id), keys::chunk(space, id, seq)),
+            true,
+        )
+        .next()
         .transpose()?;
     let (key, bytes) = found.ok_or(StoreError::NoSuchRecord { seq, len: 0 })?;
     let first = keys::key_seq(&key).unwrap_or(0);

@@ -17,9 +17,10 @@ use std::sync::{Mutex, PoisonError};
 
 use rayon::prelude::*;
 
-use crate::append::{OverlayEntry, TurnEntry};
+use crate::backend::Bytes;
 use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, TextRepr};
-use crate::error::{StoreError, StoreResult};
+use crate::codec::{OverlayEntry, TurnEntry};
+use crate::error::StoreResult;
 use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
@@ -76,7 +77,7 @@ impl Store {
         let mut total = VerifyReport::default();
         let blobs = Mutex::new(HashSet::new());
         let mut done = HashMap::new();
-        for item in self.db.scan_prefix([keys::CONVERSATION]) {
+        for item in self.scan_prefix([keys::CONVERSATION]) {
             let (key, _) = item?;
             let Some(id) = key
                 .get(1..17)
@@ -282,12 +283,10 @@ impl Checker<'_> {
         let staged = keys::chunk(Space::Staged, &self.id, settled.min(meta.len));
         let mut scan = self
             .store
-            .db
             .scan_prefix(keys::chunks(Space::Settled, &self.id))
             .chain(
                 self.store
-                    .db
-                    .range(staged..keys::chunk(Space::Staged, &self.id, u64::MAX)),
+                    .scan_range(staged, keys::chunk(Space::Staged, &self.id, u64::MAX)),
             );
         loop {
             let window: Vec<_> = scan.by_ref().take(WINDOW).collect();
@@ -348,10 +347,8 @@ impl Checker<'_> {
     }
 
     /// Checks what one chunk can show on its own; see [`ChunkCheck`].
-    fn check_chunk(&self, item: sled::Result<(sled::IVec, sled::IVec)>) -> ChunkCheck {
-        let chunk = match item
-            .map_err(StoreError::from)
-            .and_then(|(key, value)| self.store.read_chunk(&self.id, &key, value))
+    fn check_chunk(&self, item: StoreResult<(Bytes, Bytes)>) -> ChunkCheck {
+        let chunk = match item.and_then(|(key, value)| self.store.read_chunk(&self.id, &key, value))
         {
             Ok(chunk) => chunk,
             Err(e) => return ChunkCheck::unread(e.to_string()),
@@ -486,10 +483,10 @@ impl Checker<'_> {
             .max()
             .unwrap_or(0);
         let id = &self.id;
-        let settled_index = self.store.db.scan_prefix(keys::turns(Space::Settled, id));
-        let staged_index = self.store.db.range(
-            keys::turn(Space::Staged, id, from_turn, 0)
-                ..keys::turn(Space::Staged, id, u64::MAX, u64::MAX),
+        let settled_index = self.store.scan_prefix(keys::turns(Space::Settled, id));
+        let staged_index = self.store.scan_range(
+            keys::turn(Space::Staged, id, from_turn, 0),
+            keys::turn(Space::Staged, id, u64::MAX, u64::MAX),
         );
         let mut found = Vec::new();
         for (space, index) in [
@@ -518,7 +515,7 @@ impl Checker<'_> {
     /// The overlay entries are exactly the compaction records.
     fn check_overlays(&self, expected: &[(u64, u64, Vec<u8>)]) -> Result<(), VerifyFailure> {
         let mut found = Vec::new();
-        for item in self.store.db.scan_prefix(keys::overlays(&self.id)) {
+        for item in self.store.scan_prefix(keys::overlays(&self.id)) {
             let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
             let seq = keys::key_seq(&key)
                 .ok_or_else(|| self.fail(None, "an overlay key is truncated"))?;
@@ -550,11 +547,10 @@ impl Checker<'_> {
         let id = &self.id;
         let settled_directories = self
             .store
-            .db
             .scan_prefix(keys::call_directories(Space::Settled, id));
-        let staged_directories = self.store.db.range(
-            keys::call_directory(Space::Staged, id, settled)
-                ..keys::call_directory(Space::Staged, id, u64::MAX),
+        let staged_directories = self.store.scan_range(
+            keys::call_directory(Space::Staged, id, settled),
+            keys::call_directory(Space::Staged, id, u64::MAX),
         );
         let mut found = Vec::new();
         for (space, directories) in [

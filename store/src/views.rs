@@ -15,9 +15,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::append::{encode_all, Writes};
+use crate::backend::{self, Batch, Keyspace};
 use crate::codec::{decode, decode_record, encode, record_to_event};
 use crate::error::{StoreError, StoreResult};
-use crate::event::{Event, Timestamp};
+use crate::event::{Timestamp, ViewEvent};
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
@@ -40,19 +41,6 @@ pub struct ViewState {
     pub created: Timestamp,
 }
 
-/// One event of a stored view, with where it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredViewEvent {
-    /// The raw seq it was produced from.
-    pub seq: u64,
-    /// The raw turn it was produced from.
-    pub turn: u64,
-    /// For injected summary events: the raw turns the run replaces.
-    pub summary_of: Option<(u64, u64)>,
-    /// The event.
-    pub event: Event,
-}
-
 /// The view events of raw turns `first_turn..=last_turn`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ViewBlock {
@@ -61,7 +49,7 @@ pub struct ViewBlock {
     /// Its last raw turn.
     pub last_turn: u64,
     /// Its events, in view order.
-    pub events: Vec<StoredViewEvent>,
+    pub events: Vec<ViewEvent>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -135,7 +123,7 @@ fn view_key(name: &str) -> [u8; 8] {
 impl Store {
     /// The state of the view `name` of `id`, if it exists.
     pub fn view_state(&self, id: &ConversationId, name: &str) -> StoreResult<Option<ViewState>> {
-        match self.db.get(keys::view(id, view_key(name)))? {
+        match self.get(&keys::view(id, view_key(name)))? {
             None => Ok(None),
             Some(bytes) => {
                 let state: ViewState = decode(
@@ -161,7 +149,7 @@ impl Store {
     /// Every view of `id`.
     pub fn views(&self, id: &ConversationId) -> StoreResult<Vec<ViewState>> {
         let mut out = Vec::new();
-        for item in self.db.scan_prefix(keys::views(id)) {
+        for item in self.scan_prefix(keys::views(id)) {
             let (_, bytes) = item?;
             out.push(decode(&bytes, "view state")?);
         }
@@ -183,8 +171,15 @@ impl Store {
             .map_or(from_turn, |(first, _)| first);
         let id = *id;
         Ok(self
-            .db
-            .range(keys::view_block(&id, key, start)..=keys::view_block(&id, key, u64::MAX))
+            .kv
+            .scan(
+                Keyspace::Main,
+                backend::through(
+                    keys::view_block(&id, key, start),
+                    keys::view_block(&id, key, u64::MAX),
+                ),
+                false,
+            )
             .map(move |item| {
                 let (k, bytes) = item?;
                 self.decode_block(&id, &k, &bytes)
@@ -198,7 +193,7 @@ impl Store {
         name: &str,
         bucket: u16,
     ) -> StoreResult<Vec<CallEntry>> {
-        match self.db.get(keys::view_calls(id, view_key(name), bucket))? {
+        match self.get(&keys::view_calls(id, view_key(name), bucket))? {
             Some(bytes) => decode(&bytes, "view call index bucket"),
             None => Ok(Vec::new()),
         }
@@ -214,9 +209,16 @@ impl Store {
     ) -> StoreResult<Option<(u64, u64)>> {
         let key = view_key(name);
         let found = self
-            .db
-            .range(keys::view_block(id, key, 0)..=keys::view_block(id, key, turn))
-            .next_back()
+            .kv
+            .scan(
+                Keyspace::Main,
+                backend::through(
+                    keys::view_block(id, key, 0),
+                    keys::view_block(id, key, turn),
+                ),
+                true,
+            )
+            .next()
             .transpose()?;
         let Some((k, bytes)) = found else {
             return Ok(None);
@@ -238,7 +240,7 @@ impl Store {
         for e in repr.events {
             let record = decode_record(e.record)?;
             let event = record_to_event(&record, &mut |blob| self.load_blob(blob))?;
-            events.push(StoredViewEvent {
+            events.push(ViewEvent {
                 seq: e.seq,
                 turn: e.turn,
                 summary_of: e.summary_of,
@@ -268,8 +270,9 @@ impl Store {
         }
         let encoded = encode_all(&events, u64::MAX)?;
         let guard = self.lock_writes();
-        let current: Option<ViewState> = match self.db.get(keys::view(id, key))? {
-            Some(bytes) => Some(decode(&bytes, "view state")?),
+        let stored = self.get(&keys::view(id, key))?;
+        let current: Option<ViewState> = match &stored {
+            Some(bytes) => Some(decode(bytes, "view state")?),
             None => None,
         };
         match &current {
@@ -307,30 +310,37 @@ impl Store {
             });
         }
         let mut writes = Writes::default();
+        // Another writer sharing the backend may update the view first.
+        writes.require(keys::view(id, key), stored.map(|b| b.to_vec()));
         let batch = &mut writes.batch;
         for &(first, last) in &update.removed {
-            for item in self
-                .db
-                .range(keys::view_block(id, key, first)..=keys::view_block(id, key, last))
-            {
+            let blocks = self.kv.scan(
+                Keyspace::Main,
+                backend::through(
+                    keys::view_block(id, key, first),
+                    keys::view_block(id, key, last),
+                ),
+                false,
+            );
+            for item in blocks {
                 let (k, bytes) = item?;
                 let repr: BlockRepr<'_> = decode(&bytes, "view block")?;
                 events_now -= (repr.events.len() as u64).min(events_now);
-                batch.remove(k);
+                batch.delete(k.to_vec());
             }
         }
         events_now += events.len() as u64;
         if update.reset_calls {
-            for item in self.db.scan_prefix(keys::view_calls_all(id, key)) {
-                batch.remove(item?.0);
+            for item in self.scan_prefix(keys::view_calls_all(id, key)) {
+                batch.delete(item?.0.to_vec());
             }
         }
         for (bucket, entries) in &update.calls {
             let k = keys::view_calls(id, key, *bucket);
             if entries.is_empty() {
-                batch.remove(k);
+                batch.delete(k);
             } else {
-                batch.insert(k, encode(entries));
+                batch.put(k, encode(entries));
             }
         }
         let mut records = encoded.iter();
@@ -350,14 +360,20 @@ impl Store {
                     record: &record.bytes,
                 });
             }
-            batch.insert(keys::view_block(id, key, block.first_turn), encode(&repr));
+            batch.put(keys::view_block(id, key, block.first_turn), encode(&repr));
         }
         let state = ViewState {
             events: events_now,
             ..update.state.clone()
         };
-        batch.insert(keys::view(id, key), encode(&state));
-        self.commit(&encoded, writes)?;
+        batch.put(keys::view(id, key), encode(&state));
+        self.commit(&encoded, writes).map_err(|e| match e {
+            StoreError::Conflict { .. } => StoreError::HeadMismatch {
+                expected: update.state.head,
+                actual: Address::ROOT,
+            },
+            e => e,
+        })?;
         drop(guard);
         if !update.no_sync {
             self.sync()?;
@@ -371,19 +387,19 @@ impl Store {
         let key = view_key(name);
         let guard = self.lock_writes();
         // Not decoded: a view that does not decode can still be dropped.
-        if !self.db.contains_key(keys::view(id, key))? {
+        if !self.contains(&keys::view(id, key))? {
             return Ok(false);
         }
-        let mut batch = sled::Batch::default();
-        for item in self.db.scan_prefix(keys::view_blocks(id, key)) {
+        let mut batch = Batch::new();
+        for item in self.scan_prefix(keys::view_blocks(id, key)) {
             let (k, _) = item?;
-            batch.remove(k);
+            batch.delete(k.to_vec());
         }
-        for item in self.db.scan_prefix(keys::view_calls_all(id, key)) {
-            batch.remove(item?.0);
+        for item in self.scan_prefix(keys::view_calls_all(id, key)) {
+            batch.delete(item?.0.to_vec());
         }
-        batch.remove(keys::view(id, key));
-        self.db.apply_batch(batch)?;
+        batch.delete(keys::view(id, key));
+        self.kv.apply(batch)?;
         drop(guard);
         self.sync()?;
         Ok(true)

@@ -1,6 +1,7 @@
 //! Shared by the integration tests: event generators and a CLI runner.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod backends;
 pub mod gen;
 
 use std::io::Write;

@@ -56,7 +56,9 @@ pub(crate) fn run(engine: &Engine, notes: &Notes) -> Result<ExitCode> {
         "stored the sample conversation as \"{name}\" ({}, {}) in {}",
         output::plural(info.len, "event"),
         output::plural(info.turns, "turn"),
-        store.path().display()
+        store
+            .path()
+            .map_or_else(|| "memory".to_owned(), |p| p.display().to_string())
     ));
     let before = tally(store, &id, Scope { end: info.len }, None)?;
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::event::{Event, Timestamp};
 
 fn parse(text: &str) -> Result<Event, EventError> {
     parse_event(text, Timestamp::from_micros(0).unwrap())

@@ -38,19 +38,7 @@ impl LogEvent {
     }
 }
 
-/// An event of the view, with where it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ViewEvent {
-    /// The raw seq it was produced from (for an injected summary event: the
-    /// first event its run drops).
-    pub seq: u64,
-    /// The raw turn it was produced from.
-    pub turn: u64,
-    /// For injected summary events: the raw turns the run replaces.
-    pub summary_of: Option<(u64, u64)>,
-    /// The event as the model sees it.
-    pub event: Event,
-}
+pub use convstore_store::ViewEvent;
 
 /// The user text of an injected summary.
 pub const SUMMARY_HEADER: &str = "[Summary of previous conversation]";
@@ -200,20 +188,18 @@ impl Projector {
         if !kind.is_conversation() {
             return Fate::Kept { tools: None };
         }
-        let Some(segment) = self.resolution.segment(turn) else {
+        let Some(span) = self.resolution.span(turn) else {
             return Fate::Kept { tools: None };
         };
         let overlays = &self.resolution.overlays;
-        if let Some(Summary::Text(text)) =
-            segment.summary.and_then(|i| overlays[i].summary.as_ref())
-        {
+        if let Some(Summary::Text(text)) = span.summary.and_then(|i| overlays[i].summary.as_ref()) {
             return match self.run_heads.get(&seq) {
                 Some(&run) => Fate::Summary(self.resolution.runs[run], text),
                 None => Fate::Dropped,
             };
         }
-        let reasoning = segment.reasoning.and_then(|i| overlays[i].reasoning);
-        let tools = segment
+        let reasoning = span.reasoning.and_then(|i| overlays[i].reasoning);
+        let tools = span
             .tool_calls
             .and_then(|i| overlays[i].tool_calls.as_ref());
         match kind {

@@ -1,0 +1,208 @@
+//! The storage seam: [`Backend`], the small ordered key-value store every
+//! part of convstore above it uses. A database is two keyspaces (the log
+//! and its side data, and the blobs by hash); a backend gives point reads,
+//! ordered range scans in both directions, atomic batches, a batch applied
+//! only if some keys still hold what the writer read (so that appends from
+//! several processes, or machines, are serialised by the backend rather
+//! than by a lock in one process), a sync that makes what was applied
+//! durable, and its size.
+//!
+//! Two implementations: [`SledBackend`] (the embedded default: sled and
+//! the segment files beside it, in one directory) and [`MemoryBackend`]
+//! (in memory, for tests and embedding). The store holds one as
+//! `Arc<dyn Backend>`, so no generic parameter spreads above it.
+
+mod memory;
+pub(crate) mod sled;
+
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+
+pub use self::sled::SledBackend;
+pub use bytes::Bytes;
+pub use memory::MemoryBackend;
+
+use crate::error::StoreResult;
+use crate::segments::Segments;
+
+/// The keyspaces of a database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Keyspace {
+    /// Conversations, their chunks and everything stored beside them.
+    Main,
+    /// Long texts by content hash.
+    Blobs,
+}
+
+/// Writes applied together. Blob writes may land before the rest (a blob
+/// nothing refers to is harmless); the writes to [`Keyspace::Main`] are
+/// applied atomically: after a crash all or none of them are there. A scan
+/// running beside the batch may see part of it (sled does not isolate
+/// scans from writes), so convstore's readers bound what they read by what
+/// they read first (a conversation's metadata), and write each log key
+/// once.
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    pub(crate) ops: Vec<(Keyspace, Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    /// Sets `key` to `value` in `space`.
+    pub fn insert(&mut self, space: Keyspace, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push((space, key.into(), Some(value.into())));
+    }
+
+    /// Sets `key` to `value` in the main keyspace.
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.insert(Keyspace::Main, key, value);
+    }
+
+    /// Removes `key` from the main keyspace.
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) {
+        self.remove(Keyspace::Main, key);
+    }
+
+    /// Removes `key` from `space`.
+    pub fn remove(&mut self, space: Keyspace, key: impl Into<Vec<u8>>) {
+        self.ops.push((space, key.into(), None));
+    }
+
+    /// Whether it holds no write.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// How many writes it holds.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Adds `other`'s writes after this one's.
+    pub fn extend(&mut self, other: Batch) {
+        self.ops.extend(other.ops);
+    }
+
+    /// The writes to one keyspace, in order.
+    pub fn ops_in(&self, space: Keyspace) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.ops
+            .iter()
+            .filter(move |(s, _, _)| *s == space)
+            .map(|(_, k, v)| (k.as_slice(), v.as_deref()))
+    }
+}
+
+/// What a conditional batch requires: `key` in [`Keyspace::Main`] holds
+/// `expected` (`None`: does not exist).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value it must hold, or `None` for absent.
+    pub expected: Option<Vec<u8>>,
+}
+
+/// Key-value pairs in key order (or reverse key order).
+pub type KvIter<'a> = Box<dyn Iterator<Item = StoreResult<(Bytes, Bytes)>> + Send + 'a>;
+
+/// A key range: start and end bounds.
+pub type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// An ordered key-value store with the guarantees convstore builds on (see
+/// the module documentation).
+pub trait Backend: Send + Sync {
+    /// The value of `key`.
+    fn get(&self, space: Keyspace, key: &[u8]) -> StoreResult<Option<Bytes>>;
+
+    /// Whether `key` has a value.
+    fn contains(&self, space: Keyspace, key: &[u8]) -> StoreResult<bool> {
+        Ok(self.get(space, key)?.is_some())
+    }
+
+    /// The pairs whose key is in `range`, in key order, or reverse key
+    /// order with `reverse`.
+    fn scan(&self, space: Keyspace, range: KeyRange, reverse: bool) -> KvIter<'_>;
+
+    /// Applies `batch` (see [`Batch`] for what is atomic).
+    fn apply(&self, batch: Batch) -> StoreResult<()>;
+
+    /// Applies `batch` only if every condition holds when it is applied,
+    /// checked and applied as one step against every other writer; returns
+    /// whether it was applied.
+    fn apply_if(&self, conditions: &[Condition], batch: Batch) -> StoreResult<bool>;
+
+    /// Makes everything applied so far durable: what an acknowledged write
+    /// waits for.
+    fn sync(&self) -> StoreResult<()>;
+
+    /// Bytes the database occupies.
+    fn size_on_disk(&self) -> StoreResult<u64>;
+
+    /// Whether the main keyspace holds nothing (a database not set up yet).
+    fn is_empty(&self) -> StoreResult<bool> {
+        Ok(self
+            .scan(Keyspace::Main, (Bound::Unbounded, Bound::Unbounded), false)
+            .next()
+            .transpose()?
+            .is_none())
+    }
+
+    /// The segment files where this backend keeps large bodies outside its
+    /// keyspaces, if it has them (a local directory does).
+    fn segments(&self) -> Option<&Segments> {
+        None
+    }
+
+    /// Called before every write, under the store's write lock (the sled
+    /// backend notes that the database changed, for `convstore.state`).
+    fn on_write(&self) {}
+
+    /// The directory the database is in, for a local backend.
+    fn path(&self) -> Option<&Path> {
+        None
+    }
+
+    /// Unfinished snapshot files an earlier crash left that opening moved
+    /// aside (sled; see ARCHITECTURE.md).
+    fn discarded_snapshots(&self) -> &[PathBuf] {
+        &[]
+    }
+
+    /// Files of interrupted bulk appends that opening deleted.
+    fn reclaimed_bulk_files(&self) -> &[PathBuf] {
+        &[]
+    }
+
+    /// The backend as `Any`, for features of one backend (salvage reads
+    /// sled's files).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// A key range from `start` (inclusive) to `end` (exclusive).
+pub fn between(start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> KeyRange {
+    (Bound::Included(start.into()), Bound::Excluded(end.into()))
+}
+
+/// A key range from `start` to `end`, both inclusive.
+pub fn through(start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> KeyRange {
+    (Bound::Included(start.into()), Bound::Included(end.into()))
+}
+
+/// Every key that starts with `prefix`.
+pub fn prefixed(prefix: impl Into<Vec<u8>>) -> KeyRange {
+    let start: Vec<u8> = prefix.into();
+    let mut end = start.clone();
+    // The first key after every key with this prefix: the prefix with its
+    // last byte below 255 raised by one, the bytes after it dropped.
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return (Bound::Included(start), Bound::Excluded(end));
+        }
+    }
+    (Bound::Included(start), Bound::Unbounded)
+}

@@ -1,0 +1,336 @@
+//! Chunks as the log holds them: loaded, or still in a segment file and
+//! read by the thread that decodes them ([`RawChunk`], [`ChunkIter`]).
+
+use std::ops::Range;
+
+use crate::backend::{Bytes, KvIter};
+use crate::codec::{self, decode_record, record_to_event, ChunkLayout, ChunkValue, TextRepr};
+use crate::error::{StoreError, StoreResult};
+use crate::event::{Event, EventType};
+use crate::ids::ConversationId;
+use crate::keys;
+use crate::layout::Piece;
+use crate::segments::SegmentRef;
+use crate::store::{KindStats, Store};
+
+use super::in_record;
+
+/// A chunk's bytes: a value the backend holds, or read from a segment
+/// file.
+pub(crate) enum ChunkBytes {
+    Shared(Bytes),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for ChunkBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ChunkBytes::Shared(bytes) => bytes,
+            ChunkBytes::Owned(bytes) => bytes,
+        }
+    }
+}
+
+/// A chunk read from the store, with its records located.
+pub(crate) struct LoadedChunk {
+    pub first_seq: u64,
+    pub bytes: ChunkBytes,
+    pub layout: ChunkLayout,
+}
+
+impl LoadedChunk {
+    pub(crate) fn parse(
+        id: &ConversationId,
+        first_seq: u64,
+        bytes: ChunkBytes,
+    ) -> StoreResult<Self> {
+        let layout = ChunkLayout::read(&bytes, &|| {
+            format!("conversation {id}: chunk at seq {first_seq}")
+        })?;
+        Ok(Self {
+            first_seq,
+            bytes,
+            layout,
+        })
+    }
+
+    pub(crate) fn record_bytes(&self, index: usize) -> &[u8] {
+        &self.bytes[self.layout.entries[index].record.clone()]
+    }
+}
+
+/// A chunk as its key and value give it: loaded, or still in a segment
+/// file (read by whichever thread decodes it).
+pub(crate) enum Located {
+    Loaded(LoadedChunk),
+    Segment {
+        first_seq: u64,
+        at: SegmentRef,
+        records: u64,
+    },
+}
+
+impl Located {
+    /// The chunk stored under `key` with value `value` in a database of
+    /// format `format`.
+    pub(crate) fn new(
+        format: u32,
+        id: &ConversationId,
+        key: &[u8],
+        value: Bytes,
+    ) -> StoreResult<Self> {
+        let first_seq = keys::key_seq(key).ok_or_else(|| StoreError::Corrupt {
+            what: format!("conversation {id}: a chunk key is truncated"),
+        })?;
+        if format < 2 {
+            return Ok(Located::Loaded(LoadedChunk::parse(
+                id,
+                first_seq,
+                ChunkBytes::Shared(value),
+            )?));
+        }
+        let what = || format!("conversation {id}: chunk at seq {first_seq}");
+        match codec::decode_named(&value, &what)? {
+            ChunkValue::Inline(bytes) => {
+                let offset = bytes.as_ptr() as usize - value.as_ptr() as usize;
+                let bytes = value.slice(offset..offset + bytes.len());
+                Ok(Located::Loaded(LoadedChunk::parse(
+                    id,
+                    first_seq,
+                    ChunkBytes::Shared(bytes),
+                )?))
+            }
+            ChunkValue::Segment { at, records } => Ok(Located::Segment {
+                first_seq,
+                at,
+                records,
+            }),
+        }
+    }
+
+    pub(crate) fn first_seq(&self) -> u64 {
+        match self {
+            Located::Loaded(chunk) => chunk.first_seq,
+            Located::Segment { first_seq, .. } => *first_seq,
+        }
+    }
+
+    pub(crate) fn records(&self) -> usize {
+        match self {
+            Located::Loaded(chunk) => chunk.layout.entries.len(),
+            Located::Segment { records, .. } => *records as usize,
+        }
+    }
+
+    /// The chunk, read from its segment file if it is not loaded.
+    pub(crate) fn load(&self, store: &Store, id: &ConversationId) -> StoreResult<Held<'_>> {
+        match self {
+            Located::Loaded(chunk) => Ok(Held::Borrowed(chunk)),
+            &Located::Segment {
+                first_seq,
+                at,
+                records,
+            } => read_segment_chunk(store, id, first_seq, &at, records).map(Held::Owned),
+        }
+    }
+
+    pub(crate) fn into_loaded(
+        self,
+        store: &Store,
+        id: &ConversationId,
+    ) -> StoreResult<LoadedChunk> {
+        match self {
+            Located::Loaded(chunk) => Ok(chunk),
+            Located::Segment {
+                first_seq,
+                at,
+                records,
+            } => read_segment_chunk(store, id, first_seq, &at, records),
+        }
+    }
+}
+
+/// Reads a chunk of `records` records from the segment files.
+fn read_segment_chunk(
+    store: &Store,
+    id: &ConversationId,
+    first_seq: u64,
+    at: &SegmentRef,
+    records: u64,
+) -> StoreResult<LoadedChunk> {
+    let what = || format!("conversation {id}: chunk at seq {first_seq}");
+    let bytes = store
+        .segments()
+        .ok_or_else(|| StoreError::Corrupt {
+            what: format!(
+                "{}: refers to segment files this database does not have",
+                what()
+            ),
+        })?
+        .read(at, &what)?;
+    let chunk = LoadedChunk::parse(id, first_seq, ChunkBytes::Owned(bytes))?;
+    if chunk.layout.entries.len() as u64 != records {
+        return Err(StoreError::Corrupt {
+            what: format!(
+                "{}: holds {} records, its reference says {records}",
+                what(),
+                chunk.layout.entries.len()
+            ),
+        });
+    }
+    Ok(chunk)
+}
+
+/// A loaded chunk, borrowed or read for the occasion.
+pub(crate) enum Held<'a> {
+    Borrowed(&'a LoadedChunk),
+    Owned(LoadedChunk),
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = LoadedChunk;
+
+    fn deref(&self) -> &LoadedChunk {
+        match self {
+            Held::Borrowed(chunk) => chunk,
+            Held::Owned(chunk) => chunk,
+        }
+    }
+}
+
+/// Undecoded chunks of a conversation; see [`Store::chunks`].
+pub struct ChunkIter<'s> {
+    pub(crate) format: u32,
+    /// The pieces still to read, the next one last.
+    pub(crate) pieces: Vec<(Piece, KvIter<'s>)>,
+    pub(crate) current: Option<(Piece, KvIter<'s>)>,
+}
+
+impl Iterator for ChunkIter<'_> {
+    type Item = StoreResult<RawChunk>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((piece, chunks)) = &mut self.current {
+                if let Some(item) = chunks.next() {
+                    let piece = *piece;
+                    let format = self.format;
+                    return Some(item.and_then(|(key, bytes)| {
+                        Ok(RawChunk {
+                            id: piece.owner,
+                            records: piece.start..piece.end,
+                            chunk: Located::new(format, &piece.owner, &key, bytes)?,
+                        })
+                    }));
+                }
+            }
+            self.current = Some(self.pieces.pop()?);
+        }
+    }
+}
+
+/// A chunk of records as stored, cheap to move between threads: a chunk in
+/// a segment file is read by the thread that decodes it.
+pub struct RawChunk {
+    pub(crate) id: ConversationId,
+    /// The records of it that belong to the conversation read.
+    pub(crate) records: Range<u64>,
+    pub(crate) chunk: Located,
+}
+
+impl RawChunk {
+    /// The seq of its first record.
+    pub fn first_seq(&self) -> u64 {
+        self.chunk.first_seq()
+    }
+
+    /// How many records it holds.
+    pub fn len(&self) -> usize {
+        self.chunk.records()
+    }
+
+    /// Whether it holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.chunk.records() == 0
+    }
+
+    /// Adds the type and size of each of its records before `end` to
+    /// `kinds`, without loading blobs.
+    pub(crate) fn count_kinds(
+        &self,
+        store: &Store,
+        end: u64,
+        kinds: &mut [KindStats; 10],
+    ) -> StoreResult<()> {
+        let chunk = self.chunk.load(store, &self.id)?;
+        for i in 0..chunk.layout.entries.len() {
+            let seq = chunk.first_seq + i as u64;
+            if seq >= end || !self.records.contains(&seq) {
+                continue;
+            }
+            let bytes = chunk.record_bytes(i);
+            let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
+            let mut size = bytes.len() as u64;
+            for text in record.texts() {
+                if let TextRepr::Blob(blob) = text {
+                    size += blob.len;
+                }
+            }
+            let stats = &mut kinds[record.body.event_type().index()];
+            stats.count += 1;
+            stats.bytes += size;
+        }
+        Ok(())
+    }
+
+    /// Its records with a seq in `start..end` as `(seq, record bytes)`,
+    /// undecoded: for copying a log byte for byte (`copy.rs`).
+    pub(crate) fn raw_records(
+        &self,
+        store: &Store,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+        let chunk = self.chunk.load(store, &self.id)?;
+        let mut out = Vec::with_capacity(chunk.layout.entries.len());
+        for i in 0..chunk.layout.entries.len() {
+            let seq = chunk.first_seq + i as u64;
+            if seq >= start && seq < end && self.records.contains(&seq) {
+                out.push((seq, chunk.record_bytes(i).to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Its records with a seq in `start..end`, decoded (blobs loaded from
+    /// `store`) as `(seq, turn, event)`, without their addresses; records
+    /// for which `skip(seq, turn, type)` holds are left out before their
+    /// texts are read.
+    pub fn events(
+        &self,
+        store: &Store,
+        start: u64,
+        end: u64,
+        skip: impl Fn(u64, u64, EventType) -> bool,
+    ) -> StoreResult<Vec<(u64, u64, Event)>> {
+        let chunk = self.chunk.load(store, &self.id)?;
+        let mut out = Vec::with_capacity(chunk.layout.entries.len());
+        for (i, entry) in chunk.layout.entries.iter().enumerate() {
+            let seq = chunk.first_seq + i as u64;
+            if seq < start || seq >= end || !self.records.contains(&seq) {
+                continue;
+            }
+            let record =
+                decode_record(chunk.record_bytes(i)).map_err(|e| in_record(&self.id, seq, &e))?;
+            if skip(seq, entry.turn, record.body.event_type()) {
+                continue;
+            }
+            let event = record_to_event(&record, &mut |blob| store.load_blob(blob))
+                .map_err(|e| in_record(&self.id, seq, &e))?;
+            out.push((seq, entry.turn, event));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,26 @@
+//! Reading the log: records in order ([`Store::scan`]), undecoded chunks
+//! for parallel readers ([`Store::chunks`]), the turn index
+//! ([`Store::turn_of`], [`Store::first_seq_of_turn`]), compaction overlays
+//! ([`Store::overlays`]), tool call names ([`Store::tool_names`]) and blobs.
+
+mod blobs;
+mod calls;
+mod chunk;
+mod overlays;
+mod scan;
+mod turns;
+
+pub use chunk::{ChunkIter, RawChunk};
+pub(crate) use chunk::{LoadedChunk, Located};
+pub use overlays::StoredOverlay;
+pub use scan::{LogIter, LogRecord};
+
+use crate::error::StoreError;
+use crate::ids::ConversationId;
+
+/// An error met reading record `seq` of `id`, as a corruption naming them.
+pub(crate) fn in_record(id: &ConversationId, seq: u64, error: &StoreError) -> StoreError {
+    StoreError::Corrupt {
+        what: format!("conversation {id}: record {seq}: {error}"),
+    }
+}

@@ -1,0 +1,185 @@
+//! The turn index: which turn a record is in, and where a turn starts.
+
+use std::ops::Range;
+
+use crate::codec::TurnEntry;
+use crate::codec::{self, decode_record};
+use crate::error::{StoreError, StoreResult};
+use crate::event::Timestamp;
+use crate::ids::ConversationId;
+use crate::keys::{self, Space};
+use crate::store::Store;
+
+use super::in_record;
+
+impl Store {
+    /// The turn of record `seq`, from the chunk that holds it: O(log n).
+    pub fn turn_of(&self, id: &ConversationId, seq: u64) -> StoreResult<u64> {
+        let Some(piece) = self.piece_of(id, seq)? else {
+            return Err(StoreError::NoSuchRecord {
+                seq,
+                len: self.meta(id)?.len,
+            });
+        };
+        let owner = &piece.owner;
+        let space = Store::space_of(seq, self.settled(owner)?);
+        let chunk = self.load_chunk(space, owner, self.chunk_start(space, owner, seq)?)?;
+        let index = (seq - chunk.first_seq) as usize;
+        chunk
+            .layout
+            .entries
+            .get(index)
+            .map(|e| e.turn)
+            .ok_or_else(|| StoreError::Corrupt {
+                what: format!("conversation {id}: record {seq} is missing from its chunk"),
+            })
+    }
+
+    /// The seq of the first record of `turn`, or `None` if the log has no
+    /// such turn: O(log n), through the turn index (each chunk is indexed
+    /// under its last turn, so the first chunk indexed at or after `turn`
+    /// holds the turn's first record).
+    pub fn first_seq_of_turn(&self, id: &ConversationId, turn: u64) -> StoreResult<Option<u64>> {
+        let len = self.meta(id)?.len;
+        for piece in self.pieces(id, len)? {
+            match self.owned_first_seq_of_turn(&piece.owner, turn)? {
+                Some(seq) if seq < piece.start => {
+                    return Err(StoreError::Corrupt {
+                        what: format!("conversation {id}: the turn index of a fork's parent points before the fork"),
+                    })
+                }
+                Some(seq) if seq < piece.end => return Ok(Some(seq)),
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// The seqs of the records of turns `first..=last` among records
+    /// `0..end`: empty (`end..end`) when turn `first` has none there.
+    pub fn turn_records(
+        &self,
+        id: &ConversationId,
+        first: u64,
+        last: u64,
+        end: u64,
+    ) -> StoreResult<Range<u64>> {
+        let Some(start) = self.first_seq_of_turn(id, first)?.filter(|&s| s < end) else {
+            return Ok(end..end);
+        };
+        let stop = match last.checked_add(1) {
+            Some(next) => self
+                .first_seq_of_turn(id, next)?
+                .map_or(end, |s| s.min(end)),
+            None => end,
+        };
+        Ok(start..stop)
+    }
+
+    /// [`Store::first_seq_of_turn`] among the records stored under
+    /// `owner`'s own keys: in its settled chunks, else in its staged ones
+    /// (from where they start: staged chunks before it are settled
+    /// already, and never read).
+    pub(crate) fn owned_first_seq_of_turn(
+        &self,
+        owner: &ConversationId,
+        turn: u64,
+    ) -> StoreResult<Option<u64>> {
+        let settled = self.settled(owner)?;
+        for space in [Space::Settled, Space::Staged] {
+            let index = self.scan_range(
+                keys::turn(space, owner, turn, 0),
+                keys::turn(space, owner, u64::MAX, u64::MAX),
+            );
+            for item in index {
+                let (key, value) = item?;
+                let (_, first_seq) = keys::turn_parts(&key).ok_or_else(|| StoreError::Corrupt {
+                    what: format!("conversation {owner}: a turn index key is truncated"),
+                })?;
+                if space == Space::Staged && first_seq < settled {
+                    continue;
+                }
+                let entry: TurnEntry = codec::decode(&value, "turn index entry")?;
+                if entry.first_turn > turn {
+                    // The turn falls between chunks: it has no record.
+                    return Ok(None);
+                }
+                let chunk = self.load_chunk(space, owner, first_seq)?;
+                return Ok(chunk
+                    .layout
+                    .entries
+                    .iter()
+                    .position(|e| e.turn == turn)
+                    .map(|i| first_seq + i as u64));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The seq of the first conversation event (any kind but `config`,
+    /// `system` and `compaction`) of `turn` among records `0..end`. For a
+    /// turn after the first that is the `turn_start` opening it, found
+    /// through the turn index.
+    pub fn first_conversation_seq(
+        &self,
+        id: &ConversationId,
+        turn: u64,
+        end: u64,
+    ) -> StoreResult<Option<u64>> {
+        let Some(start) = self.first_seq_of_turn(id, turn)? else {
+            return Ok(None);
+        };
+        if start >= end {
+            return Ok(None);
+        }
+        let mut chunks = self.chunks(id, start, end)?;
+        while let Some(raw) = chunks.next().transpose()? {
+            let chunk = raw.chunk.load(self, id)?;
+            for (i, entry) in chunk.layout.entries.iter().enumerate() {
+                let seq = chunk.first_seq + i as u64;
+                if seq < start || !raw.records.contains(&seq) {
+                    continue;
+                }
+                if seq >= end || entry.turn != turn {
+                    return Ok(None);
+                }
+                let record =
+                    decode_record(chunk.record_bytes(i)).map_err(|e| in_record(id, seq, &e))?;
+                if record.body.event_type().is_conversation() {
+                    return Ok(Some(seq));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The seq of the newest record at or before `time`: the greatest
+    /// timestamp not after it, the later in the log among equal ones; `None`
+    /// when every record is newer. Reads every record's timestamp (records
+    /// may carry any time), without loading blobs.
+    pub fn newest_at_or_before(
+        &self,
+        id: &ConversationId,
+        time: Timestamp,
+    ) -> StoreResult<Option<u64>> {
+        let len = self.meta(id)?.len;
+        let mut best: Option<(Timestamp, u64)> = None;
+        for raw in self.chunks(id, 0, len)? {
+            let raw = raw?;
+            let chunk = raw.chunk.load(self, id)?;
+            for i in 0..chunk.layout.entries.len() {
+                let seq = chunk.first_seq + i as u64;
+                if !raw.records.contains(&seq) {
+                    continue;
+                }
+                let record =
+                    decode_record(chunk.record_bytes(i)).map_err(|e| in_record(id, seq, &e))?;
+                let stamp = record.timestamp;
+                if stamp <= time && best.is_none_or(|(t, _)| stamp >= t) {
+                    best = Some((stamp, seq));
+                }
+            }
+        }
+        Ok(best.map(|(_, seq)| seq))
+    }
+}
