@@ -88,7 +88,7 @@ const NO_SYNC: AppendOptions = AppendOptions {
 /// conversation with staged records too.
 #[test]
 fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
-    for format in [1, 2, 3] {
+    for format in [1, 2, 3, 4] {
         for memory in [0, 64 * 1024, u64::MAX] {
             let dir = tempfile::tempdir().unwrap();
             let db = database(&dir, format);
@@ -151,6 +151,69 @@ fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
             assert!(store.verify_all().unwrap().is_ok());
         }
     }
+}
+
+/// Format 4 keeps a chunk's compactions in one directory beside it,
+/// whichever way they arrive (bulk, one large append, small staged appends
+/// then settled); formats 1 to 3 keep a key per compaction. Both read back
+/// the same overlays.
+#[test]
+fn compactions_are_kept_in_a_directory_per_chunk_from_format_4() {
+    let all = events(0..5_000);
+    let compactions = all
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Compaction(_)))
+        .count();
+    assert!(compactions > 100);
+    let mut read = Vec::new();
+    for format in [3, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = database(&dir, format);
+        let store = Store::open(&db).unwrap();
+        store.set_bulk_memory_bytes(64 * 1024);
+        let mut bulk = store
+            .begin_bulk(BulkTarget::New { name: Some("bulk") }, &NO_SYNC)
+            .unwrap();
+        for piece in all[..2_000].chunks(300) {
+            bulk.push(piece).unwrap();
+        }
+        let (id, _) = bulk.commit().unwrap();
+        store
+            .append(&id, &all[2_000..4_000], &AppendOptions::default())
+            .unwrap();
+        for e in &all[4_000..] {
+            store
+                .append(&id, std::slice::from_ref(e), &AppendOptions::default())
+                .unwrap();
+        }
+        let (directories, single) = testing::overlay_keys(&store, &id).unwrap();
+        if format == 4 {
+            assert_eq!(single, 0);
+            assert!(
+                directories > 0 && directories * 3 < compactions,
+                "{directories}"
+            );
+        } else {
+            assert_eq!((directories, single), (0, compactions));
+        }
+        let overlays = store.overlays(&id, u64::MAX).unwrap();
+        assert_eq!(overlays.len(), compactions);
+        // As of a record in the middle: the compactions before it only.
+        let half = store.overlays(&id, 2_500).unwrap();
+        assert_eq!(
+            half.len(),
+            all[..2_500]
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::Compaction(_)))
+                .count()
+        );
+        assert!(store.verify_all().unwrap().is_ok());
+        drop(store);
+        let store = Store::open(&db).unwrap();
+        assert_eq!(store.overlays(&id, u64::MAX).unwrap(), overlays);
+        read.push(format!("{overlays:?}"));
+    }
+    assert_eq!(read[0], read[1]);
 }
 
 /// A bulk append dropped, or failing its commit, stores nothing and

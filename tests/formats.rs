@@ -1,6 +1,6 @@
-//! Databases written by the builds of formats 1, 2 and 3 (checked in under
+//! Databases written by the builds of formats 1 to 4 (checked in under
 //! `tests/fixtures/`) read as those builds read them, verify, and take new
-//! appends.
+//! appends; a backup of each is a current-format copy that reads the same.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -82,6 +82,26 @@ fn reads_as_its_build_did(format: u32) {
         convstore_store::Store::open_with(env.db(), &convstore_store::OpenOptions::existing())
             .unwrap();
     assert_eq!(store.format_version(), format);
+    drop(store);
+    // A backup is a copy in the current format, reading the same.
+    let copy = env.path().join("copy");
+    env.run(&["backup", copy.to_str().unwrap()]).ok();
+    let store = convstore_store::Store::open_with(&copy, &convstore_store::OpenOptions::existing())
+        .unwrap();
+    assert_eq!(store.format_version(), convstore_store::FORMAT_VERSION);
+    drop(store);
+    let copy_db = copy.to_str().unwrap();
+    for conversation in ["chat", "big", "fork"] {
+        for command in ["log", "project"] {
+            assert_eq!(
+                env.run(&[command, conversation, "--db", copy_db])
+                    .ok()
+                    .stdout,
+                env.run(&[command, conversation]).ok().stdout,
+                "format {format}: {command} {conversation} of the backup"
+            );
+        }
+    }
 }
 
 #[test]
@@ -97,4 +117,9 @@ fn format_2_databases_read_and_take_appends() {
 #[test]
 fn format_3_databases_read_and_take_appends() {
     reads_as_its_build_did(3);
+}
+
+#[test]
+fn format_4_databases_read_and_take_appends() {
+    reads_as_its_build_did(4);
 }

@@ -14,8 +14,9 @@ use std::collections::HashSet;
 
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::{
-    encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord,
-    EntryRepr, OverlayEntry, TurnEntry, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay,
+    EncodedRecord, EntryRepr, OverlayDirectory, OverlayEntry, TurnEntry, CHUNK_MAX_BYTES,
+    CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -73,7 +74,7 @@ impl Store {
             let (meta, raw) = self.meta_and_bytes(id)?;
             check_head(options, &meta)?;
             let placement = self.place(id, &meta, &encoded)?;
-            let mut writes = Writes::default();
+            let mut writes = Writes::new(self);
             writes.require(keys::conversation(id), Some(raw));
             let appended = write_records(id, meta, &encoded, &placement, &mut writes)?;
             match self.commit(&encoded, writes) {
@@ -135,6 +136,7 @@ impl Store {
             chunks,
             to_segments,
             conditions,
+            overlay_directories: _,
         } = writes;
         let mut seen = HashSet::new();
         let mut blobs = Vec::new();
@@ -219,7 +221,7 @@ impl Store {
         name: Option<&str>,
     ) -> StoreResult<(ConversationId, ConversationMeta, Writes)> {
         let (id, meta) = self.prepare_conversation(name)?;
-        let mut writes = Writes::default();
+        let mut writes = Writes::new(self);
         writes.require(keys::conversation(&id), None);
         if let Some(name) = name {
             writes.require(keys::name(name), None);
@@ -232,7 +234,6 @@ impl Store {
 /// What one append writes: a batch, chunks to place in it (inline or in
 /// the segment files; see [`Store::commit`]), and what must still hold
 /// when it is applied.
-#[derive(Default)]
 pub(crate) struct Writes {
     pub batch: Batch,
     /// Keys that must still hold what the append was planned from.
@@ -244,9 +245,23 @@ pub(crate) struct Writes {
     /// keys share (sled rewrites a page whole, to a file of its own when
     /// it is large).
     to_segments: bool,
+    /// Keep compactions in each chunk's overlay directory (format 4), not
+    /// a key each.
+    overlay_directories: bool,
 }
 
 impl Writes {
+    /// Nothing yet, for `store`'s format.
+    pub(crate) fn new(store: &Store) -> Writes {
+        Writes {
+            batch: Batch::new(),
+            conditions: Vec::new(),
+            chunks: Vec::new(),
+            to_segments: false,
+            overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
+        }
+    }
+
     /// Applies only if `key` still holds `expected` (`None`: absent).
     pub(crate) fn require(&mut self, key: Vec<u8>, expected: Option<Vec<u8>>) {
         self.conditions.push(Condition { key, expected });
@@ -352,13 +367,14 @@ pub(crate) fn write_records(
         let start = staged
             .chunks
             .first()
-            .map_or(first_seq, |(c, _)| c.first_seq);
+            .map_or(first_seq, |s| s.chunk.first_seq);
         let mut address = staged
             .chunks
             .first()
-            .map_or(parent, |(c, _)| c.layout.parent);
+            .map_or(parent, |s| s.chunk.layout.parent);
         chunk = ChunkBuilder::new(space, start, address);
         let mut calls = staged.calls()?.into_iter().peekable();
+        let mut overlays = staged.overlays()?.into_iter().peekable();
         for (seq, (turn, check, record)) in (start..).zip(staged.records()) {
             let entry = EntryRepr {
                 turn,
@@ -371,6 +387,11 @@ pub(crate) fn write_records(
                     chunk.calls.calls.push(call);
                 }
             }
+            while let Some(overlay) = overlays.next_if(|o| o.seq <= seq) {
+                if overlay.seq == seq {
+                    chunk.overlays.overlays.push(overlay);
+                }
+            }
             address = address.child(record);
         }
     }
@@ -378,7 +399,8 @@ pub(crate) fn write_records(
         let seq = first_seq + i as u64;
         let address = parent.child(&record.bytes);
         let turn = meta.turns.next(record.event_type);
-        if record.event_type == EventType::Compaction {
+        let compaction = record.event_type == EventType::Compaction;
+        if compaction && !writes.overlay_directories {
             let entry = OverlayEntry {
                 turn,
                 record: &record.bytes,
@@ -396,6 +418,13 @@ pub(crate) fn write_records(
         chunk.push(id, writes, seq, parent, entry);
         if let Some((call_id, name)) = record.call {
             chunk.calls.calls.push((seq, call_id, name));
+        }
+        if compaction && writes.overlay_directories {
+            chunk.overlays.overlays.push(DirectoryOverlay {
+                seq,
+                turn,
+                record: &record.bytes,
+            });
         }
         parent = address;
     }
@@ -441,6 +470,7 @@ struct ChunkBuilder<'a> {
     first_seq: u64,
     repr: ChunkRepr<'a>,
     calls: CallDirectory<'a>,
+    overlays: OverlayDirectory<'a>,
     bytes: usize,
 }
 
@@ -454,6 +484,7 @@ impl<'a> ChunkBuilder<'a> {
                 entries: Vec::new(),
             },
             calls: CallDirectory { calls: Vec::new() },
+            overlays: OverlayDirectory::default(),
             bytes: 0,
         }
     }
@@ -490,7 +521,8 @@ impl<'a> ChunkBuilder<'a> {
             self.repr.entries.len() as u64,
         );
         let at = (self.space, id, self.first_seq);
-        for (key, value) in chunk_index(at, &self.repr.entries, &self.calls) {
+        let index = chunk_index(at, &self.repr.entries, &self.calls, &self.overlays);
+        for (key, value) in index {
             writes.batch.put(key, value);
         }
     }
@@ -498,11 +530,13 @@ impl<'a> ChunkBuilder<'a> {
 
 /// What is stored beside a chunk of `entries` (in `space`, of
 /// conversation `id`, from `first_seq`), as keys and values: its turn index
-/// entry and its call directory, if it has calls.
+/// entry, its call directory if it has calls and its overlay directory if
+/// it has compactions (format 4).
 pub(crate) fn chunk_index(
     (space, id, first_seq): (Space, &ConversationId, u64),
     entries: &[EntryRepr<'_>],
     calls: &CallDirectory<'_>,
+    overlays: &OverlayDirectory<'_>,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
     let first_turn = entries.first().map_or(0, |e| e.turn);
     let last_turn = entries.last().map_or(0, |e| e.turn);
@@ -515,6 +549,10 @@ pub(crate) fn chunk_index(
     )];
     if !calls.calls.is_empty() {
         out.push((keys::call_directory(space, id, first_seq), encode(calls)));
+    }
+    if !overlays.overlays.is_empty() {
+        let key = keys::overlay_directory(space, id, first_seq);
+        out.push((key, encode(overlays)));
     }
     out
 }

@@ -38,8 +38,8 @@ use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::OverlayEntry;
 use crate::codec::{
-    encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, EncodedRecord, EntryRepr,
-    CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay, EncodedRecord,
+    EntryRepr, OverlayDirectory, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -424,6 +424,9 @@ struct Spill {
     /// past the new records.
     staging: bool,
     chunk: OpenChunk,
+    /// Whether compactions go in overlay directories (format 4) rather
+    /// than a key each.
+    overlay_directories: bool,
     /// Bodies waiting to be written, and their bytes.
     bodies: Vec<Body>,
     body_bytes: usize,
@@ -477,6 +480,7 @@ impl Spill {
             meta: base.clone(),
             staging: staging.is_some(),
             chunk: OpenChunk::new(base.len, base.head),
+            overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
             bodies: Vec::new(),
             body_bytes: 0,
             writes: Vec::new(),
@@ -488,14 +492,12 @@ impl Spill {
             return Ok(spill);
         };
         let staged = store.load_staged(id, staging.settled, base.len, base.head)?;
-        let (start, mut address) = staged
-            .chunks
-            .first()
-            .map_or((base.len, base.head), |(c, _)| {
-                (c.first_seq, c.layout.parent)
-            });
+        let (start, mut address) = staged.chunks.first().map_or((base.len, base.head), |s| {
+            (s.chunk.first_seq, s.chunk.layout.parent)
+        });
         spill.chunk = OpenChunk::new(start, address);
         let mut calls = staged.calls()?.into_iter().peekable();
+        let mut overlays = staged.overlays()?.into_iter().peekable();
         for (seq, (turn, check, record)) in (start..).zip(staged.records()) {
             let mut call = None;
             while let Some(c) = calls.next_if(|c| c.0 <= seq) {
@@ -503,7 +505,12 @@ impl Spill {
                     call = Some((c.1, c.2));
                 }
             }
-            spill.push_record(store, id, seq, address, (turn, check, record), call)?;
+            let mut compaction = false;
+            while let Some(o) = overlays.next_if(|o| o.seq <= seq) {
+                compaction |= o.seq == seq;
+            }
+            let entry = (turn, check, record);
+            spill.push_record(store, id, seq, address, entry, call, compaction)?;
             address = address.child(record);
         }
         Ok(spill)
@@ -521,7 +528,8 @@ impl Spill {
             let parent = self.meta.head;
             let address = parent.child(&record.bytes);
             let turn = self.meta.turns.next(record.event_type);
-            if record.event_type == EventType::Compaction {
+            let compaction = record.event_type == EventType::Compaction;
+            if compaction && !self.overlay_directories {
                 let entry = OverlayEntry {
                     turn,
                     record: &record.bytes,
@@ -545,7 +553,8 @@ impl Spill {
                 }
             }
             let entry = (turn, address.check(), record.bytes.as_slice());
-            self.push_record(store, id, seq, parent, entry, record.call)?;
+            let in_directory = compaction && self.overlay_directories;
+            self.push_record(store, id, seq, parent, entry, record.call, in_directory)?;
             self.meta.len += 1;
             self.meta.head = address;
         }
@@ -553,7 +562,10 @@ impl Spill {
     }
 
     /// Adds record `seq` (turn, check, bytes), the child of `parent`, to the
-    /// open chunk, first closing it if the record does not fit.
+    /// open chunk, first closing it if the record does not fit; `call` is
+    /// its tool call, `compaction` whether it goes in the chunk's overlay
+    /// directory.
+    #[allow(clippy::too_many_arguments)] // the record and what indexes it
     fn push_record(
         &mut self,
         store: &Store,
@@ -562,12 +574,16 @@ impl Spill {
         parent: Address,
         (turn, check, record): (u64, [u8; 8], &[u8]),
         call: Option<(&str, &str)>,
+        compaction: bool,
     ) -> StoreResult<()> {
         if self.chunk.is_full(record.len()) {
             self.close_chunk(store, id)?;
             self.chunk = OpenChunk::new(seq, parent);
         }
         let chunk = &mut self.chunk;
+        if compaction {
+            chunk.overlays.push((seq, chunk.entries.len()));
+        }
         chunk.bytes.extend_from_slice(record);
         chunk.entries.push((turn, check, chunk.bytes.len()));
         if let Some((call_id, name)) = call {
@@ -604,8 +620,20 @@ impl Spill {
                 .map(|(seq, call_id, name)| (*seq, call_id.as_str(), name.as_str()))
                 .collect(),
         };
+        let overlays = OverlayDirectory {
+            overlays: chunk
+                .overlays
+                .iter()
+                .map(|&(seq, i)| DirectoryOverlay {
+                    seq,
+                    turn: entries[i].turn,
+                    record: entries[i].record,
+                })
+                .collect(),
+        };
         let at = (Space::Settled, id, chunk.first_seq);
-        self.writes.extend(chunk_index(at, &entries, &calls));
+        self.writes
+            .extend(chunk_index(at, &entries, &calls, &overlays));
         let body = Body::Chunk {
             key: keys::chunk(Space::Settled, id, chunk.first_seq),
             records: entries.len() as u64,
@@ -677,6 +705,8 @@ struct OpenChunk {
     bytes: Vec<u8>,
     entries: Vec<(u64, [u8; 8], usize)>,
     calls: Vec<(u64, String, String)>,
+    /// The compactions: seq and index among the entries.
+    overlays: Vec<(u64, usize)>,
 }
 
 impl OpenChunk {
@@ -687,6 +717,7 @@ impl OpenChunk {
             bytes: Vec::new(),
             entries: Vec::new(),
             calls: Vec::new(),
+            overlays: Vec::new(),
         }
     }
 

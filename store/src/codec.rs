@@ -424,7 +424,27 @@ impl ChunkLayout {
 #[path = "codec_tests.rs"]
 mod tests;
 
-/// The value of an overlay entry: the compaction's turn and record bytes.
+/// The compactions of a chunk (format 4), in log order: stored beside the
+/// chunk, like its call directory, so that a projection reads every overlay
+/// without scanning the log, and a large append of compactions writes one
+/// key per chunk rather than one per compaction.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct OverlayDirectory<'a> {
+    #[serde(borrow)]
+    pub overlays: Vec<DirectoryOverlay<'a>>,
+}
+
+/// A compaction in an [`OverlayDirectory`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DirectoryOverlay<'a> {
+    pub seq: u64,
+    pub turn: u64,
+    #[serde(with = "serde_bytes", borrow)]
+    pub record: &'a [u8],
+}
+
+/// The value of an overlay entry (formats 1-3): the compaction's turn and
+/// record bytes.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct OverlayEntry<'a> {
     pub turn: u64,

@@ -64,7 +64,7 @@ impl<'s> ConversationWriter<'s> {
             turns,
             kinds: [KindStats::default(); 10],
         };
-        let mut first = Writes::default();
+        let mut first = Writes::new(store);
         if let Some(name) = &who.name {
             first
                 .batch
@@ -151,7 +151,7 @@ impl<'s> ConversationWriter<'s> {
                 },
             )
             .collect();
-        let mut writes = self.first.take().unwrap_or_default();
+        let mut writes = self.first.take().unwrap_or_else(|| Writes::new(self.store));
         let _guard = self.store.lock_writes();
         if encoded.is_empty() {
             writes

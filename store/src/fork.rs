@@ -160,7 +160,7 @@ impl Store {
             base,
             turns,
         };
-        let mut writes = Writes::default();
+        let mut writes = Writes::new(self);
         // The fork exists only if neither its id nor its name appeared
         // meanwhile.
         writes.require(keys::conversation(&id), None);

@@ -11,9 +11,10 @@
 //! | `N` name | conversation id (16 bytes) |
 //! | `c` id(16) first_seq(8 BE) | a chunk of records |
 //! | `t` id(16) last_turn(8 BE) first_seq(8 BE) | turn index entry for a chunk |
-//! | `s`, `u`, `j` | as `c`, `t` and `k`, for staged chunks (`staging.rs`) |
+//! | `s`, `u`, `j`, `q` | as `c`, `t`, `k` and `O`, for staged chunks (`staging.rs`) |
 //! | `T` id(16) | where a conversation's staged records start, and their bytes |
-//! | `o` id(16) seq(8 BE) | a compaction overlay: its turn and record bytes |
+//! | `o` id(16) seq(8 BE) | formats 1-3: a compaction overlay: its turn and record bytes |
+//! | `O` id(16) first_seq(8 BE) | format 4: the compactions of a chunk that has any: (seq, turn, record bytes) |
 //! | `k` id(16) first_seq(8 BE) | the tool calls of a chunk: (seq, id, name) |
 //! | `v` id(16) view(8) | a materialized view's state (view = blake3 of its name) |
 //! | `w` id(16) view(8) first_turn(8 BE) | a block of a view's events |
@@ -41,6 +42,7 @@ pub(crate) const NAME: u8 = b'N';
 pub(crate) const CHUNK: u8 = b'c';
 pub(crate) const TURN: u8 = b't';
 pub(crate) const OVERLAY: u8 = b'o';
+pub(crate) const OVERLAYS: u8 = b'O';
 pub(crate) const CALLS: u8 = b'k';
 pub(crate) const LINEAGE: u8 = b'L';
 pub(crate) const STAGING: u8 = b'T';
@@ -57,11 +59,16 @@ pub(crate) const BLOBS: &str = "blobs";
 /// writes formats 1 and 2 too: format 1 keeps chunks and blobs inside
 /// sled; format 2 keeps the bodies of large appends in segment files
 /// (`segments.rs`); format 3 also stages small appends (`staging.rs`),
-/// which a build that reads only format 2 would not see.
-pub const FORMAT_VERSION: u32 = 3;
+/// which a build that reads only format 2 would not see; format 4 keeps
+/// compactions in a directory per chunk rather than a key each.
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The first format version that stages small appends.
 pub(crate) const STAGING_FORMAT: u32 = 3;
+
+/// The first format version that keeps a chunk's compactions in one
+/// overlay directory beside it (earlier ones: a key per compaction).
+pub(crate) const OVERLAY_DIRECTORY_FORMAT: u32 = 4;
 
 /// The oldest format version this build reads and writes.
 pub(crate) const OLDEST_FORMAT: u32 = 1;
@@ -102,11 +109,12 @@ pub(crate) enum Space {
 }
 
 impl Space {
-    /// The tags of its chunk, turn index and call directory keys.
-    fn tags(self) -> (u8, u8, u8) {
+    /// The tags of its chunk, turn index, call directory and overlay
+    /// directory keys.
+    fn tags(self) -> (u8, u8, u8, u8) {
         match self {
-            Space::Settled => (CHUNK, TURN, CALLS),
-            Space::Staged => (b's', b'u', b'j'),
+            Space::Settled => (CHUNK, TURN, CALLS, OVERLAYS),
+            Space::Staged => (b's', b'u', b'j', b'q'),
         }
     }
 }
@@ -147,7 +155,17 @@ pub(crate) fn call_directory(space: Space, id: &ConversationId, first_seq: u64) 
     numbered(space.tags().2, id, &[first_seq])
 }
 
-/// The prefix of every overlay key of a conversation.
+/// The prefix of every overlay directory key of a conversation in `space`
+/// (format 4).
+pub(crate) fn overlay_directories(space: Space, id: &ConversationId) -> Vec<u8> {
+    numbered(space.tags().3, id, &[])
+}
+
+pub(crate) fn overlay_directory(space: Space, id: &ConversationId, first_seq: u64) -> Vec<u8> {
+    numbered(space.tags().3, id, &[first_seq])
+}
+
+/// The prefix of every overlay key of a conversation (formats 1-3).
 pub(crate) fn overlays(id: &ConversationId) -> Vec<u8> {
     numbered(OVERLAY, id, &[])
 }
@@ -198,8 +216,8 @@ pub(crate) fn view_block_turn(key: &[u8]) -> Option<u64> {
     be_u64(key.get(25..33)?)
 }
 
-/// The first number after the conversation id of a chunk, call directory
-/// or overlay key: the seq it is keyed by.
+/// The first number after the conversation id of a chunk, call directory,
+/// overlay directory or overlay key: the seq it is keyed by.
 pub(crate) fn key_seq(key: &[u8]) -> Option<u64> {
     be_u64(key.get(17..25)?)
 }

@@ -8,8 +8,8 @@
 //! read. So in a format-3 database an append too small to make a settled
 //! chunk (under [`SETTLE_RECORDS`] records and [`SETTLE_BYTES`] bytes,
 //! together with the records staged before it) writes its chunk to the
-//! *staged* key space (`keys::Space::Staged`: its own chunk, turn index
-//! and call directory keys). The append that brings the staged records to
+//! *staged* key space (`keys::Space::Staged`: its own chunk, turn index,
+//! call directory and overlay directory keys). The append that brings the staged records to
 //! either limit writes them all again, its own with them, as settled
 //! chunks (the usual keys), and moves the conversation's settled boundary
 //! past them, in its one batch.
@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Bytes;
-use crate::codec::{self, CallDirectory};
+use crate::codec::{self, CallDirectory, DirectoryOverlay, OverlayDirectory};
 use crate::error::StoreResult;
 use crate::hash::Address;
 use crate::ids::ConversationId;
@@ -49,16 +49,22 @@ pub(crate) struct Staging {
     pub bytes: u64,
 }
 
-/// The staged records of a log, loaded to be settled: each chunk with its
-/// call directory's bytes, in log order.
+/// The staged records of a log, loaded to be settled, in log order.
 pub(crate) struct Staged {
-    pub chunks: Vec<(LoadedChunk, Option<Bytes>)>,
+    pub chunks: Vec<StagedChunk>,
+}
+
+/// A staged chunk with its call and overlay directories' bytes.
+pub(crate) struct StagedChunk {
+    pub chunk: LoadedChunk,
+    calls: Option<Bytes>,
+    overlays: Option<Bytes>,
 }
 
 impl Staged {
     /// Each record as (turn, check, bytes), in log order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (u64, [u8; 8], &[u8])> {
-        self.chunks.iter().flat_map(|(chunk, _)| {
+        self.chunks.iter().flat_map(|StagedChunk { chunk, .. }| {
             chunk
                 .layout
                 .entries
@@ -71,10 +77,23 @@ impl Staged {
     /// Their tool calls as (seq, call id, name), in log order.
     pub(crate) fn calls(&self) -> StoreResult<Vec<(u64, &str, &str)>> {
         let mut out = Vec::new();
-        for (_, directory) in &self.chunks {
-            if let Some(bytes) = directory {
+        for staged in &self.chunks {
+            if let Some(bytes) = &staged.calls {
                 let directory: CallDirectory<'_> = codec::decode(bytes, "call directory")?;
                 out.extend(directory.calls);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Their compactions, in log order (format 4; earlier formats keep a
+    /// key per compaction, which settling leaves as it is).
+    pub(crate) fn overlays(&self) -> StoreResult<Vec<DirectoryOverlay<'_>>> {
+        let mut out = Vec::new();
+        for staged in &self.chunks {
+            if let Some(bytes) = &staged.overlays {
+                let directory: OverlayDirectory<'_> = codec::decode(bytes, "overlay directory")?;
+                out.extend(directory.overlays);
             }
         }
         Ok(out)
@@ -149,8 +168,17 @@ impl Store {
             }
             address = Some(at);
             seq += chunk.layout.entries.len() as u64;
-            let directory = self.get(&keys::call_directory(Space::Staged, id, chunk.first_seq))?;
-            chunks.push((chunk, directory));
+            let calls = self.get(&keys::call_directory(Space::Staged, id, chunk.first_seq))?;
+            let overlays = if self.format >= keys::OVERLAY_DIRECTORY_FORMAT {
+                self.get(&keys::overlay_directory(Space::Staged, id, chunk.first_seq))?
+            } else {
+                None
+            };
+            chunks.push(StagedChunk {
+                chunk,
+                calls,
+                overlays,
+            });
         }
         if seq != len || address.is_some_and(|a| a != head) {
             return Err(staged_corrupt(id, seq, "is missing"));

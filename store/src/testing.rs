@@ -38,7 +38,7 @@ pub fn flip_record_byte(
     };
     // Stored where an append would store it, so that only the record is
     // wrong, not its chunk's checksum.
-    let mut writes = Writes::default();
+    let mut writes = Writes::new(store);
     writes.push_chunk(key, encode(&damaged), damaged.entries.len() as u64);
     store.commit(&[], writes)?;
     store.sync()?;
@@ -89,4 +89,24 @@ pub fn record_roundtrip(bytes: &[u8]) -> Option<(crate::Event, crate::Event)> {
     let again = decode_record(&encoded.bytes).ok()?;
     let second = record_to_event(&again, &mut { stand_in }).ok()?;
     Some((first, second))
+}
+
+/// How a conversation's compactions are kept: the number of overlay
+/// directory keys (one per chunk that holds compactions, settled and
+/// staged; format 4) and of single-compaction keys (formats 1 to 3).
+pub fn overlay_keys(store: &Store, id: &ConversationId) -> StoreResult<(usize, usize)> {
+    let count = |prefix: Vec<u8>| -> StoreResult<usize> {
+        let mut n = 0;
+        for entry in store
+            .kv
+            .scan(Keyspace::Main, crate::backend::prefixed(prefix), false)
+        {
+            entry?;
+            n += 1;
+        }
+        Ok(n)
+    };
+    let directories = count(keys::overlay_directories(keys::Space::Settled, id))?
+        + count(keys::overlay_directories(keys::Space::Staged, id))?;
+    Ok((directories, count(keys::overlays(id))?))
 }

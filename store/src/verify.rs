@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::backend::Bytes;
 use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, TextRepr};
-use crate::codec::{OverlayEntry, TurnEntry};
+use crate::codec::{OverlayDirectory, OverlayEntry, TurnEntry};
 use crate::error::StoreResult;
 use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
@@ -249,7 +249,7 @@ struct Fold {
     /// Per chunk, its turn index entry `(last turn, first seq, first turn,
     /// records)`.
     index: Vec<(u64, u64, u64, u64)>,
-    overlays: Vec<(u64, u64, Vec<u8>)>,
+    overlays: Vec<(u64, u64, u64, Vec<u8>)>,
     directories: Vec<(u64, Calls)>,
 }
 
@@ -337,7 +337,7 @@ impl Checker<'_> {
             ));
         }
         self.check_turn_index(&index, settled)?;
-        self.check_overlays(&overlays)?;
+        self.check_overlays(&overlays, settled)?;
         self.check_call_directories(&directories, settled)?;
         Ok(VerifyReport {
             conversations: 1,
@@ -451,7 +451,8 @@ impl Checker<'_> {
         fold.address = check.last;
         for (i, record) in check.overlays {
             let seq = check.first_seq + i as u64;
-            fold.overlays.push((seq, check.records[i].1, record));
+            let turn = check.records[i].1;
+            fold.overlays.push((check.first_seq, seq, turn, record));
         }
         if !check.calls.is_empty() {
             fold.directories.push((check.first_seq, check.calls));
@@ -512,23 +513,64 @@ impl Checker<'_> {
         Ok(())
     }
 
-    /// The overlay entries are exactly the compaction records.
-    fn check_overlays(&self, expected: &[(u64, u64, Vec<u8>)]) -> Result<(), VerifyFailure> {
+    /// The overlay entries are exactly the compaction records, each as
+    /// `(first seq of its chunk, seq, turn, record)`: a key per compaction
+    /// (formats 1-3), or the directory of the chunk holding it (format 4;
+    /// staged chunks' from `settled` on).
+    fn check_overlays(
+        &self,
+        expected: &[(u64, u64, u64, Vec<u8>)],
+        settled: u64,
+    ) -> Result<(), VerifyFailure> {
+        let id = &self.id;
         let mut found = Vec::new();
-        for item in self.store.scan_prefix(keys::overlays(&self.id)) {
-            let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
-            let seq = keys::key_seq(&key)
-                .ok_or_else(|| self.fail(None, "an overlay key is truncated"))?;
-            let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")
-                .map_err(|e| self.fail(Some(seq), e.to_string()))?;
-            found.push((seq, entry.turn, entry.record.to_vec()));
+        if self.store.format >= keys::OVERLAY_DIRECTORY_FORMAT {
+            let settled_directories = self
+                .store
+                .scan_prefix(keys::overlay_directories(Space::Settled, id));
+            let staged_directories = self.store.scan_range(
+                keys::overlay_directory(Space::Staged, id, settled),
+                keys::overlay_directory(Space::Staged, id, u64::MAX),
+            );
+            for (space, directories) in [
+                (Space::Settled, settled_directories),
+                (Space::Staged, staged_directories),
+            ] {
+                for item in directories {
+                    let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
+                    let first_seq = keys::key_seq(&key)
+                        .ok_or_else(|| self.fail(None, "an overlay directory key is truncated"))?;
+                    if space == Space::Staged && first_seq < settled {
+                        continue;
+                    }
+                    let directory: OverlayDirectory<'_> =
+                        codec::decode(&value, "overlay directory")
+                            .map_err(|e| self.fail(Some(first_seq), e.to_string()))?;
+                    for o in directory.overlays {
+                        found.push((first_seq, o.seq, o.turn, o.record.to_vec()));
+                    }
+                }
+            }
+        } else {
+            for item in self.store.scan_prefix(keys::overlays(id)) {
+                let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
+                let seq = keys::key_seq(&key)
+                    .ok_or_else(|| self.fail(None, "an overlay key is truncated"))?;
+                let entry: OverlayEntry<'_> = codec::decode(&value, "overlay entry")
+                    .map_err(|e| self.fail(Some(seq), e.to_string()))?;
+                found.push((0, seq, entry.turn, entry.record.to_vec()));
+            }
         }
-        if found != expected {
+        let chunked = self.store.format >= keys::OVERLAY_DIRECTORY_FORMAT;
+        let same = |f: &(u64, u64, u64, Vec<u8>), e: &(u64, u64, u64, Vec<u8>)| {
+            (!chunked || f.0 == e.0) && (&f.1, &f.2, &f.3) == (&e.1, &e.2, &e.3)
+        };
+        if found.len() != expected.len() || !found.iter().zip(expected).all(|(f, e)| same(f, e)) {
             let first_bad = found
                 .iter()
                 .zip(expected)
-                .find(|(f, e)| f != e)
-                .map(|(f, _)| f.0);
+                .find(|(f, e)| !same(f, e))
+                .map(|(f, _)| f.1);
             return Err(self.fail(
                 first_bad,
                 "the overlay index does not match the log's compactions",

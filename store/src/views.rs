@@ -309,7 +309,7 @@ impl Store {
                 actual: at,
             });
         }
-        let mut writes = Writes::default();
+        let mut writes = Writes::new(self);
         // Another writer sharing the backend may update the view first.
         writes.require(keys::view(id, key), stored.map(|b| b.to_vec()));
         let batch = &mut writes.batch;
