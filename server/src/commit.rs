@@ -1,17 +1,21 @@
 //! Group commit: concurrent writes share one durable flush.
 //!
-//! A write request applies its batch without a sync
-//! (`AppendOptions::no_sync`), then asks [`Committer::durable`]. One thread
-//! takes every request waiting, makes the database durable with one
-//! `Store::flush` (sled's flush, the fsync of new blob files, an
-//! `fdatasync` of sled's log file: `store/src/durable.rs`), and answers
+//! One thread makes writes durable. A small write is handed to it whole
+//! ([`Committer::apply`]): the thread applies it without a sync
+//! (`AppendOptions::no_sync`) just before its next flush. A large write is
+//! applied without a sync on the blocking pool, then asks
+//! [`Committer::durable`]. The thread takes every request waiting, applies
+//! the writes among them one after the other, makes the database durable
+//! with one `Store::flush` (the backend's sync: for sled, its flush, the
+//! fsync of new blob files, an `fdatasync` of its log file), and answers
 //! them all. Requests that arrive while a flush runs wait for the next
 //! one, which starts as soon as the current one ends: a writer waits for
 //! at most two flushes, and under load each flush serves many writers.
 //!
-//! Why it is correct: a request's batch was applied before it was queued,
-//! and a round flushes after it took the requests from the queue, so
-//! every batch of a round is applied before the round's flush starts.
+//! Why it is correct: a request's write was applied before it was queued,
+//! or by the thread before the round's flush; a round flushes after it
+//! took its requests from the queue, so every write of a round is applied
+//! before the round's flush starts.
 
 use std::sync::mpsc;
 use std::sync::Arc;
