@@ -1,4 +1,5 @@
-//! Projection: the store-backed pipeline `convstore project` runs, the
+//! Projection: the store-backed pipeline `convstore project` runs (the
+//! whole view, and the last 10 turns as `--turns` reads them), the
 //! in-memory engine, resolution alone, and the reference projection at
 //! small sizes (to show its cost curve), over events × overlays.
 //!
@@ -13,6 +14,7 @@ mod support;
 use std::hint::black_box;
 
 use convstore_engine::generate::generate;
+use convstore_engine::pipeline;
 use convstore_projection::reference::naive_project;
 use convstore_projection::{project, resolve, LogEvent, Overlay};
 use convstore_store::{EventKind, Store};
@@ -57,6 +59,34 @@ fn projection(c: &mut Criterion) {
                 BenchmarkId::new(format!("store/{m}_overlays"), n),
                 &n,
                 |b, _| b.iter(|| project_from_store(&store, &id, len)),
+            );
+            // The last 10 turns, as `project --turns` reads them.
+            let scope = convstore_engine::Scope { end: len };
+            let last_turn = store.turn_of(&id, len - 1).expect("turn");
+            let turns = last_turn.saturating_sub(9)..=last_turn;
+            group.bench_with_input(
+                BenchmarkId::new(format!("last_10_turns/{m}_overlays"), n),
+                &n,
+                |b, _| {
+                    b.iter(|| {
+                        let (projector, seqs) =
+                            pipeline::plan_turns(&store, &id, scope, turns.clone()).expect("plan");
+                        let mut count = 0;
+                        pipeline::stream_range(
+                            &store,
+                            &id,
+                            seqs,
+                            &projector,
+                            |v| v.len(),
+                            |n| {
+                                count += n;
+                                Ok(())
+                            },
+                        )
+                        .expect("stream");
+                        black_box(count)
+                    });
+                },
             );
             let events = load(&store, &id);
             group.bench_with_input(

@@ -53,7 +53,7 @@ fn usage(e: &clap::Error) -> ExitCode {
                 // the usage.
                 .map(|u| format!(" (usage: {})", u.replace("--db <DIR> ", "")))
                 .unwrap_or_default();
-            eprintln!("{message}{usage}");
+            output::line_to_stderr(&format!("{message}{usage}"));
             ExitCode::from(2)
         }
     }
@@ -113,7 +113,7 @@ pub fn run() -> ExitCode {
                 }
                 _ => {}
             }
-            eprintln!("error: {message}");
+            output::line_to_stderr(&format!("error: {message}"));
             ExitCode::FAILURE
         }
     }

@@ -33,12 +33,12 @@ pub(crate) fn check() -> Option<ExitCode> {
         }
     }
     if limit < FLOOR {
-        eprintln!(
+        crate::output::line_to_stderr(&format!(
             "error: the address space limit (ulimit -v) is {} MiB; convstore needs at least {} MiB \
              (sled allocates its page table when it opens a database)",
             limit >> 20,
             FLOOR >> 20
-        );
+        ));
         return Some(ExitCode::FAILURE);
     }
     None

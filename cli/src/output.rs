@@ -29,6 +29,17 @@ pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
         })
 }
 
+/// Writes `text` and a newline to stderr. A stderr that cannot be written
+/// (a full disk, a closed descriptor) loses the line but changes nothing
+/// else: the exit code still says how the command went.
+pub(crate) fn line_to_stderr(text: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err
+        .write_all(text.as_bytes())
+        .and_then(|()| err.write_all(b"\n"));
+}
+
 /// Notes on stderr (what was created, progress), silenced by `--quiet`.
 pub(crate) struct Notes {
     pub quiet: bool,
@@ -37,7 +48,7 @@ pub(crate) struct Notes {
 impl Notes {
     pub(crate) fn say(&self, text: &str) {
         if !self.quiet {
-            eprintln!("{text}");
+            line_to_stderr(text);
         }
     }
 

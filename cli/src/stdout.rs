@@ -228,14 +228,15 @@ fn write_fd(bytes: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// Remembers a closed pipe, however the error travels afterwards.
+/// Remembers a closed pipe, however the error travels afterwards, and
+/// says that it was standard output that failed.
 fn note<T>(result: io::Result<T>) -> io::Result<T> {
-    if let Err(e) = &result {
+    result.map_err(|e| {
         if e.kind() == io::ErrorKind::BrokenPipe {
             CLOSED.store(true, Ordering::Relaxed);
         }
-    }
-    result
+        io::Error::new(e.kind(), format!("cannot write to standard output: {e}"))
+    })
 }
 
 /// Standard output, paced (see the module documentation). Unbuffered:

@@ -154,7 +154,7 @@ pub enum Error {
         problem: String,
     },
     /// Reading input or writing output failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 

@@ -7,10 +7,11 @@
 //! window, not by the log.
 
 use convstore_projection::{
-    estimate_chars, tokens_for_chars, LogEvent, Overlay, Plan, Projector, Tokenizer, ViewEvent,
+    estimate_chars, resolve, tokens_for_chars, LogEvent, Overlay, Plan, Projector, Run, Tokenizer,
+    ViewEvent,
 };
 use convstore_store::{
-    ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError, Timestamp,
+    ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError, Timestamp, ToolNames,
 };
 
 use crate::error::{Error, Result};
@@ -127,6 +128,50 @@ pub fn plan_under(
     Ok(Plan::assemble(overlays, names, last_turn, |turn| {
         store.first_conversation_seq(id, turn, end)
     })?)
+}
+
+/// Records of a turn range up to which [`plan_turns`] looks up the names
+/// of its results' calls only, rather than of every call.
+const NAMED_RECORDS: u64 = 4096;
+
+/// Like [`plan`], for a projection of turns `turns` only, with the records
+/// they span among those in `scope` (what [`stream_range`] then reads).
+/// The overlays are resolved over the whole scope (which run a turn belongs
+/// to depends on its neighbours), but only the summary runs that meet
+/// `turns` are placed, and for a short range only the calls of its results
+/// are named (read from the end back): a few turns near the end of a long
+/// log cost about what they return.
+pub fn plan_turns(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    turns: std::ops::RangeInclusive<u64>,
+) -> Result<(Projector, std::ops::Range<u64>)> {
+    let end = scope.end;
+    let seqs = store.turn_records(id, *turns.start(), *turns.end(), end)?;
+    let names = || -> Result<ToolNames> {
+        if seqs.end - seqs.start > NAMED_RECORDS {
+            return Ok(store.tool_names(id, end)?);
+        }
+        let mut calls = std::collections::HashSet::new();
+        for record in store.scan(id, seqs.clone())? {
+            if let EventKind::ToolResult { id: call, .. } = record?.event.kind {
+                calls.insert(call);
+            }
+        }
+        let wanted = calls.iter().map(String::as_str).collect();
+        Ok(store.tool_names_of(id, end, &wanted)?)
+    };
+    let (overlays, names) = rayon::join(|| overlays_under(store, id, end, None), names);
+    let last_turn = match end {
+        0 => None,
+        _ => Some(store.turn_of(id, end - 1)?),
+    };
+    let meets = |run: &Run| run.first <= *turns.end() && *turns.start() <= run.last;
+    let projector = Plan::from_resolution(resolve(overlays?, last_turn), names?, meets, |turn| {
+        store.first_conversation_seq(id, turn, end)
+    })?;
+    Ok((projector, seqs))
 }
 
 /// The overlays of records `0..end`, in log order, after `base` if given:

@@ -202,6 +202,17 @@ fn inspect(path: &Path, create: bool) -> StoreResult<Found> {
     };
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A symbolic link to nothing: neither created through nor
+            // removed.
+            if let Ok(target) = std::fs::read_link(path) {
+                return Err(StoreError::Open {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "it is a symbolic link to {}, which does not exist",
+                        target.display()
+                    ),
+                });
+            }
             if !create {
                 return Err(StoreError::NoDatabase {
                     path: path.to_path_buf(),

@@ -382,3 +382,86 @@ fn compact_reports_tokens_and_dry_run_shows_losses() {
     let stored = compactions(&env);
     assert_eq!(stored[0]["tokens_before"], json[0]["tokens_before"]);
 }
+
+/// `--turns A..B` reads only those turns' records and places only the
+/// summaries that meet them; what it prints is the whole view's events of
+/// those turns, whatever the range cuts (a summary run, a stripped call and
+/// its result), in every format and as of a past record.
+#[test]
+fn a_turn_range_is_the_whole_view_filtered() {
+    let env = TestEnv::new();
+    env.run(&[
+        "gen",
+        "g",
+        "--events",
+        "3000",
+        "--compactions",
+        "120",
+        "--seed",
+        "4",
+    ])
+    .ok();
+    let whole = env.run(&["project", "g"]).ok().lines();
+    let summaries = whole
+        .iter()
+        .filter(|v| v.get("summary_of").is_some())
+        .count();
+    assert!(summaries > 5, "{summaries}");
+    let last = whole.last().unwrap()["turn"].as_u64().unwrap();
+    let as_of = env.run(&["project", "g", "--as-of", "2000"]).ok().lines();
+    let mut ranges = vec![
+        (0, 0),
+        (0, last),
+        (last, last),
+        (1, 3),
+        (last - 2, last + 5),
+    ];
+    // Ranges starting inside, at and after summary runs.
+    for v in whole.iter().filter_map(|v| v.get("summary_of")).step_by(3) {
+        let (a, b) = (v[0].as_u64().unwrap(), v[1].as_u64().unwrap());
+        ranges.extend([(a, b), (a + 1, b + 1), (b, b + 2), (a.saturating_sub(1), a)]);
+    }
+    for (a, b) in ranges {
+        let range = format!("{a}..{b}");
+        let expect = |view: &[Value]| -> Vec<Value> {
+            view.iter()
+                .filter(|v| (a..=b).contains(&v["turn"].as_u64().unwrap()))
+                .cloned()
+                .collect()
+        };
+        let got = env.run(&["project", "g", "--turns", &range]).ok().lines();
+        assert_eq!(got, expect(&whole), "--turns {range}");
+        let text = env
+            .run(&["project", "g", "--turns", &range, "--format", "text"])
+            .ok()
+            .stdout;
+        assert_eq!(text.lines().count(), got.len(), "--turns {range} text");
+        if a <= as_of.last().unwrap()["turn"].as_u64().unwrap() {
+            let got = env
+                .run(&["project", "g", "--turns", &range, "--as-of", "2000"])
+                .ok()
+                .lines();
+            assert_eq!(got, expect(&as_of), "--turns {range} --as-of 2000");
+        }
+    }
+
+    // A stripped result is named by the latest call with its id, even one
+    // after the range; a result without a call is "unknown".
+    let events = [
+        r#"{"type":"tool_call","id":"c1","name":"first","arguments":{}}"#,
+        r#"{"type":"turn_start"}"#,
+        r#"{"type":"tool_result","id":"c1","content":"one","is_error":false}"#,
+        r#"{"type":"tool_result","id":"c9","content":"orphan","is_error":false}"#,
+        r#"{"type":"turn_start"}"#,
+        r#"{"type":"tool_call","id":"c1","name":"second","arguments":{}}"#,
+        r#"{"type":"compaction","from_turn":0,"to_turn":2,"tool_calls":"strip"}"#,
+    ];
+    env.run_with_stdin(&["append", "calls"], &(events.join("\n") + "\n"))
+        .ok();
+    let whole = env.run(&["project", "calls"]).ok().lines();
+    let turn_1: Vec<Value> = whole.iter().filter(|v| v["turn"] == 1).cloned().collect();
+    assert_eq!(turn_1[1]["content"], "[compacted] second: success");
+    assert_eq!(turn_1[2]["content"], "[compacted] unknown: success");
+    let got = env.run(&["project", "calls", "--turns", "1"]).ok().lines();
+    assert_eq!(got, turn_1);
+}

@@ -47,3 +47,94 @@ fn a_reader_that_does_not_read_keeps_no_writer_waiting() {
         100_003
     );
 }
+
+/// A stderr that cannot be written loses the error line, not the exit
+/// code; a stdout that cannot be written is named once.
+#[test]
+fn unwritable_stderr_and_stdout_keep_the_exit_codes() {
+    let env = TestEnv::new();
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let code = |args: &[&str], stdout: bool| {
+        let mut command = env.command(args);
+        command.stdin(Stdio::null());
+        if stdout {
+            command.stdout(full()).stderr(Stdio::piped());
+        } else {
+            command.stdout(Stdio::null()).stderr(full());
+        }
+        let out = command.output().unwrap();
+        (out.status.code(), String::from_utf8(out.stderr).unwrap())
+    };
+    assert_eq!(code(&["nosuchcommand"], false).0, Some(2));
+    assert_eq!(code(&["--db", "/nonexistent/x", "list"], false).0, Some(1));
+    env.run(&["append", "c", "--user", "hello"]).ok();
+    assert_eq!(code(&["log", "c"], false).0, Some(0));
+    let (status, stderr) = code(&["project", "c"], true);
+    assert_eq!(status, Some(1));
+    assert_eq!(
+        stderr,
+        "error: cannot write to standard output: No space left on device (os error 28)\n"
+    );
+}
+
+/// A `--db` that is a symbolic link to nothing is refused and left as it
+/// was.
+#[test]
+fn a_dangling_symlink_database_is_refused_and_kept() {
+    let env = TestEnv::new();
+    let link = env.path().join("link");
+    std::os::unix::fs::symlink(env.path().join("not-yet"), &link).unwrap();
+    let run = env
+        .run(&[
+            "--db",
+            link.to_str().unwrap(),
+            "append",
+            "x",
+            "--user",
+            "hi",
+        ])
+        .fails();
+    assert!(
+        run.stderr.contains("is a symbolic link to"),
+        "{}",
+        run.stderr
+    );
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert!(!env.path().join("not-yet").exists());
+}
+
+/// OpenAI arguments that strict JSON refuses (a key twice, a number out of
+/// range) are kept as the text they were, and export gives them back.
+#[test]
+fn openai_arguments_that_cannot_be_kept_exactly_stay_text() {
+    let env = TestEnv::new();
+    let messages = r#"[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"x\":1e400}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{\"x\":1,\"x\":2}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"},{"role":"tool","tool_call_id":"c2","content":"ok"}]"#;
+    let file = env.path().join("oa.json");
+    std::fs::write(&file, messages).unwrap();
+    let run = env
+        .run(&[
+            "import",
+            "--format",
+            "openai",
+            file.to_str().unwrap(),
+            "--name",
+            "oa",
+        ])
+        .ok();
+    assert!(run.stderr.contains("out of range"), "{}", run.stderr);
+    assert!(run.stderr.contains("appears twice"), "{}", run.stderr);
+    let log = env.run(&["log", "oa"]).ok().lines();
+    assert_eq!(log[2]["arguments"], serde_json::json!({}));
+    assert_eq!(log[2]["meta"]["openai"]["arguments"], r#"{"x":1e400}"#);
+    let exported = env.run(&["export", "oa", "--format", "openai"]).ok().stdout;
+    let exported: serde_json::Value = serde_json::from_str(&exported).unwrap();
+    let original: serde_json::Value = serde_json::from_str(messages).unwrap();
+    assert_eq!(exported, original);
+    let ndjson = env.run(&["export", "oa", "--format", "ndjson"]).ok().stdout;
+    env.run_with_stdin(&["append", "again"], &ndjson).ok();
+}

@@ -28,8 +28,23 @@ pub(crate) fn run(engine: &Engine, args: &ProjectArgs, notes: &Notes) -> Result<
         }
         None => None,
     };
-    let projector = view::plan(store, &id, scope, None)?;
+    // A turn range reads only its records, and places only the summaries
+    // that meet it.
+    let (projector, seqs) = match &turns {
+        Some(range) => view::plan_turns(store, &id, scope, range.clone())?,
+        None => (view::plan(store, &id, scope, None)?, 0..scope.end),
+    };
     let wanted = |v: &ViewEvent| turns.as_ref().is_none_or(|r| r.contains(&v.turn));
+    let each = |sink: &mut dyn FnMut(&ViewEvent) -> convstore_engine::Result<()>| {
+        view::stream_range(
+            store,
+            &id,
+            seqs.clone(),
+            &projector,
+            |v| v,
+            |v| v.iter().filter(|v| wanted(v)).try_for_each(&mut *sink),
+        )
+    };
     let file = match args.output.as_deref() {
         None | Some("-") => None,
         Some(path) => Some(output::OutputFile::create(std::path::Path::new(path))?),
@@ -57,7 +72,7 @@ pub(crate) fn run(engine: &Engine, args: &ProjectArgs, notes: &Notes) -> Result<
                     }
                     bytes
                 };
-                view::stream_map(store, &id, scope, &projector, format, |bytes| {
+                view::stream_range(store, &id, seqs.clone(), &projector, format, |bytes| {
                     let skip = usize::from(json && first && !bytes.is_empty());
                     first &= bytes.is_empty();
                     out.write_all(&bytes[skip..])?;
@@ -69,19 +84,15 @@ pub(crate) fn run(engine: &Engine, args: &ProjectArgs, notes: &Notes) -> Result<
             }
             Format::Openai => {
                 let mut events = Vec::new();
-                view::stream(store, &id, scope, &projector, |v| {
-                    if wanted(v) {
-                        events.push(v.clone());
-                    }
+                each(&mut |v| {
+                    events.push(v.clone());
                     Ok(())
                 })?;
                 write_openai(out, &events, notes)?;
             }
             Format::Text => {
-                view::stream(store, &id, scope, &projector, |v| {
-                    if wanted(v) {
-                        writeln!(out, "{}", text_line(v))?;
-                    }
+                each(&mut |v| {
+                    writeln!(out, "{}", text_line(v))?;
                     Ok(())
                 })?;
             }

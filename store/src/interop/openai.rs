@@ -171,14 +171,22 @@ fn tool_call(
         _ => return Err(field(&path("function.arguments"), "expected a string")),
     };
     let mut openai = Map::new();
-    let arguments = if let Ok(object @ Value::Object(_)) = serde_json::from_str::<Value>(&raw) {
-        Json::from_value(&object)
-    } else {
-        notes.push(format!(
-            "tool call {id}: arguments are not a JSON object (kept as text in meta)"
-        ));
-        openai.insert("arguments".into(), Value::String(raw));
-        Json::empty_object()
+    // Read strictly: arguments with a key twice or a number out of range
+    // would not be kept as written, so they stay text, like any other
+    // arguments that are not a JSON object.
+    let arguments = match crate::strict::from_str(&raw) {
+        Ok(object @ Value::Object(_)) => Json::from_value(&object),
+        parsed => {
+            let why = match parsed {
+                Err(e) if serde_json::from_str::<Value>(&raw).is_ok() => e.to_string(),
+                _ => "not a JSON object".to_owned(),
+            };
+            notes.push(format!(
+                "tool call {id}: arguments kept as text in meta ({why})"
+            ));
+            openai.insert("arguments".into(), Value::String(raw));
+            Json::empty_object()
+        }
     };
     Ok(with_meta(
         timestamp,

@@ -1,9 +1,10 @@
 //! Tool calls by id, from the chunks' call directories (no record is
 //! decoded).
 
+use std::collections::HashSet;
 use std::ops::Range;
 
-use crate::backend::Bytes;
+use crate::backend::{self, Bytes, Keyspace};
 use crate::codec::{self, CallDirectory};
 use crate::error::StoreResult;
 use crate::ids::ConversationId;
@@ -43,6 +44,52 @@ impl Store {
             }
             Ok(())
         })
+    }
+
+    /// [`Store::tool_names`] for the ids `wanted` only: the call
+    /// directories are read from record `end` back until every id is found
+    /// (all of them when one was never called), so a projection of a few
+    /// turns near the end of a long log reads a few directories.
+    pub fn tool_names_of(
+        &self,
+        id: &ConversationId,
+        end: u64,
+        wanted: &HashSet<&str>,
+    ) -> StoreResult<ToolNames> {
+        let mut names = ToolNames::new();
+        let mut missing = wanted.len();
+        for (space, piece) in self.spaced_pieces(id, 0, end)?.into_iter().rev() {
+            if missing == 0 {
+                break;
+            }
+            let owner = &piece.owner;
+            let from = self.chunk_start(space, owner, piece.start)?;
+            let directories = self.kv.scan(
+                Keyspace::Main,
+                backend::between(
+                    keys::call_directory(space, owner, from),
+                    keys::call_directory(space, owner, piece.end),
+                ),
+                true,
+            );
+            let records = piece.start..piece.end;
+            for item in directories {
+                let (_, value) = item?;
+                let directory: CallDirectory<'_> = codec::decode(&value, "call directory")?;
+                // Latest first: the directory's calls are in log order.
+                for &(seq, call, name) in directory.calls.iter().rev() {
+                    if records.contains(&seq) && wanted.contains(call) && names.get(call).is_none()
+                    {
+                        names.insert(call, name);
+                        missing -= 1;
+                    }
+                }
+                if missing == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(names)
     }
 
     /// Calls `visit(seq, call id, name)` for each tool call among records
