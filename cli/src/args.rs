@@ -733,7 +733,7 @@ pub struct PinArgs {
     /// takes no bare id prefix).
     #[arg(add = conversations(), value_parser = name)]
     pub conversation: String,
-    /// The turns to pin: `A..B` (inclusive) or `N`.
+    /// The turns to pin: `A..B` (inclusive), `A..` (from A on, later turns included) or `N`.
     #[arg(long, value_name = "A..B", required_unless_present = "list", value_parser = turns)]
     pub turns: Option<String>,
     /// List the pinned turns instead.

@@ -59,6 +59,24 @@ fn usage(e: &clap::Error) -> ExitCode {
     }
 }
 
+/// An error and its causes on one line, each cause once: a message that
+/// already says its cause (`cannot read F: No such file or directory`) is
+/// not followed by it again.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message.replace('\n', " ")
+}
+
 /// Runs the command line and returns its exit code.
 pub fn run() -> ExitCode {
     if let Some(code) = limits::check() {
@@ -94,7 +112,7 @@ pub fn run() -> ExitCode {
         Ok(code) => code,
         Err(error) if output::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            let mut message = format!("{error:#}").replace('\n', " ");
+            let mut message = one_line(&error);
             let store_error = error
                 .downcast_ref::<convstore_engine::Error>()
                 .and_then(|e| match e {

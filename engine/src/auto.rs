@@ -49,6 +49,10 @@ pub struct AutoReport {
     pub tokens_after: u64,
     /// The summarizer failed, with this error; mechanical policies were used.
     pub summarizer_error: Option<String>,
+    /// The view needed compacting but nothing was stored, for this reason
+    /// (the compaction would not have made the view smaller); the other
+    /// fields say what was tried.
+    pub skipped: Option<String>,
 }
 
 /// What the `auto` view holds, measured.
@@ -186,7 +190,18 @@ pub fn run(
                         (SUMMARY_HEADER.chars().count() + text.chars().count()) as u64,
                     );
                     if added >= replaced {
-                        return Ok(None);
+                        return Ok(Some(AutoReport {
+                            from,
+                            to,
+                            profile: profile.name,
+                            fold,
+                            tokens_before: before.tokens,
+                            tokens_after: before.tokens,
+                            summarizer_error: None,
+                            skipped: Some(format!(
+                                "the summary of turns {from}..{to} ({added} tokens) would not be smaller than what it replaces ({replaced} tokens)"
+                            )),
+                        }));
                     }
                     summarizers::record_provenance(&*summarizer, &mut provenance);
                     (from, to, Some(text))
@@ -222,7 +237,19 @@ pub fn run(
     let range_before = range_chars(store, id, info.len, from, to, None)?;
     let range_after = range_chars(store, id, info.len, from, to, Some((last_turn, &probe)))?;
     if range_after == range_before {
-        return Ok(None);
+        return Ok(Some(AutoReport {
+            from,
+            to,
+            skipped: Some(format!(
+                "profile {} changes nothing in turns {from}..{to}",
+                profile.name
+            )),
+            profile: profile.name,
+            fold,
+            tokens_before: before.tokens,
+            tokens_after: before.tokens,
+            summarizer_error,
+        }));
     }
     let tokens_after = (before.tokens + tokens_for_chars(range_after))
         .saturating_sub(tokens_for_chars(range_before));
@@ -252,6 +279,7 @@ pub fn run(
         tokens_before: before.tokens,
         tokens_after: after.tokens,
         summarizer_error,
+        skipped: None,
     }))
 }
 

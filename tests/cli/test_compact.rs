@@ -594,3 +594,48 @@ fn openai_summarizer_times_out() {
     assert!(compactions(&env).is_empty());
     server.join().unwrap();
 }
+
+/// `append --auto` says when its summarizer failed, and when the view is
+/// over its trigger but the compaction it tried would change nothing.
+#[test]
+fn automatic_compaction_says_what_it_could_not_do() {
+    let env = TestEnv::new();
+    let failing = script(&env, "fail.sh", "echo 'model unavailable' >&2; exit 3");
+    write_config(
+        &env,
+        &format!(
+            "[compaction.profiles.brief.summary]\nsummarizer = \"command\"\ncommand = [\"{failing}\"]\n\
+             [compaction.auto]\nenabled = true\ncontext_window = 600\nreserve_tokens = 0\ntoken_floor = 10\nkeep_last = 1\nprofile = \"brief\"\n"
+        ),
+    );
+    // Turns of plain messages: stripping reasoning and tool calls changes
+    // nothing in them.
+    for i in 0..6 {
+        env.run(&[
+            "append",
+            "a",
+            "--turn",
+            "--user",
+            &format!("question {i} {}", "words ".repeat(60)),
+            "--assistant",
+            &"an answer ".repeat(40),
+        ])
+        .ok();
+    }
+    let run = env
+        .run(&["append", "a", "--auto", "--turn", "--user", "trigger"])
+        .ok();
+    assert!(
+        run.stderr.contains("the summarizer failed"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("model unavailable"), "{}", run.stderr);
+    assert!(run.stderr.contains("nothing was stored"), "{}", run.stderr);
+    let stats = json_of(&env.run(&["stats", "a", "--json"]).ok().stdout);
+    assert_eq!(
+        stats["compactions"].as_array().map_or(0, Vec::len),
+        0,
+        "{stats}"
+    );
+}

@@ -138,3 +138,99 @@ fn openai_arguments_that_cannot_be_kept_exactly_stay_text() {
     let ndjson = env.run(&["export", "oa", "--format", "ndjson"]).ok().stdout;
     env.run_with_stdin(&["append", "again"], &ndjson).ok();
 }
+
+/// A tmpfs of `mb` MiB mounted on a fresh directory, unmounted when
+/// dropped; `None` (and a note) where this process may not mount.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(mb: u32) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mb}m"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("*** SKIPPED: cannot mount a tmpfs here (needs root) ***");
+            return None;
+        }
+        Some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// On a full disk, a command whose write fails ends with its error instead
+/// of waiting forever in sled's flush when it closes the database (and
+/// holding the database from every other process meanwhile).
+#[test]
+fn commands_on_a_full_disk_end_with_an_error() {
+    let Some(fs) = Tmpfs::mount(64) else {
+        return;
+    };
+    let env = TestEnv::new();
+    let db = fs.0.path().join("db");
+    let db = db.to_str().unwrap();
+    env.run(&["--db", db, "gen", "a", "--events", "20000", "--seed", "3"])
+        .ok();
+    env.run(&["--db", db, "append", "s", "--user", "hi"]).ok();
+    let log = env.run(&["--db", db, "log", "s"]).ok().stdout;
+    // Fill the disk.
+    let _ = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M"])
+        .arg(format!("of={}", fs.0.path().join("fill").display()))
+        .stderr(Stdio::null())
+        .status();
+    for args in [
+        vec!["view", "a"],
+        vec!["view", "a", "--name", "x", "--profile", "light"],
+    ] {
+        let mut command = env.command(&[&["--db", db][..], &args].concat());
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                child.kill().unwrap();
+                panic!("{args:?} still running after 60 s on a full disk");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        assert!(
+            status.code() == Some(1) || status.code() == Some(0),
+            "{args:?}: {status:?} {stderr}"
+        );
+        if status.code() == Some(1) {
+            assert!(
+                stderr.starts_with("error: ") && stderr.lines().count() == 1,
+                "{stderr}"
+            );
+        }
+    }
+    // Reads still work, and what was stored is there.
+    assert_eq!(env.run(&["--db", db, "log", "s"]).ok().stdout, log);
+    std::fs::remove_file(fs.0.path().join("fill")).unwrap();
+    env.run(&["--db", db, "verify"]).ok();
+}

@@ -131,15 +131,22 @@ pub(crate) fn run(
                         "auto-compaction: the summarizer failed ({error}); mechanical policies are used until a manual compaction succeeds"
                     ));
                 }
-                notes.say(&format!(
-                    "auto-compaction{}: turns {}, profile {}, tokens {} -> {}",
-                    if report.fold { " (fold)" } else { "" },
-                    output::range(report.from, report.to),
-                    report.profile,
-                    report.tokens_before,
-                    report.tokens_after
-                ));
-                head = store.info(&id)?.head;
+                if let Some(reason) = &report.skipped {
+                    notes.warn(&format!(
+                        "auto-compaction: the view ({} tokens) is over its trigger, but nothing was stored: {reason}",
+                        report.tokens_before
+                    ));
+                } else {
+                    notes.say(&format!(
+                        "auto-compaction{}: turns {}, profile {}, tokens {} -> {}",
+                        if report.fold { " (fold)" } else { "" },
+                        output::range(report.from, report.to),
+                        report.profile,
+                        report.tokens_before,
+                        report.tokens_after
+                    ));
+                    head = store.info(&id)?.head;
+                }
             }
             Ok(None) => {}
             Err(error) => notes.warn(&format!(

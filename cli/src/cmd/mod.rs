@@ -60,7 +60,9 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Project(args) => project::run(&read()?, args, &notes),
         Command::Log(args) => log::run(&read()?, args, &notes),
         Command::Head(args) => log::head(&read()?, args),
-        Command::Fork(args) => fork::run(&configured()?, args, &notes),
+        // Only a fork that compacts reads the configuration's profiles.
+        Command::Fork(args) if args.compact.is_some() => fork::run(&configured()?, args, &notes),
+        Command::Fork(args) => fork::run(&read()?, args, &notes),
         Command::View(args) => view::run(&read()?, args, &notes),
         Command::Explain(args) => explain::run(&read()?, args),
         Command::Pin(args) => pin::run(&read()?, args),

@@ -197,17 +197,56 @@ impl Drop for SledBackend {
     /// `db` file when dropped, right after. Bulk files committed without a
     /// sync get their names after a whole sync.
     fn drop(&mut self) {
-        if self.segments.has_committed() {
-            let _ = self.sync();
-        } else {
-            let _ = self.db.flush();
-            let _ = self.durability.sync_sled_blobs();
+        if flush_unless_disk_full(&self.db, &self.blobs, &self.path) {
+            if self.segments.has_committed() {
+                let _ = self.sync();
+            } else {
+                let _ = self.durability.sync_sled_blobs();
+            }
         }
         self.tracker.on_drop(&self.path, &self.db);
         let mut dropped = DROPPED.lock().unwrap_or_else(PoisonError::into_inner);
         dropped.retain(|(_, at)| at.elapsed() < LOCK_GRACE);
         dropped.push((lock_key(&self.path), Instant::now()));
     }
+}
+
+/// Flushes sled's pending writes; `false` if it gave up because the disk
+/// is full. sled 0.34.7 can wait forever in a flush whose write failed
+/// for want of space (no error reaches its waiters), and would again when
+/// its last handle is dropped: so the flush runs on a thread of its own,
+/// holding a handle to each tree, and while it has not finished the disk is looked at
+/// every half second. Once the file system has no space left the thread is
+/// left waiting with its handles (the process's exit ends it), so no flush
+/// blocks the caller; what was acknowledged was synced when it was.
+fn flush_unless_disk_full(db: &sled::Db, blobs: &sled::Tree, path: &Path) -> bool {
+    let (done, finished) = std::sync::mpsc::channel();
+    let handles = (db.clone(), blobs.clone());
+    let spawned = std::thread::Builder::new()
+        .name("convstore-close".into())
+        .spawn(move || {
+            let _ = handles.0.flush();
+            let _ = done.send(());
+            // The handles are dropped here, after the caller's: their drop
+            // has nothing left to flush.
+        });
+    if spawned.is_err() {
+        let _ = db.flush();
+        return true;
+    }
+    loop {
+        match finished.recv_timeout(Duration::from_millis(500)) {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return true,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if disk_full(path) => return false,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// Whether the file system holding `path` has (almost) no space left for
+/// its user.
+fn disk_full(path: &Path) -> bool {
+    rustix::fs::statvfs(path).is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) < 1024 * 1024)
 }
 
 /// sled's page cache. Reads of a whole log pass through it once, so it need
