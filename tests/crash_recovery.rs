@@ -23,6 +23,14 @@
 //! `verify` must pass. (An import in pieces failed this: its batches
 //! reached the disk with sled's periodic flush.)
 //!
+//! Then the same holds for `convstore serve`: four clients append batches
+//! of three events over HTTP to conversations of their own while the
+//! server is killed with SIGKILL at a random moment; after each kill the
+//! database must hold every batch acknowledged over HTTP (answered 200 or
+//! 201), whole batches only, each record the event that was sent, and
+//! verify. `CONVSTORE_CRASH_SERVER_ITERATIONS` sets the number of these
+//! kills (default 10).
+//!
 //! `CONVSTORE_CRASH_ITERATIONS` sets the number of kills (default 40; the
 //! documented full run is 500). `CONVSTORE_CRASH_SEED` fixes the schedule.
 
@@ -512,8 +520,138 @@ fn main() {
             );
         }
     }
+    let server_kills: u64 = std::env::var("CONVSTORE_CRASH_SERVER_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let server_db = dir.path().join("server-db");
+    for iteration in 0..server_kills {
+        seed = splitmix(seed);
+        server_kill(&server_db, seed, iteration);
+    }
     println!(
-        "crash_recovery: {iterations} kills survived in {:.1}s; test result: ok. 1 passed; 0 failed",
+        "crash_recovery: {iterations} kills and {server_kills} server kills survived in {:.1}s; test result: ok. 1 passed; 0 failed",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Events a server client appends per batch.
+const SERVER_BATCH: u64 = 3;
+
+/// The text of event `j` of batch `k` of client `c`.
+fn server_text(c: usize, k: u64, j: u64) -> String {
+    format!("client {c} batch {k} event {j}")
+}
+
+#[allow(clippy::format_collect)]
+/// One server kill: four clients append over HTTP until the server is
+/// killed; then every acknowledged batch must be in the database, whole.
+fn server_kill(db: &Path, seed: u64, iteration: u64) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_convstore"))
+        .arg("--db")
+        .arg(db)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("convstore serve starts");
+    let mut url = String::new();
+    BufReader::new(server.stdout.take().expect("stdout"))
+        .read_line(&mut url)
+        .expect("the URL");
+    let url = url.trim().to_owned();
+    assert!(url.starts_with("http://"), "iteration {iteration}: {url:?}");
+    let acked: Vec<Arc<Mutex<Vec<u64>>>> = (0..4).map(|_| Arc::default()).collect();
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let acked = Arc::clone(&acked[c]);
+            let url = format!("{url}/v1/conversations/server-{c}/events");
+            std::thread::spawn(move || {
+                let agent = ureq::AgentBuilder::new()
+                    .timeout(Duration::from_secs(5))
+                    .build();
+                // Where this client's conversation ends: its next batch.
+                let mut k = match agent.get(&url.replace("/events", "")).call() {
+                    Ok(r) => {
+                        r.into_json::<serde_json::Value>().expect("json")["events"]
+                            .as_u64()
+                            .expect("events")
+                            / SERVER_BATCH
+                    }
+                    Err(_) => 0,
+                };
+                loop {
+                    let body: String = (0..SERVER_BATCH)
+                        .map(|j| {
+                            format!(
+                                "{{\"type\":\"user\",\"text\":\"{}\"}}\n",
+                                server_text(c, k, j)
+                            )
+                        })
+                        .collect();
+                    let expected = k * SERVER_BATCH;
+                    match agent
+                        .post(&format!("{url}?expected_seq={expected}"))
+                        .set("Content-Type", "application/x-ndjson")
+                        .send_string(&body)
+                    {
+                        Ok(r) if r.status() == 200 || r.status() == 201 => {
+                            acked.lock().expect("acked").push(k);
+                            k += 1;
+                        }
+                        // The server is gone.
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50 + splitmix(seed) % 400));
+    server.kill().expect("kill -9");
+    let _ = server.wait();
+    for client in clients {
+        client.join().expect("client");
+    }
+    let store = Store::open(db).expect("the database opens after kill -9");
+    for (c, acked) in acked.iter().enumerate() {
+        let acked = acked.lock().expect("acked");
+        let Ok(id) = store.resolve(&format!("server-{c}")) else {
+            assert!(acked.is_empty(), "iteration {iteration}: client {c} acknowledged {acked:?} but its conversation is missing");
+            continue;
+        };
+        let len = store.info(&id).expect("info").len;
+        assert_eq!(
+            len % SERVER_BATCH,
+            0,
+            "iteration {iteration}: client {c}: a partial batch ({len} records)"
+        );
+        for k in acked.iter() {
+            assert!(
+                (k + 1) * SERVER_BATCH <= len,
+                "iteration {iteration}: client {c}: batch {k} was acknowledged over HTTP but the log has {len} records"
+            );
+        }
+        for record in store.scan(&id, 0..len).expect("scan") {
+            let record = record.expect("record");
+            let (k, j) = (record.seq / SERVER_BATCH, record.seq % SERVER_BATCH);
+            match &record.event.kind {
+                EventKind::User { text } => assert_eq!(*text, server_text(c, k, j)),
+                other => panic!("iteration {iteration}: unexpected {other:?}"),
+            }
+        }
+    }
+    assert!(
+        store.verify_all().expect("verify runs").is_ok(),
+        "iteration {iteration}: verify fails after a server kill"
+    );
+    drop(store);
+    if iteration % 5 == 0 {
+        println!(
+            "  server iteration {iteration}: {} batches acknowledged this round",
+            acked
+                .iter()
+                .map(|a| a.lock().expect("acked").len())
+                .sum::<usize>()
+        );
+    }
 }

@@ -48,6 +48,18 @@ pub struct Cli {
         help_heading = "Global options"
     )]
     pub config: Option<PathBuf>,
+    /// Run the command through a convstore server at URL (`convstore
+    /// serve`) instead of opening the database; `$CONVSTORE_TOKEN` is sent
+    /// as its bearer token. Without it, a command whose --db is held by a
+    /// running server goes through that server.
+    #[arg(
+        long,
+        global = true,
+        env = "CONVSTORE_URL",
+        value_name = "URL",
+        help_heading = "Global options"
+    )]
+    pub url: Option<String>,
     /// Print nothing on stderr but errors: no notes, warnings or progress.
     #[arg(long, short, global = true, help_heading = "Global options")]
     pub quiet: bool,
@@ -200,6 +212,24 @@ Examples:
   convstore stats chat
   convstore stats chat --tokenizer o200k --json")]
     Stats(StatsArgs),
+    /// Serve the database over HTTP: many processes and tools read and
+    /// write it at once through this one (a JSON API under /v1, live
+    /// follow). Commands given --db of a database it holds go through it.
+    #[command(after_help = "\
+The API is described at /v1/openapi.json and in docs/server.md. Without
+--token-file the server listens on loopback addresses only and every
+request is allowed; with it, every request but /healthz needs
+Authorization: Bearer TOKEN (read-only tokens may only read).
+
+SIGINT or SIGTERM stops it gracefully: no new connections, requests in
+flight finish, appends are flushed and answered, then exit 0.
+
+Examples:
+  convstore serve
+  convstore --db chats.db serve --listen 127.0.0.1:8080
+  convstore serve --listen 0.0.0.0:7377 --token-file tokens.txt
+  CONVSTORE_URL=http://127.0.0.1:7377 convstore log chat")]
+    Serve(ServeArgs),
     /// Print a shell completion script (conversation names complete too).
     #[command(after_help = "\
 Examples:
@@ -251,6 +281,38 @@ fn conversations() -> clap_complete::engine::ArgValueCandidates {
             })
             .collect()
     })
+}
+
+/// `serve`
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address and port to listen on (port 0: any free port; the URL
+    /// is printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:7377", value_name = "ADDR:PORT")]
+    pub listen: std::net::SocketAddr,
+    /// Bearer tokens, one a line: `read-only TOKEN` or `read-write TOKEN`.
+    /// Needed to listen beyond loopback.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The largest request body, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// The largest event an append takes, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
+    pub max_event_bytes: u64,
+    /// Open connections at most (more are answered 503).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Requests handled at once at most (more are answered 503).
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_in_flight: usize,
+    /// How long a read may take to answer (408 after it); writes are never
+    /// cut short.
+    #[arg(long, value_name = "SECS", default_value_t = 120.0, value_parser = seconds)]
+    pub request_timeout: f64,
+    /// A follower this many records behind the log is told so.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub follow_behind: u64,
 }
 
 /// `append`

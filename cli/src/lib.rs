@@ -6,6 +6,7 @@
 
 mod args;
 mod calls;
+mod client;
 mod cmd;
 mod interrupt;
 mod limits;
@@ -84,8 +85,10 @@ pub fn run() -> ExitCode {
     // `COMPLETE=bash convstore -- WORDS`: the shell asking for completions.
     clap_complete::CompleteEnv::with_factory(Cli::command).complete();
     // An empty `CONVSTORE_DB` is as if it were not set.
-    if std::env::var_os("CONVSTORE_DB").is_some_and(|v| v.is_empty()) {
-        std::env::remove_var("CONVSTORE_DB");
+    for name in ["CONVSTORE_DB", "CONVSTORE_URL"] {
+        if std::env::var_os(name).is_some_and(|v| v.is_empty()) {
+            std::env::remove_var(name);
+        }
     }
     let matches = match Cli::command().try_get_matches() {
         Ok(matches) => matches,
@@ -95,7 +98,10 @@ pub fn run() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage(&e),
     };
-    interrupt::install();
+    // `serve` shuts down on its own signals (gracefully).
+    if !matches!(cli.command, args::Command::Serve(_)) {
+        interrupt::install();
+    }
     // The command has released the database when it returns: only then
     // does what a slow reader has not taken yet get written.
     let done = cmd::dispatch(&cli, &matches).and_then(|code| {

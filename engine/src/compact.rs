@@ -98,6 +98,41 @@ pub struct CompactReport {
     pub head: Option<Address>,
 }
 
+impl CompactReport {
+    /// As `compact --json` prints it: status, profile, provenance, the
+    /// range (and the one asked for), tokens before and after, the head
+    /// if stored, and per kind of event the events, characters and tokens
+    /// before and after.
+    pub fn to_json(&self) -> Value {
+        let mut kinds = Map::new();
+        for kind in convstore_store::EventType::ALL {
+            let (b, a) = (self.before.of(kind), self.after.of(kind));
+            if b.0 + a.0 > 0 {
+                kinds.insert(
+                    kind.as_str().to_owned(),
+                    json!({
+                        "events_before": b.0, "events_after": a.0,
+                        "chars_before": b.1, "chars_after": a.1,
+                        "tokens_before": self.before.tokens_of(kind), "tokens_after": self.after.tokens_of(kind),
+                    }),
+                );
+            }
+        }
+        json!({
+            "status": self.status.as_str(),
+            "profile": self.profile,
+            "provenance": Value::Object(self.provenance.clone()),
+            "from_turn": self.from_turn,
+            "to_turn": self.to_turn,
+            "requested": [self.requested.0, self.requested.1],
+            "tokens_before": self.before.total_tokens(),
+            "tokens_after": self.after.total_tokens(),
+            "head": self.head.map(|h| h.hex()),
+            "kinds": kinds,
+        })
+    }
+}
+
 /// Resolves `request` against conversation `id` and appends the
 /// compaction it describes (unless a dry run, a no-op, or inflated). The
 /// summary, if one is written, comes from the raw events of the widened

@@ -4,8 +4,10 @@
 //! (`convstore_projection::resolve`), the one every view is made with, so
 //! what `explain` says is what the view does.
 
-use convstore_projection::{resolve, ContentType, Overlay};
+use convstore_projection::{resolve, ContentType, Overlay, Summary, ToolPolicy};
+use convstore_store::event::ReasoningPolicy;
 use convstore_store::{ConversationId, Store};
+use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 use crate::pipeline::{self, Scope};
@@ -62,4 +64,97 @@ pub fn explain(store: &Store, id: &ConversationId, scope: Scope, turn: u64) -> R
         winners,
         covering,
     })
+}
+
+impl Explanation {
+    /// As `explain --json` prints it: the turn, the record it is as of,
+    /// the winning overlay's seq per content type, and every covering
+    /// overlay.
+    pub fn to_json(&self) -> Value {
+        let name = |kind: ContentType| match kind {
+            ContentType::Summary => "summary",
+            ContentType::Reasoning => "reasoning",
+            ContentType::ToolCalls => "tool_calls",
+        };
+        json!({
+            "turn": self.turn,
+            "as_of": self.as_of,
+            "winners": self.winners.iter().map(|(k, w)| (name(*k).to_owned(), json!(w.as_ref().map(|o| o.seq)))).collect::<serde_json::Map<String, Value>>(),
+            "covering": self.covering.iter().map(overlay_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// An overlay as `explain --json` shows it.
+pub fn overlay_json(o: &Overlay) -> Value {
+    json!({
+        "seq": o.seq,
+        "timestamp": o.timestamp.to_string(),
+        "from_turn": o.from_turn,
+        "to_turn": o.to_turn,
+        "summary": o.summary.as_ref().map(|_| policy_text(o, "summary")),
+        "reasoning": o.reasoning.map(|_| policy_text(o, "reasoning")),
+        "tool_calls": o.tool_calls.as_ref().map(|_| policy_text(o, "tool_calls")),
+    })
+}
+
+/// What `o` sets for one content type (`summary`, `reasoning`,
+/// `tool_calls`), in a few words; `-` if it sets nothing.
+pub fn policy_text(o: &Overlay, kind: &str) -> String {
+    match kind {
+        "summary" => match &o.summary {
+            Some(Summary::Text(text)) => {
+                let short: String = text
+                    .chars()
+                    .take(60)
+                    .collect::<String>()
+                    .replace('\n', " ⏎ ");
+                if text.chars().count() > 60 {
+                    format!("summary \"{short}...\"")
+                } else {
+                    format!("summary \"{short}\"")
+                }
+            }
+            Some(Summary::Keep) => "keep".to_owned(),
+            None => "-".to_owned(),
+        },
+        "reasoning" => match o.reasoning {
+            Some(ReasoningPolicy::Strip) => "strip".to_owned(),
+            Some(ReasoningPolicy::Keep) => "keep".to_owned(),
+            None => "-".to_owned(),
+        },
+        _ => match &o.tool_calls {
+            Some(ToolPolicy::Keep) => "keep".to_owned(),
+            Some(ToolPolicy::Omit) => "omit".to_owned(),
+            Some(ToolPolicy::Strip {
+                request,
+                response,
+                tools,
+            }) => {
+                let what = match (request, response) {
+                    (true, true) => "strip",
+                    (true, false) => "strip-requests",
+                    (false, true) => "strip-responses",
+                    (false, false) => "strip (neither)",
+                };
+                if tools.is_empty() {
+                    what.to_owned()
+                } else {
+                    let hints = if tools.len() == 1 { "hint" } else { "hints" };
+                    format!("{what} with {} per-tool {hints}", tools.len())
+                }
+            }
+            None => "-".to_owned(),
+        },
+    }
+}
+
+/// What `o` sets, as `kind=policy` words.
+pub fn describe(o: &Overlay) -> String {
+    ["summary", "reasoning", "tool_calls"]
+        .iter()
+        .filter(|k| policy_text(o, k) != "-")
+        .map(|k| format!("{k}={}", policy_text(o, k)))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -83,8 +83,11 @@ fn base_overlay(profile: Option<&str>) -> Result<Option<Overlay>> {
     )))
 }
 
-/// The projector of records `0..end` for a view with `profile`.
-fn projector(
+/// The projector of records `0..end` for a view with `profile` (a
+/// mechanical profile ranked below every compaction of the log, as a
+/// materialized view with that profile applies it): what a face that
+/// projects "with a profile" without storing a view uses.
+pub fn projector(
     store: &Store,
     id: &ConversationId,
     end: u64,

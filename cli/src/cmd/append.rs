@@ -168,7 +168,7 @@ fn names_an_id(query: &str) -> bool {
 }
 
 /// The events the convenience flags describe, in command-line order.
-fn events_from_flags(matches: &ArgMatches, now: Timestamp) -> Vec<Event> {
+pub(crate) fn events_from_flags(matches: &ArgMatches, now: Timestamp) -> Vec<Event> {
     let mut placed: Vec<(usize, EventKind)> = Vec::new();
     for (flag, make) in [
         (

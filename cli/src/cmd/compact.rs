@@ -11,7 +11,7 @@ use convstore_engine::projection::Tokenizer;
 use convstore_engine::store::event::{ReasoningPolicy, ToolCallPolicy};
 use convstore_engine::store::EventType;
 use convstore_engine::{Engine, Error};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use crate::args::{CompactArgs, ReasoningArg, ToolCallsArg};
 use crate::output::{self, Notes};
@@ -87,46 +87,46 @@ pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<
         ),
         other => other.into(),
     })?;
-    let (tokens_before, tokens_after) = (report.before.total_tokens(), report.after.total_tokens());
-    let (from_turn, to_turn) = (report.from_turn, report.to_turn);
+    let counted = match &tokenizer {
+        Tokenizer::Chars4 => "4 characters a token".to_owned(),
+        exact @ Tokenizer::Bpe { .. } => format!("counted with {}", exact.name()),
+    };
+    print_report(&report.to_json(), args, &counted, notes)
+}
+
+/// Prints a compaction report (as `compact --json` gives it: the engine's
+/// locally, the server's through `--url`), and fails for an inflated one
+/// that was not a dry run.
+pub(crate) fn print_report(
+    report: &Value,
+    args: &CompactArgs,
+    counted: &str,
+    notes: &Notes,
+) -> Result<ExitCode> {
+    let number = |v: &Value| v.as_u64().unwrap_or(0);
+    let (tokens_before, tokens_after) = (
+        number(&report["tokens_before"]),
+        number(&report["tokens_after"]),
+    );
+    let status = report["status"].as_str().unwrap_or("");
     let mut out = output::stdout();
     if args.json {
-        let mut kinds = Map::new();
-        for kind in EventType::ALL {
-            let (b, a) = (report.before.of(kind), report.after.of(kind));
-            if b.0 + a.0 > 0 {
-                kinds.insert(
-                    kind.as_str().to_owned(),
-                    json!({
-                        "events_before": b.0, "events_after": a.0,
-                        "tokens_before": report.before.tokens_of(kind), "tokens_after": report.after.tokens_of(kind),
-                    }),
-                );
-            }
-        }
-        let value = json!({
-            "status": report.status.as_str(),
-            "profile": report.profile,
-            "provenance": Value::Object(report.provenance.clone()),
-            "from_turn": from_turn,
-            "to_turn": to_turn,
-            "requested": [report.requested.0, report.requested.1],
-            "tokens_before": tokens_before,
-            "tokens_after": tokens_after,
-            "head": report.head.map(|h| h.hex()),
-            "kinds": kinds,
-        });
-        writeln!(out, "{value}")?;
+        writeln!(out, "{report}")?;
     } else {
-        let widened = if report.requested == (from_turn, to_turn) {
+        let (from_turn, to_turn) = (number(&report["from_turn"]), number(&report["to_turn"]));
+        let requested = (
+            number(&report["requested"][0]),
+            number(&report["requested"][1]),
+        );
+        let widened = if requested == (from_turn, to_turn) {
             String::new()
         } else {
             format!(
                 " (widened from {} to cover existing summaries)",
-                output::range(report.requested.0, report.requested.1)
+                output::range(requested.0, requested.1)
             )
         };
-        writeln!(out, "status: {}", report.status.as_str())?;
+        writeln!(out, "status: {status}")?;
         writeln!(
             out,
             "range: turns {}{widened}",
@@ -139,13 +139,15 @@ pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<
             "~TOKENS AFTER".to_owned(),
         ]];
         for kind in EventType::ALL {
-            let (b, a) = (report.before.of(kind), report.after.of(kind));
+            let k = &report["kinds"][kind.as_str()];
+            let b = (number(&k["events_before"]), number(&k["chars_before"]));
+            let a = (number(&k["events_after"]), number(&k["chars_after"]));
             if b != a {
                 rows.push(vec![
                     kind.as_str().to_owned(),
                     format!("{} -> {}", b.0, a.0),
-                    report.before.tokens_of(kind).to_string(),
-                    report.after.tokens_of(kind).to_string(),
+                    number(&k["tokens_before"]).to_string(),
+                    number(&k["tokens_after"]).to_string(),
                 ]);
             }
         }
@@ -154,22 +156,18 @@ pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<
         } else {
             writeln!(out, "the view would not change")?;
         }
-        let counted = match &tokenizer {
-            Tokenizer::Chars4 => "4 characters a token".to_owned(),
-            exact @ Tokenizer::Bpe { .. } => format!("counted with {}", exact.name()),
-        };
         writeln!(out, "tokens: {tokens_before} -> {tokens_after} ({counted})")?;
-        match report.head {
+        match report["head"].as_str() {
             Some(head) => writeln!(out, "stored; head {head}")?,
-            None => match report.status {
-                Status::Noop => notes.say("noop: the view would not change; nothing was stored"),
-                Status::DryRun => notes.say("dry run: nothing was stored"),
-                Status::Stored | Status::Inflated => {}
+            None => match status {
+                "noop" => notes.say("noop: the view would not change; nothing was stored"),
+                "dry_run" => notes.say("dry run: nothing was stored"),
+                _ => {}
             },
         }
     }
     out.flush()?;
-    if report.status == Status::Inflated && !args.dry_run {
+    if status == Status::Inflated.as_str() && !args.dry_run {
         bail!(
             "inflated: the compaction would not shrink the view ({tokens_before} -> {tokens_after} tokens); nothing was stored (--force stores it anyway)"
         );

@@ -1,10 +1,10 @@
 //! One module per subcommand; [`dispatch`] picks it.
 
-mod append;
+pub(crate) mod append;
 mod backup;
-mod compact;
+pub(crate) mod compact;
 mod demo;
-mod explain;
+pub(crate) mod explain;
 mod export;
 mod fork;
 mod gen;
@@ -12,6 +12,7 @@ mod import;
 mod log;
 mod pin;
 mod project;
+mod serve;
 mod stats;
 mod verify;
 mod view;
@@ -32,6 +33,10 @@ use crate::output::Notes;
 /// Runs the subcommand `cli` names.
 pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
     let notes = Notes { quiet: cli.quiet };
+    // Through a server: `--url`, or the one that holds the database.
+    if let Some(client) = crate::client::target(cli)? {
+        return crate::client::dispatch(cli, matches, &client, &notes);
+    }
     location(cli)?;
     // An explicit configuration file must exist and parse, whatever the
     // command (and before anything is written).
@@ -67,6 +72,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Salvage(args) => backup::salvage(args),
         Command::List(args) => stats::list(&read()?, args),
         Command::Stats(args) => stats::run(&read()?, args, &notes),
+        Command::Serve(args) => serve::run(cli, args, &notes),
         Command::Completions { shell } => completions(*shell),
     }
 }

@@ -1,0 +1,602 @@
+//! The command line as a client of `convstore serve`.
+//!
+//! With `--url URL` (or `$CONVSTORE_URL`) every command that reads or
+//! writes conversations runs through the server at URL; without it, a
+//! command whose `--db` directory is held by a running server (its
+//! `convstore.server` file names it, and `/healthz` there answers the same
+//! instance) goes through that server instead of failing with "in use".
+//! Commands print what they print locally: the server streams the same
+//! bytes (`log`, `project`, `view`) or answers the JSON the local command's
+//! `--json` prints, formatted here by the same code. `$CONVSTORE_TOKEN` is
+//! sent as the bearer token.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::ArgMatches;
+use convstore_engine::store::{json as event_json, ConversationId};
+use convstore_engine::AsOf;
+use convstore_server::discovery;
+use serde_json::{json, Value};
+
+use crate::args::{Cli, Command, Format};
+use crate::cmd;
+use crate::output::{self, Notes};
+
+/// A server to run commands through.
+pub(crate) struct Client {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// The server a command goes through, if any: `--url`, else the one that
+/// holds `--db`.
+pub(crate) fn target(cli: &Cli) -> Result<Option<Client>> {
+    if matches!(
+        cli.command,
+        Command::Serve(_) | Command::Salvage(_) | Command::Completions { .. }
+    ) {
+        return Ok(None);
+    }
+    if let Some(url) = &cli.url {
+        let url = url.trim_end_matches('/');
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            bail!("--url {url}: not an http:// URL");
+        }
+        return Ok(Some(Client::new(url)));
+    }
+    let Some(found) = discovery::read(&cli.db) else {
+        return Ok(None);
+    };
+    let client = Client::new(&found.url);
+    // A file left by a server killed with -9, or another server on a
+    // reused port, answers no or another instance.
+    let answered = client
+        .agent
+        .get(&format!("{}/healthz", client.base))
+        .timeout(Duration::from_secs(2))
+        .call()
+        .ok()
+        .and_then(|r| r.into_json::<Value>().ok());
+    if answered.is_some_and(|v| v["instance"].as_str() == Some(found.instance.as_str())) {
+        Ok(Some(client))
+    } else {
+        Ok(None)
+    }
+}
+
+/// A path segment, percent-encoded.
+fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = std::fmt::Write::write_fmt(&mut out, format_args!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn as_of_text(as_of: Option<AsOf>) -> Option<String> {
+    as_of.map(|a| match a {
+        AsOf::Seq(seq) => seq.to_string(),
+        AsOf::Time(time) => time.to_string(),
+    })
+}
+
+impl Client {
+    fn new(base: &str) -> Client {
+        Client {
+            base: base.trim_end_matches('/').to_owned(),
+            token: std::env::var("CONVSTORE_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(5))
+                .build(),
+        }
+    }
+
+    fn request(&self, method: &str, path: &str, query: &[(&str, Option<String>)]) -> ureq::Request {
+        let mut request = self.agent.request(method, &format!("{}{path}", self.base));
+        for (key, value) in query {
+            if let Some(value) = value {
+                request = request.query(key, value);
+            }
+        }
+        if let Some(token) = &self.token {
+            request = request.set("Authorization", &format!("Bearer {token}"));
+        }
+        request
+    }
+
+    /// The answer of a request, or its error as one line.
+    fn call(&self, result: Result<ureq::Response, ureq::Error>) -> Result<ureq::Response> {
+        match result {
+            Ok(response) => Ok(response),
+            Err(ureq::Error::Status(status, response)) => {
+                let text = response.into_string().unwrap_or_default();
+                let message = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                    .unwrap_or_else(|| format!("the server answered {status}: {}", text.trim()));
+                Err(anyhow!(message))
+            }
+            Err(ureq::Error::Transport(e)) => {
+                Err(anyhow!("cannot reach the server at {}: {e}", self.base))
+            }
+        }
+    }
+
+    fn get(&self, path: &str, query: &[(&str, Option<String>)]) -> Result<ureq::Response> {
+        self.call(self.request("GET", path, query).call())
+    }
+
+    fn get_json(&self, path: &str, query: &[(&str, Option<String>)]) -> Result<Value> {
+        Ok(self.get(path, query)?.into_json()?)
+    }
+
+    fn post_json(&self, path: &str, body: &Value) -> Result<Value> {
+        Ok(self
+            .call(self.request("POST", path, &[]).send_json(body))?
+            .into_json()?)
+    }
+
+    #[allow(clippy::unused_self)] // a path on this client's server
+    fn conversation(&self, query: &str) -> String {
+        format!("/v1/conversations/{}", segment(query))
+    }
+}
+
+/// Copies an answer's body to `--output FILE` or stdout.
+fn copy_out(response: ureq::Response, output: Option<&str>) -> Result<()> {
+    let mut reader = response.into_reader();
+    let mut copy = |out: &mut dyn Write| -> Result<()> {
+        std::io::copy(&mut reader, out).context("reading the server's answer")?;
+        Ok(())
+    };
+    match output {
+        None | Some("-") => {
+            let mut out = output::stdout();
+            copy(&mut out)?;
+            out.flush()?;
+        }
+        Some(path) => {
+            output::OutputFile::create(std::path::Path::new(path))?.write_with(&mut copy)?;
+        }
+    }
+    Ok(())
+}
+
+fn format_name(format: Format) -> String {
+    match format {
+        Format::Ndjson => "ndjson",
+        Format::Json => "json",
+        Format::Openai => "openai",
+        Format::Text => "text",
+    }
+    .to_owned()
+}
+
+/// Runs the command through `client`.
+pub(crate) fn dispatch(
+    cli: &Cli,
+    matches: &ArgMatches,
+    client: &Client,
+    notes: &Notes,
+) -> Result<ExitCode> {
+    let mut out = output::stdout();
+    match &cli.command {
+        Command::Append(args) => {
+            let sub = matches
+                .subcommand_matches("append")
+                .context("append: arguments missing")?;
+            let now = convstore_engine::store::Timestamp::now();
+            let events = cmd::append::events_from_flags(sub, now);
+            let body = if events.is_empty() {
+                if output::stdin_is_terminal() {
+                    notes.say("reading NDJSON events from stdin (end with Ctrl-D)");
+                }
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .context("reading stdin")?;
+                text
+            } else {
+                if output::stdin_has_input() {
+                    bail!("events on stdin and --user/--assistant/--system/--turn flags: give one or the other");
+                }
+                events
+                    .iter()
+                    .map(|e| event_json::event_to_string(e) + "\n")
+                    .collect()
+            };
+            if body.trim().is_empty() {
+                bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
+            }
+            // A retry after a lost connection carries the same key: the
+            // server stores the append once.
+            let key = format!(
+                "cli-{}-{}",
+                std::process::id(),
+                convstore_server::discovery::new_instance()
+            );
+            let path = format!("{}/events", client.conversation(&args.conversation));
+            let auto = args.auto.then(|| "true".to_owned());
+            let mut attempt = 0;
+            let response = loop {
+                let mut request = client
+                    .request("POST", &path, &[("auto", auto.clone())])
+                    .set("Content-Type", "application/x-ndjson")
+                    .set("Idempotency-Key", &key);
+                if let Some(head) = &args.expect_head {
+                    request =
+                        request.set("If-Match", &format!("\"{}\"", head.to_ascii_lowercase()));
+                }
+                match request.send_string(&body) {
+                    Err(ureq::Error::Transport(_)) if attempt < 3 => {
+                        attempt += 1;
+                        std::thread::sleep(Duration::from_millis(200 * attempt));
+                    }
+                    other => break client.call(other)?,
+                }
+            };
+            let value: Value = response.into_json()?;
+            if value["created"].as_bool() == Some(true) {
+                notes.say(&format!(
+                    "created conversation {} ({})",
+                    args.conversation,
+                    value["id"].as_str().unwrap_or("")
+                ));
+            }
+            if let Some(auto) = value.get("auto").filter(|a| a.is_object()) {
+                if let Some(error) = auto["summarizer_error"].as_str() {
+                    notes.say(&format!("auto-compaction: the summarizer failed ({error}); mechanical policies are used until a manual compaction succeeds"));
+                }
+                let number = |v: &Value| v.as_u64().unwrap_or(0);
+                notes.say(&format!(
+                    "auto-compaction{}: turns {}, profile {}, tokens {} -> {}",
+                    if auto["fold"].as_bool() == Some(true) {
+                        " (fold)"
+                    } else {
+                        ""
+                    },
+                    output::range(number(&auto["from_turn"]), number(&auto["to_turn"])),
+                    auto["profile"].as_str().unwrap_or(""),
+                    number(&auto["tokens_before"]),
+                    number(&auto["tokens_after"]),
+                ));
+            }
+            if let Some(warning) = value["warning"].as_str() {
+                notes.warn(warning.trim_start_matches("warning: "));
+            }
+            writeln!(out, "{}", value["head"].as_str().unwrap_or(""))?;
+        }
+        Command::Head(args) => {
+            let info = client.get_json(&client.conversation(&args.conversation), &[])?;
+            if args.json {
+                let value = json!({
+                    "id": info["id"],
+                    "name": info["name"],
+                    "head": info["head"],
+                    "events": info["events"],
+                    "turns": info["turns"],
+                });
+                writeln!(out, "{value}")?;
+            } else {
+                writeln!(out, "{}", info["head"].as_str().unwrap_or(""))?;
+            }
+        }
+        Command::Log(args) => {
+            let path = client.conversation(&args.conversation);
+            if args.lineage {
+                let info = client.get_json(&path, &[])?;
+                for entry in info["lineage"].as_array().into_iter().flatten() {
+                    writeln!(out, "{entry}")?;
+                }
+            } else {
+                let response = client.get(
+                    &format!("{path}/events"),
+                    &[("as_of", as_of_text(args.as_of))],
+                )?;
+                drop(out);
+                return copy_out(response, None).map(|()| ExitCode::SUCCESS);
+            }
+        }
+        Command::Project(args) => {
+            let response = client.get(
+                &format!("{}/view", client.conversation(&args.conversation)),
+                &[
+                    ("format", Some(format_name(args.format))),
+                    ("as_of", as_of_text(args.as_of)),
+                    ("turns", args.turns.clone()),
+                ],
+            )?;
+            drop(out);
+            return copy_out(response, args.output.as_deref()).map(|()| ExitCode::SUCCESS);
+        }
+        Command::View(args) => {
+            let path = client.conversation(&args.conversation);
+            if args.list {
+                let views = client.get_json(&format!("{path}/views"), &[])?;
+                if args.json {
+                    writeln!(out, "{views}")?;
+                } else {
+                    let mut rows = vec![["VIEW", "PROFILE", "EVENTS", "RECORDS", "HEAD"]
+                        .map(str::to_owned)
+                        .to_vec()];
+                    for v in views.as_array().into_iter().flatten() {
+                        rows.push(vec![
+                            v["name"].as_str().unwrap_or("").to_owned(),
+                            v["profile"].as_str().unwrap_or("-").to_owned(),
+                            v["events"].to_string(),
+                            v["records"].to_string(),
+                            v["head"].as_str().unwrap_or("").chars().take(12).collect(),
+                        ]);
+                    }
+                    output::table(&mut out, &rows)?;
+                }
+            } else if args.drop {
+                client.call(
+                    client
+                        .request(
+                            "DELETE",
+                            &format!("{path}/views/{}", segment(&args.name)),
+                            &[],
+                        )
+                        .call(),
+                )?;
+                notes.say(&format!("dropped view \"{}\"", args.name));
+            } else {
+                let response = client.get(
+                    &format!("{path}/views/{}", segment(&args.name)),
+                    &[
+                        ("format", Some(format_name(args.format))),
+                        ("profile", args.profile.clone()),
+                    ],
+                )?;
+                match response.header("convstore-view-refresh").unwrap_or("") {
+                    "current" => notes.say(&format!("view \"{}\" is current", args.name)),
+                    "built" => notes.say(&format!(
+                        "view \"{}\" built: {} from {}",
+                        args.name,
+                        output::plural(
+                            response
+                                .header("convstore-view-events")
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or(0),
+                            "event"
+                        ),
+                        output::plural(
+                            response
+                                .header("convstore-view-records")
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or(0),
+                            "record"
+                        )
+                    )),
+                    other => {
+                        if let Some(ranges) = other.strip_prefix("updated ") {
+                            notes.say(&format!(
+                                "view \"{}\" updated to record {}: recomputed turns {}",
+                                args.name,
+                                response
+                                    .header("convstore-view-records")
+                                    .and_then(|v| v.parse::<u64>().ok())
+                                    .unwrap_or(0)
+                                    .saturating_sub(1),
+                                ranges
+                                    .split(',')
+                                    .map(|r| {
+                                        let (a, b) = r.split_once("..").unwrap_or((r, r));
+                                        output::range(
+                                            a.parse().unwrap_or(0),
+                                            b.parse().unwrap_or(0),
+                                        )
+                                    })
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ));
+                        }
+                    }
+                }
+                drop(out);
+                return copy_out(response, args.output.as_deref()).map(|()| ExitCode::SUCCESS);
+            }
+        }
+        Command::List(args) => {
+            let mut all = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let page = client.get_json(
+                    "/v1/conversations",
+                    &[
+                        ("limit", Some("10000".to_owned())),
+                        ("after", after.clone()),
+                    ],
+                )?;
+                all.extend(
+                    page["conversations"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+                match page["next"].as_str() {
+                    Some(next) => after = Some(next.to_owned()),
+                    None => break,
+                }
+            }
+            if args.json {
+                writeln!(out, "{}", Value::Array(all))?;
+            } else {
+                let mut rows = vec![["ID", "NAME", "EVENTS", "TURNS", "HEAD", "CREATED"]
+                    .map(str::to_owned)
+                    .to_vec()];
+                for c in &all {
+                    let id = c["id"].as_str().unwrap_or("");
+                    rows.push(vec![
+                        ConversationId::from_hex(id).map_or_else(|| id.to_owned(), |i| i.short()),
+                        c["name"].as_str().unwrap_or("-").to_owned(),
+                        c["events"].to_string(),
+                        c["turns"].to_string(),
+                        c["head"].as_str().unwrap_or("").chars().take(12).collect(),
+                        c["created"].as_str().unwrap_or("").to_owned(),
+                    ]);
+                }
+                output::table(&mut out, &rows)?;
+            }
+        }
+        Command::Fork(args) => {
+            let path = client.conversation(&args.conversation);
+            let parent = client.get_json(&path, &[])?;
+            let label = |v: &Value| {
+                v["name"].as_str().map_or_else(
+                    || {
+                        let id = v["id"].as_str().unwrap_or("");
+                        ConversationId::from_hex(id).map_or_else(|| id.to_owned(), |i| i.short())
+                    },
+                    str::to_owned,
+                )
+            };
+            let mut forked = client.post_json(
+                &format!("{path}/fork"),
+                &json!({
+                    "at_turn": args.at_turn,
+                    "at_seq": args.at_seq,
+                    "name": args.name,
+                    "compact": args.compact,
+                }),
+            )?;
+            let compacted = forked["compacted"].as_bool() == Some(true);
+            if let Some(object) = forked.as_object_mut() {
+                object.remove("compacted");
+            }
+            if args.json {
+                writeln!(out, "{forked}")?;
+            } else {
+                let at = forked["at"].as_u64().unwrap_or(0);
+                notes.say(&format!(
+                    "forked {} after record {} ({} shared{})",
+                    label(&parent),
+                    at.saturating_sub(1),
+                    output::plural(at, "record"),
+                    if compacted {
+                        format!(
+                            ", compacted with profile {}",
+                            args.compact.as_deref().unwrap_or("")
+                        )
+                    } else {
+                        String::new()
+                    }
+                ));
+                writeln!(
+                    out,
+                    "{} {}",
+                    label(&forked),
+                    forked["head"].as_str().unwrap_or("")
+                )?;
+            }
+        }
+        Command::Compact(args) => {
+            let body = json!({
+                "profile": args.profile,
+                "reasoning": args.reasoning.map(|r| match r {
+                    crate::args::ReasoningArg::Strip => "strip",
+                    crate::args::ReasoningArg::Keep => "keep",
+                }),
+                "tool_calls": args.tool_calls.map(|t| match t {
+                    crate::args::ToolCallsArg::Strip => "strip",
+                    crate::args::ToolCallsArg::StripRequests => "strip-requests",
+                    crate::args::ToolCallsArg::StripResponses => "strip-responses",
+                    crate::args::ToolCallsArg::Omit => "omit",
+                    crate::args::ToolCallsArg::Keep => "keep",
+                }),
+                "summary": args.summary,
+                "summarize": args.summarize,
+                "revert": args.revert,
+                "instructions": args.instructions,
+                "force": args.force,
+                "tokenizer": args.tokenizer,
+                "from": args.from,
+                "to": args.to,
+                "keep_last": args.keep_last,
+                "dry_run": args.dry_run,
+            });
+            let report = client.post_json(
+                &format!("{}/compact", client.conversation(&args.conversation)),
+                &body,
+            )?;
+            let counted = match args.tokenizer.as_str() {
+                "chars4" => "4 characters a token".to_owned(),
+                exact => format!(
+                    "counted with {}",
+                    convstore_engine::projection::Tokenizer::named(exact)
+                        .map_or_else(|_| exact.to_owned(), |t| t.name().to_owned())
+                ),
+            };
+            drop(out);
+            return cmd::compact::print_report(&report, args, &counted, notes);
+        }
+        Command::Explain(args) => {
+            let value = client.get_json(
+                &format!("{}/explain", client.conversation(&args.conversation)),
+                &[
+                    ("turn", Some(args.turn.to_string())),
+                    ("as_of", as_of_text(args.as_of)),
+                ],
+            )?;
+            drop(out);
+            return cmd::explain::print(&value, args.json);
+        }
+        Command::Verify(args) => {
+            let value =
+                client.get_json("/v1/verify", &[("conversation", args.conversation.clone())])?;
+            if value["ok"].as_bool() == Some(true) {
+                if args.json {
+                    writeln!(out, "{value}")?;
+                } else {
+                    let number = |k: &str| value[k].as_u64().unwrap_or(0);
+                    writeln!(
+                        out,
+                        "ok: {}, {}, {}, {} verified",
+                        output::plural(number("conversations"), "conversation"),
+                        output::plural(number("records"), "record"),
+                        output::plural(number("blobs"), "blob"),
+                        output::plural(number("views"), "view")
+                    )?;
+                }
+            } else {
+                let message = value["message"]
+                    .as_str()
+                    .unwrap_or("verification failed")
+                    .to_owned();
+                if args.json {
+                    let mut value = value;
+                    if let Some(object) = value.as_object_mut() {
+                        object.remove("message");
+                    }
+                    writeln!(out, "{value}")?;
+                    out.flush()?;
+                }
+                bail!(message);
+            }
+        }
+        other => {
+            let name = format!("{other:?}")
+                .split(['(', ' ', '{'])
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            bail!(
+                "convstore {name} does not run through a server yet (the server at {} holds the database); run it where no server holds the database",
+                client.base
+            );
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

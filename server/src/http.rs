@@ -1,0 +1,478 @@
+//! The HTTP side: the router, its layers (tokens, limits, timeouts,
+//! compression, metrics, structured errors), the accept loop and graceful
+//! shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use convstore_engine::Engine;
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tower_http::compression::CompressionLayer;
+
+use crate::auth::{Scope, Tokens};
+use crate::commit::Committer;
+use crate::discovery::{self, Discovery};
+use crate::error::{ApiError, ServeError};
+use crate::follow::Notifier;
+use crate::idempotency::Idempotency;
+use crate::metrics::Metrics;
+use crate::routes;
+use crate::state::{AppState, Shared, WRITE_PERMITS};
+
+/// What the server accepts, and for how long it waits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The largest request body (an append's events).
+    pub max_body_bytes: usize,
+    /// The largest event of an append.
+    pub max_event_bytes: u64,
+    /// Open connections at most; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Requests handled at once at most (to their headers: a stream's body
+    /// does not count); more are answered 503.
+    pub max_in_flight: usize,
+    /// How long a read may take to its answer's headers (408 after it).
+    /// Writes are not cut short once they begin: a write that fails stores
+    /// nothing, so it is never timed out half done.
+    pub request_timeout: Duration,
+    /// How long a request body may take to arrive (408 after it; nothing
+    /// is stored).
+    pub body_timeout: Duration,
+    /// How long a client may take to send a request's headers.
+    pub header_timeout: Duration,
+    /// A follower this many records behind the log is told so.
+    pub follow_behind: u64,
+    /// How long shutdown waits for requests in flight.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 64 * 1024 * 1024,
+            max_event_bytes: convstore_engine::store::DEFAULT_MAX_EVENT_BYTES,
+            max_connections: 1024,
+            max_in_flight: 256,
+            request_timeout: Duration::from_secs(120),
+            body_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(10),
+            follow_behind: 10_000,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Where to listen (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The tokens accepted; none: every request is allowed (loopback only).
+    pub tokens: Option<Tokens>,
+    /// The limits.
+    pub limits: Limits,
+    /// The database directory, where the discovery file goes (none: no
+    /// discovery file).
+    pub database: Option<PathBuf>,
+}
+
+/// Serves `engine` until SIGINT or SIGTERM, then shuts down gracefully:
+/// stops accepting, lets requests in flight finish (appends are flushed
+/// and answered), ends follow streams, flushes, removes the discovery
+/// file and returns. `listening` is called once the socket listens, with
+/// its address.
+pub fn serve(
+    engine: Engine,
+    options: &ServeOptions,
+    listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    if !options.listen.ip().is_loopback() && options.tokens.is_none() {
+        return Err(ServeError::Invalid(format!(
+            "--listen {}: not a loopback address; listening beyond this machine needs --token-file FILE (clients then send Authorization: Bearer TOKEN)",
+            options.listen
+        )));
+    }
+    if options.limits.max_connections == 0 || options.limits.max_in_flight == 0 {
+        return Err(ServeError::Invalid(
+            "--max-connections and --max-in-flight must be 1 or more".to_owned(),
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("convstore-http")
+        .build()
+        .map_err(|e| ServeError::Failed(format!("cannot start the runtime: {e}")))?;
+    let engine = Arc::new(engine);
+    let metrics = Arc::new(Metrics::default());
+    let (committer, commit_thread) = Committer::start(Arc::clone(&engine), Arc::clone(&metrics))
+        .map_err(|e| ServeError::Failed(format!("cannot start the commit thread: {e}")))?;
+    let result = runtime.block_on(run(
+        Arc::clone(&engine),
+        committer,
+        metrics,
+        options,
+        listening,
+    ));
+    // Blocking work left (a stream's writer whose client is gone) is not
+    // waited for past a moment.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    // The commit thread ends with the last request's state.
+    let waited = Instant::now();
+    while !commit_thread.is_finished() && waited.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let final_flush = engine
+        .store()
+        .flush()
+        .map_err(|e| ServeError::Failed(format!("the final flush failed: {e}")));
+    // The last reference: the store closes as a command's would (its state
+    // file written, sled's files released).
+    if let Ok(engine) = Arc::try_unwrap(engine) {
+        drop(engine);
+    }
+    result.and(final_flush)
+}
+
+async fn run(
+    engine: Arc<Engine>,
+    committer: Committer,
+    metrics: Arc<Metrics>,
+    options: &ServeOptions,
+    listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let listener =
+        TcpListener::bind(options.listen)
+            .await
+            .map_err(|source| ServeError::Listen {
+                addr: options.listen,
+                source,
+            })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Listen {
+        addr: options.listen,
+        source,
+    })?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let instance = discovery::new_instance();
+    let state: Shared = Arc::new(AppState {
+        engine,
+        committer,
+        metrics: Arc::clone(&metrics),
+        notifier: Notifier::default(),
+        idempotency: Idempotency::default(),
+        limits: options.limits.clone(),
+        tokens: options.tokens.clone(),
+        instance: instance.clone(),
+        shutdown: shutdown_rx,
+        writes: Arc::new(Semaphore::new(WRITE_PERMITS as usize)),
+        in_flight: Arc::new(Semaphore::new(options.limits.max_in_flight)),
+    });
+    let app = router(Arc::clone(&state));
+    if let Some(db) = &options.database {
+        let url = format!("http://{addr}");
+        discovery::write(
+            db,
+            &Discovery {
+                url,
+                pid: std::process::id(),
+                instance: instance.clone(),
+            },
+        )
+        .map_err(|e| {
+            ServeError::Failed(format!(
+                "cannot write {}: {e}",
+                discovery::path(db).display()
+            ))
+        })?;
+    }
+    listening(addr);
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let connections = Arc::new(Semaphore::new(options.limits.max_connections));
+    let mut signals = Signals::new()?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    // Out of descriptors, a connection reset before
+                    // accept: try again in a moment.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+                    metrics.refused_connections.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(refuse(stream, options.limits.max_connections));
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(options.limits.header_timeout)
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+                let connection = graceful.watch(connection);
+                let metrics = Arc::clone(&metrics);
+                metrics.connections.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                    metrics.connections.fetch_sub(1, Ordering::Relaxed);
+                    drop(permit);
+                });
+            }
+            () = signals.next() => break,
+        }
+    }
+    // Stop accepting; end follow streams; let requests in flight finish.
+    drop(listener);
+    let _ = shutdown_tx.send(true);
+    let grace = options.limits.shutdown_grace;
+    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+    // Appends whose clients went away still run to their flush.
+    let _ = tokio::time::timeout(grace, state.writes.acquire_many(WRITE_PERMITS)).await;
+    if let Some(db) = &options.database {
+        discovery::remove(db, &instance);
+    }
+    Ok(())
+}
+
+/// SIGINT and SIGTERM.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals, ServeError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let failed = |e: std::io::Error| ServeError::Failed(format!("cannot watch signals: {e}"));
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt()).map_err(failed)?,
+            terminate: signal(SignalKind::terminate()).map_err(failed)?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+/// Answers a connection over the limit with 503 and closes it.
+async fn refuse(stream: tokio::net::TcpStream, limit: usize) {
+    use tokio::io::AsyncWriteExt as _;
+    let body = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "busy",
+        format!("too many connections (--max-connections {limit}); try again"),
+    )
+    .body()
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = stream;
+    let _ = tokio::time::timeout(
+        Duration::from_secs(1),
+        stream.write_all(response.as_bytes()),
+    )
+    .await;
+    let _ = stream.shutdown().await;
+}
+
+/// The routes and their layers.
+pub(crate) fn router(state: Shared) -> Router {
+    let conversation = "/v1/conversations/{conv}";
+    let timeout = state.limits.request_timeout;
+    let reads = Router::new()
+        .route("/v1/conversations", get(routes::list))
+        .route(conversation, get(routes::info))
+        .route(&format!("{conversation}/events"), get(routes::log))
+        .route(&format!("{conversation}/view"), get(routes::project))
+        .route(&format!("{conversation}/views"), get(routes::list_views))
+        .route(
+            &format!("{conversation}/views/{{name}}"),
+            get(routes::read_view),
+        )
+        .route(&format!("{conversation}/explain"), get(routes::explain))
+        .route("/v1/verify", get(routes::verify))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ));
+    let writes = Router::new()
+        .route("/v1/conversations", post(routes::create))
+        .route(&format!("{conversation}/events"), post(routes::append))
+        .route(&format!("{conversation}/fork"), post(routes::fork))
+        .route(&format!("{conversation}/compact"), post(routes::compact))
+        .route(
+            &format!("{conversation}/views/{{name}}"),
+            axum::routing::delete(routes::drop_view),
+        );
+    let follows = Router::new()
+        .route(&format!("{conversation}/follow"), get(routes::follow_log))
+        .route(
+            &format!("{conversation}/views/{{name}}/follow"),
+            get(routes::follow_view),
+        );
+    Router::new()
+        .route("/healthz", get(routes::healthz))
+        .route("/metrics", get(routes::metrics))
+        .route("/v1/openapi.json", get(routes::openapi))
+        .merge(reads)
+        .merge(writes)
+        .merge(follows)
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::max(
+            state.limits.max_body_bytes,
+        ))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), admit))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
+        .layer(CompressionLayer::new())
+        .with_state(state)
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method (see /v1/openapi.json)",
+    )
+}
+
+/// Tokens and the in-flight limit: runs before every handler.
+async fn admit(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let open = path == "/healthz";
+    if let (Some(tokens), false) = (&state.tokens, open) {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        let scope = match presented {
+            None => return unauthorized("a token is needed: send Authorization: Bearer TOKEN"),
+            Some(token) => match tokens.scope(token) {
+                Some(scope) => scope,
+                None => return unauthorized("the token is not valid"),
+            },
+        };
+        let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+        if scope == Scope::ReadOnly && !reads {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "the token is read-only; this request writes",
+            )
+            .into_response();
+        }
+    }
+    let Ok(_permit) = Arc::clone(&state.in_flight).try_acquire_owned() else {
+        state
+            .metrics
+            .refused_requests
+            .fetch_add(1, Ordering::Relaxed);
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!(
+                "too many requests in flight (--max-in-flight {}); try again",
+                state.limits.max_in_flight
+            ),
+        )
+        .into_response();
+    };
+    state.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+    let response = next.run(request).await;
+    state.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+    response
+}
+
+fn unauthorized(message: &str) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
+    response
+}
+
+/// Metrics of every request, and structured errors for the answers that
+/// layers and extractors make in plain text (a query that does not parse,
+/// a timeout).
+async fn observe(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    let response = structured(response).await;
+    state.metrics.request(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}
+
+/// An error answer that is not JSON, made JSON.
+async fn structured(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = match tokio::time::timeout(Duration::from_secs(1), body.collect()).await {
+        Ok(Ok(collected)) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
+        _ => String::new(),
+    };
+    let code = match status {
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let message = match status {
+        StatusCode::REQUEST_TIMEOUT => "the request took too long (--request-timeout)".to_owned(),
+        _ if text.trim().is_empty() => status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_ascii_lowercase(),
+        _ => text.trim().to_owned(),
+    };
+    let mut response = ApiError::new(status, code, message).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE
+            && name != header::CONTENT_LENGTH
+            && name != header::CONTENT_ENCODING
+        {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    response
+}

@@ -1,0 +1,45 @@
+//! `convstore serve`: one database shared by many processes and tools over
+//! HTTP/1.1.
+//!
+//! The server is the one process that has the database open (sled allows
+//! one); clients read and write through it: conversations, appends with
+//! optimistic concurrency and idempotency keys, the raw log, projected and
+//! materialized views, compaction, forks, explain, verify, and live follow
+//! of a log or a view as Server-Sent Events. The API is versioned under
+//! `/v1` and described by the OpenAPI document in `openapi.json` (served at
+//! `/v1/openapi.json`).
+//!
+//! Design (ARCHITECTURE.md, "The server"):
+//!
+//! - A tokio runtime runs the HTTP side (hyper through axum, one task per
+//!   connection); every store call runs on tokio's blocking pool, since
+//!   the engine is synchronous. One [`convstore_engine::Engine`] is shared
+//!   (`Arc`) by all requests: it is `Sync`, and the store serialises writes
+//!   inside the process.
+//! - Appends are applied without a sync, then wait for the group commit
+//!   ([`commit`]): one thread makes every write applied before its round
+//!   durable with one flush, and answers every append of the round.
+//! - Followers read the log from the store at their own pace; an append
+//!   wakes them ([`follow`]), so a slow follower is late, never skipped.
+//! - The server writes `convstore.server` into the database directory
+//!   ([`discovery`]) so that the command line finds it when the database is
+//!   held.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod commit;
+pub mod discovery;
+mod error;
+pub mod follow;
+mod http;
+mod idempotency;
+pub mod metrics;
+mod routes;
+mod state;
+
+pub use error::{ApiError, ServeError};
+pub use http::{serve, Limits, ServeOptions};
+
+/// The OpenAPI document of the API, as served at `/v1/openapi.json`.
+pub const OPENAPI: &str = include_str!("../openapi.json");

@@ -1,0 +1,1557 @@
+//! The `/v1` API: one handler per route. Each resolves its conversation
+//! as the command line does (commands that write take a name, a full id
+//! or `id:PREFIX`; reads also take a bare id prefix), runs the engine on
+//! the blocking pool and answers JSON, or streams.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use convstore_engine::compact::{CompactRequest, Status};
+use convstore_engine::error::turns_note;
+use convstore_engine::fork::ForkAt;
+use convstore_engine::format::{self, text_line, write_view_event, Format};
+use convstore_engine::pipeline::{self, AsOf, Scope};
+use convstore_engine::projection::bounds::{Bound, RangeError};
+use convstore_engine::projection::{Tokenizer, ViewEvent};
+use convstore_engine::store::event::{ReasoningPolicy, ToolCallPolicy};
+use convstore_engine::store::{
+    json as event_json, Address, AppendOptions, ConversationId, ConversationInfo, Event, Store,
+    StoreError, Timestamp, ID_MARKER,
+};
+use convstore_engine::views::{self, Refresh};
+use convstore_engine::{Engine, Error};
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::ApiError;
+use crate::follow;
+use crate::idempotency::Claim;
+use crate::state::Shared;
+
+type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+// ---------------------------------------------------------------- helpers
+
+/// A conversation argument as the command line reads it (Unicode NFC).
+fn nfc(text: &str) -> String {
+    use unicode_normalization::UnicodeNormalization as _;
+    text.nfc().collect()
+}
+
+/// The conversation a read names (a bare id prefix too).
+fn resolve_read(store: &Store, query: &str) -> Result<ConversationId> {
+    Ok(store.resolve(&nfc(query))?)
+}
+
+/// The conversation a write names (a name, a full id or `id:PREFIX`).
+fn resolve_write(store: &Store, query: &str) -> Result<ConversationId> {
+    Ok(store.resolve_exact(&nfc(query))?)
+}
+
+fn parse_as_of(text: Option<&str>) -> Result<Option<AsOf>> {
+    text.map(|text| {
+        AsOf::parse(text).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "as_of: \"{text}\" is neither a record seq nor an RFC 3339 time (e.g. 2026-03-01T12:00:00Z)"
+            ))
+        })
+    })
+    .transpose()
+}
+
+fn parse_format(text: Option<&str>) -> Result<Format> {
+    Ok(match text.unwrap_or("ndjson") {
+        "ndjson" => Format::Ndjson,
+        "json" => Format::Json,
+        "openai" => Format::Openai,
+        "text" => Format::Text,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "format: \"{other}\" is not a format (ndjson, json, openai, text)"
+            )))
+        }
+    })
+}
+
+fn content_type(format: Format) -> &'static str {
+    match format {
+        Format::Ndjson => "application/x-ndjson",
+        Format::Json | Format::Openai => "application/json",
+        Format::Text => "text/plain; charset=utf-8",
+    }
+}
+
+/// `A..B` (inclusive), `A..`, `..B`, `A..=B` or `N`.
+fn parse_turns(text: &str) -> Result<std::ops::RangeInclusive<u64>> {
+    let bad = |e: String| ApiError::bad_request(format!("turns {text}: {e}"));
+    let number = |s: &str| -> Result<u64> {
+        s.trim()
+            .parse()
+            .map_err(|_| bad(format!("\"{s}\" is not a turn number")))
+    };
+    let range = if let Some((a, b)) = text.split_once("..") {
+        let a = if a.is_empty() { 0 } else { number(a)? };
+        let b = if b.is_empty() {
+            u64::MAX
+        } else {
+            number(b.trim_start_matches('='))?
+        };
+        a..=b
+    } else {
+        let n = number(text)?;
+        n..=n
+    };
+    if range.is_empty() {
+        return Err(bad("the range is empty (from is after to)".to_owned()));
+    }
+    Ok(range)
+}
+
+fn internal(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+}
+
+/// A conversation as `list --json` shows it.
+pub(crate) fn summary_json(c: &ConversationInfo) -> Value {
+    json!({
+        "id": c.id.hex(),
+        "name": c.name,
+        "events": c.len,
+        "turns": c.turns,
+        "head": c.head.hex(),
+        "created": c.created.to_string(),
+        "parent": c.fork.map(|p| p.parent.hex()),
+    })
+}
+
+/// Bytes written on the blocking pool, sent to a response body in pieces
+/// of about 64 KiB (the channel is small: memory stays bounded whatever
+/// the size of the answer, and a client that does not read stops the
+/// writer).
+struct ChannelWriter {
+    tx: mpsc::Sender<std::io::Result<Bytes>>,
+    buf: Vec<u8>,
+}
+
+const PIECE: usize = 64 * 1024;
+
+impl ChannelWriter {
+    fn new(tx: mpsc::Sender<std::io::Result<Bytes>>) -> Self {
+        ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(PIECE),
+        }
+    }
+
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let piece = std::mem::replace(&mut self.buf, Vec::with_capacity(PIECE));
+        self.tx.blocking_send(Ok(Bytes::from(piece))).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        })
+    }
+
+    /// Ends the body with an error: the client sees a cut connection, never
+    /// a short answer that looks whole.
+    fn fail(&self, message: String) {
+        let _ = self.tx.blocking_send(Err(std::io::Error::other(message)));
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= PIECE {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+fn channel_body(rx: mpsc::Receiver<std::io::Result<Bytes>>) -> Body {
+    // (poll_fn: a closed channel keeps answering None, however often it is
+    // polled; compression polls once more after the end.)
+    let mut rx = rx;
+    Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
+
+/// Streams what `write` writes, after `prepare` succeeded (its error is
+/// the answer otherwise). Both run on the blocking pool.
+async fn stream<P: Send + 'static>(
+    state: &Shared,
+    prepare: impl FnOnce(&Engine) -> Result<P> + Send + 'static,
+    write: impl FnOnce(&Engine, P, &mut ChannelWriter) -> Result<()> + Send + 'static,
+) -> Result<(Body, mpsc::Sender<std::io::Result<Bytes>>)> {
+    let (tx, rx) = mpsc::channel(4);
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let engine = Arc::clone(&state.engine);
+    let writer_tx = tx.clone();
+    tokio::task::spawn_blocking(move || {
+        let prepared = match prepare(&engine) {
+            Ok(prepared) => {
+                let _ = ready_tx.send(Ok(()));
+                prepared
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+                return;
+            }
+        };
+        let mut out = ChannelWriter::new(writer_tx);
+        let result = write(&engine, prepared, &mut out)
+            .and_then(|()| out.flush().map_err(|e| internal(e.to_string())));
+        if let Err(e) = result {
+            out.fail(e.message);
+        }
+    });
+    ready_rx
+        .await
+        .map_err(|_| internal("the worker stopped"))??;
+    Ok((channel_body(rx), tx))
+}
+
+fn streamed(
+    body: Body,
+    content_type: &'static str,
+    headers: &[(&'static str, String)],
+) -> Response {
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    for (name, value) in headers {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            response.headers_mut().insert(*name, value);
+        }
+    }
+    response
+}
+
+fn io_error(e: &std::io::Error) -> ApiError {
+    internal(e.to_string())
+}
+
+// ----------------------------------------------------------- server-wide
+
+pub(crate) async fn healthz(State(state): State<Shared>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "instance": state.instance,
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+pub(crate) async fn metrics(State(state): State<Shared>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+pub(crate) async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], crate::OPENAPI).into_response()
+}
+
+// ---------------------------------------------------------- conversations
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    prefix: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+/// The most conversations a page holds.
+const MAX_PAGE: usize = 10_000;
+
+pub(crate) async fn list(
+    State(state): State<Shared>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>> {
+    let limit = q.limit.unwrap_or(1000);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit: {limit} is not 1 to {MAX_PAGE}"
+        )));
+    }
+    state
+        .blocking(move |engine| {
+            let mut all = engine.store().conversations()?;
+            all.sort_by_key(|c| (c.created, c.id));
+            let prefix = q.prefix.as_deref().map(nfc);
+            let mut start = 0;
+            if let Some(after) = &q.after {
+                let after = ConversationId::from_hex(after).ok_or_else(|| {
+                    ApiError::bad_request(format!("after: \"{after}\" is not a conversation id"))
+                })?;
+                start = all
+                    .iter()
+                    .position(|c| c.id == after)
+                    .map(|i| i + 1)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!("after: no conversation {}", after.hex()))
+                    })?;
+            }
+            let mut page = Vec::new();
+            let mut next = None;
+            for c in &all[start..] {
+                let matches = prefix
+                    .as_deref()
+                    .is_none_or(|p| c.name.as_deref().is_some_and(|n| n.starts_with(p)));
+                if !matches {
+                    continue;
+                }
+                if page.len() == limit {
+                    next = page.last().map(|v: &Value| v["id"].clone());
+                    break;
+                }
+                page.push(summary_json(c));
+            }
+            Ok(Json(json!({ "conversations": page, "next": next })))
+        })
+        .await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateBody {
+    name: Option<String>,
+}
+
+pub(crate) async fn create(
+    State(state): State<Shared>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>)> {
+    let request: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateBody::default()
+    } else {
+        parse_json_body(&body)?
+    };
+    let _write = write_permit(&state).await?;
+    let info = state
+        .blocking(move |engine| {
+            let name = request.name.as_deref().map(nfc);
+            let id = engine.store().create_conversation(name.as_deref())?;
+            Ok(engine.store().info(&id)?)
+        })
+        .await?;
+    state.committer.durable().await?;
+    Ok((StatusCode::CREATED, Json(summary_json(&info))))
+}
+
+fn parse_json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
+    let text =
+        std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the body is not UTF-8"))?;
+    let value = convstore_engine::store::strict::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON: {e}")))?;
+    serde_json::from_value(value).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+pub(crate) async fn info(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+) -> Result<Response> {
+    state
+        .blocking(move |engine| {
+            let store = engine.store();
+            let id = resolve_read(store, &conv)?;
+            let info = store.info(&id)?;
+            let mut value = summary_json(&info);
+            let mut lineage = Vec::new();
+            for (conversation, point) in store.lineage(&id)? {
+                let c = store.info(&conversation)?;
+                lineage.push(json!({
+                    "id": conversation.hex(),
+                    "name": c.name,
+                    "events": c.len,
+                    "head": c.head.hex(),
+                    "parent": point.map(|p| p.parent.hex()),
+                    "shared": point.map(|p| p.at),
+                    "fork_head": point.map(|p| p.base.hex()),
+                }));
+            }
+            value["lineage"] = Value::Array(lineage);
+            let mut response = Json(value).into_response();
+            if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", info.head.hex())) {
+                response.headers_mut().insert(header::ETAG, etag);
+            }
+            Ok(response)
+        })
+        .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ForkBody {
+    at_turn: Option<u64>,
+    at_seq: Option<u64>,
+    name: Option<String>,
+    compact: Option<String>,
+}
+
+pub(crate) async fn fork(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>)> {
+    let request: ForkBody = parse_json_body(if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        &body
+    })?;
+    if request.at_turn.is_some() && request.at_seq.is_some() {
+        return Err(ApiError::bad_request(
+            "at_turn and at_seq: give one or the other",
+        ));
+    }
+    let _write = write_permit(&state).await?;
+    let (value, id, len) = state
+        .blocking(move |engine| {
+            let store = engine.store();
+            let parent = resolve_read(store, &conv)?;
+            let at = match (request.at_turn, request.at_seq) {
+                (Some(turn), _) => ForkAt::Turn(turn),
+                (None, Some(seq)) => ForkAt::Seq(seq),
+                (None, None) => ForkAt::End,
+            };
+            let name = request.name.as_deref().map(nfc);
+            let forked = engine
+                .fork(&parent, at, name.as_deref(), request.compact.as_deref())
+                .map_err(|e| match (e, at) {
+                    (e @ Error::NoSuchTurn { .. }, ForkAt::Turn(turn)) => {
+                        ApiError::from(e).context(&format!("at_turn {turn}"))
+                    }
+                    (e @ Error::Store(_), ForkAt::Seq(seq)) => {
+                        ApiError::from(e).context(&format!("at_seq {seq}"))
+                    }
+                    (e @ Error::EmptyFork, _) => ApiError::from(e).context("compact"),
+                    (e, _) => e.into(),
+                })?;
+            let fork = store.info(&forked.id)?;
+            Ok((
+                json!({
+                    "id": forked.id.hex(),
+                    "name": fork.name,
+                    "parent": parent.hex(),
+                    "at": forked.at,
+                    "shared": forked.at,
+                    "after_seq": forked.at.checked_sub(1),
+                    "events": fork.len,
+                    "head": forked.head.hex(),
+                    "compacted": forked.compacted,
+                }),
+                forked.id,
+                fork.len,
+            ))
+        })
+        .await?;
+    state.committer.durable().await?;
+    state.notify(&id, len);
+    Ok((StatusCode::CREATED, Json(value)))
+}
+
+// ----------------------------------------------------------------- events
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AppendQuery {
+    expected_seq: Option<u64>,
+    auto: Option<bool>,
+}
+
+/// Whether a conversation argument names an id rather than a name: an
+/// append never creates a conversation from it.
+fn names_an_id(query: &str) -> bool {
+    query.starts_with(ID_MARKER)
+        || (query.len() == 32 && query.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The events of an append body: a JSON array of events, or NDJSON (one
+/// event a line). An error names the element or line.
+fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result<Vec<Event>> {
+    let text = std::str::from_utf8(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body is not UTF-8 (at byte {})",
+            e.valid_up_to()
+        ))
+    })?;
+    let input = |at: String, problem: String| ApiError::from(Error::Input { at, problem });
+    if ndjson {
+        let mut events = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            if line.len() as u64 > limit {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "event_too_large",
+                    format!("line {}: longer than the limit of {limit} bytes", i + 1),
+                ));
+            }
+            events.push(
+                event_json::parse_event(line, now)
+                    .map_err(|e| input(format!("line {}", i + 1), e.to_string()))?,
+            );
+        }
+        return Ok(events);
+    }
+    let value = convstore_engine::store::strict::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON: {e}")))?;
+    let Value::Array(items) = value else {
+        return Err(ApiError::bad_request(
+            "the body is neither a JSON array of events nor NDJSON (send Content-Type: application/x-ndjson for one event a line)",
+        ));
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            event_json::event_from_value(item, now)
+                .map_err(|e| input(format!("event {i}"), e.to_string()))
+        })
+        .collect()
+}
+
+/// Reads a request body of at most `limit` bytes, within `timeout`.
+pub(crate) async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes> {
+    let limited = http_body_util::Limited::new(body, limit);
+    match tokio::time::timeout(timeout, limited.collect()).await {
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!(
+                "the request body did not arrive within {} s; nothing was stored",
+                timeout.as_secs()
+            ),
+        )),
+        Ok(Err(e)) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(too_large(limit))
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "reading the request body failed: {e}; nothing was stored"
+                )))
+            }
+        }
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+pub(crate) fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the request body is larger than the limit of {limit} bytes (--max-body-bytes); nothing was stored"),
+    )
+}
+
+async fn write_permit(state: &Shared) -> Result<tokio::sync::OwnedSemaphorePermit> {
+    Arc::clone(&state.writes)
+        .acquire_owned()
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "the server is shutting down",
+            )
+        })
+}
+
+/// The address an `If-Match` header expects.
+fn if_match(headers: &HeaderMap) -> Result<Option<Address>> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    let bare = text.trim_start_matches("W/").trim_matches('"');
+    Address::from_hex(&bare.to_ascii_lowercase())
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "If-Match: \"{text}\" is not a 64-digit hex address (the head, as an ETag)"
+            ))
+        })
+}
+
+/// A conflict answer: the head and length found.
+fn conflict(message: String, head: Address, len: u64) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "conflict", message)
+        .with("head", json!(head.hex()))
+        .with("events", json!(len))
+}
+
+/// Appends with bodies up to this size are applied by the commit thread.
+const SMALL_APPEND: usize = 64 * 1024;
+
+struct Appended {
+    id: ConversationId,
+    name: Option<String>,
+    first_seq: u64,
+    count: u64,
+    head: Address,
+    created: bool,
+}
+
+/// Applies an append (without a sync): to the conversation `conv` names
+/// exactly, or to a new one named so.
+fn apply_append(
+    engine: &Engine,
+    conv: &str,
+    events: &[Event],
+    expected_seq: Option<u64>,
+    expect_head: Option<Address>,
+) -> Result<Appended> {
+    let store = engine.store();
+    for attempt in 0..2 {
+        if let Some(id) = store.find_exact(conv)? {
+            let info = store.info(&id)?;
+            let mut expect = expect_head;
+            if let Some(seq) = expected_seq {
+                if info.len != seq {
+                    return Err(conflict(
+                        format!(
+                            "conflict: the conversation has {} events, not the expected {seq}; nothing was stored",
+                            info.len
+                        ),
+                        info.head,
+                        info.len,
+                    ));
+                }
+                // The head at that length: the store checks it atomically.
+                expect = Some(expect.unwrap_or(info.head));
+            }
+            let options = AppendOptions {
+                expect_head: expect,
+                no_sync: true,
+            };
+            return match store.append(&id, events, &options) {
+                Ok(appended) => Ok(Appended {
+                    id,
+                    name: info.name,
+                    first_seq: appended.first_seq,
+                    count: appended.count,
+                    head: appended.head,
+                    created: false,
+                }),
+                Err(e @ StoreError::HeadMismatch { .. }) => {
+                    let now = store.info(&id)?;
+                    let message = match expected_seq {
+                        Some(seq) if now.len != seq => format!(
+                            "conflict: the conversation has {} events, not the expected {seq}; nothing was stored",
+                            now.len
+                        ),
+                        _ => e.to_string(),
+                    };
+                    Err(conflict(message, now.head, now.len))
+                }
+                Err(e) => Err(e.into()),
+            };
+        }
+        let expects_records =
+            expected_seq.is_some_and(|s| s > 0) || expect_head.is_some_and(|h| h != Address::ROOT);
+        if names_an_id(conv) || expects_records {
+            return Err(StoreError::NoSuchConversation {
+                query: conv.to_owned(),
+                hint: None,
+            }
+            .into());
+        }
+        let options = AppendOptions {
+            expect_head: None,
+            no_sync: true,
+        };
+        match store.create_and_append(Some(conv), events, &options) {
+            Ok((id, appended)) => {
+                return Ok(Appended {
+                    id,
+                    name: Some(conv.to_owned()),
+                    first_seq: appended.first_seq,
+                    count: appended.count,
+                    head: appended.head,
+                    created: true,
+                })
+            }
+            // Another request created it first: append to it.
+            Err(StoreError::NameTaken { .. }) if attempt == 0 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(internal(
+        "the conversation was created and removed meanwhile",
+    ))
+}
+
+pub(crate) async fn append(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    Query(q): Query<AppendQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response> {
+    let expect_head = if_match(&headers)?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        Some(v) => {
+            let key = v
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .ok_or_else(|| {
+                    ApiError::bad_request("Idempotency-Key: 1 to 255 visible ASCII characters")
+                })?;
+            Some(key.to_owned())
+        }
+        None => None,
+    };
+    let ndjson = match headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(t) if t.starts_with("application/x-ndjson") || t.starts_with("application/jsonl") => {
+            Some(true)
+        }
+        Some(t) if t.starts_with("application/json") => Some(false),
+        _ => None,
+    };
+    let limits = state.limits.clone();
+    let body = read_body(body, limits.max_body_bytes, limits.body_timeout).await?;
+    let ndjson = ndjson.unwrap_or_else(|| {
+        body.iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_none_or(|b| *b != b'[')
+    });
+    let conv = nfc(&conv);
+    // A request with a key already answered is answered again; one being
+    // handled is waited for.
+    let ticket = match &idempotency_key {
+        Some(key) => {
+            let mut hasher = blake3::Hasher::new();
+            hasher.update(conv.as_bytes());
+            hasher.update(&[0]);
+            hasher
+                .update(format!("{:?}|{:?}|{:?}", q.expected_seq, expect_head, q.auto).as_bytes());
+            hasher.update(&[0]);
+            hasher.update(&body);
+            let fingerprint = hasher.finalize();
+            loop {
+                match state.idempotency.claim(key, fingerprint) {
+                    Claim::New(ticket) => break Some(ticket),
+                    Claim::Replay(status, value) => {
+                        state
+                            .metrics
+                            .idempotent_replays
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let mut response = (status, Json(value)).into_response();
+                        response
+                            .headers_mut()
+                            .insert("idempotency-replay", HeaderValue::from_static("true"));
+                        return Ok(response);
+                    }
+                    Claim::Wait(mut done) => {
+                        let _ = done.changed().await;
+                    }
+                    Claim::Mismatch => {
+                        return Err(ApiError::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "idempotency_key_reused",
+                            format!("Idempotency-Key \"{key}\" was used for another request; nothing was stored"),
+                        ))
+                    }
+                }
+            }
+        }
+        None => None,
+    };
+    let permit = write_permit(&state).await?;
+    // From here on the write runs to its end even if the client goes away:
+    // what is applied is made durable and answered (or remembered under its
+    // key), never left half done.
+    let task_state = Arc::clone(&state);
+    let task = tokio::spawn(async move {
+        let state = task_state;
+        let _permit = permit;
+        let now = Timestamp::now();
+        let max_event = limits.max_event_bytes;
+        let small = body.len() <= SMALL_APPEND;
+        let conv2 = conv.clone();
+        let expected_seq = q.expected_seq;
+        let parse = move || -> Result<Vec<Event>> {
+            let events = parse_events(&body, ndjson, max_event, now)?;
+            if events.is_empty() {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "empty",
+                    "no events to append: send a JSON array of events or NDJSON",
+                ));
+            }
+            Ok(events)
+        };
+        // A small append is parsed here and applied by the commit thread
+        // right before its flush; a large one is parsed and applied on the
+        // blocking pool, then waits for a flush.
+        let applied = if small {
+            match parse() {
+                Ok(events) => {
+                    state
+                        .committer
+                        .apply(move |engine| {
+                            apply_append(engine, &conv2, &events, expected_seq, expect_head)
+                        })
+                        .await
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            let applied = state
+                .blocking(move |engine| {
+                    apply_append(engine, &conv2, &parse()?, expected_seq, expect_head)
+                })
+                .await;
+            match applied {
+                Ok(appended) => state.committer.durable().await.map(|()| appended),
+                Err(e) => Err(e),
+            }
+        };
+        let appended = match applied {
+            Ok(appended) => appended,
+            Err(e) => {
+                if e.code == "conflict" {
+                    state
+                        .metrics
+                        .conflicts
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                return Err(e);
+            }
+        };
+        let len = appended.first_seq + appended.count;
+        state.notify(&appended.id, len);
+        state
+            .metrics
+            .appends
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        state
+            .metrics
+            .appended_events
+            .fetch_add(appended.count, std::sync::atomic::Ordering::Relaxed);
+        let mut value = json!({
+            "id": appended.id.hex(),
+            "name": appended.name,
+            "first_seq": appended.first_seq,
+            "count": appended.count,
+            "head": appended.head.hex(),
+            "events": len,
+            "created": appended.created,
+        });
+        if q.auto == Some(true) {
+            // The events are stored: a failure here is reported, not an
+            // error (a retry would store them twice).
+            let id = appended.id;
+            let auto = state
+                .blocking(move |engine| {
+                    let report = engine.auto_compact(&id, false);
+                    let info = engine.store().info(&id)?;
+                    Ok((report, info))
+                })
+                .await;
+            match auto {
+                Ok((Ok(Some(report)), info)) => {
+                    state.notify(&id, info.len);
+                    value["head"] = json!(info.head.hex());
+                    value["events"] = json!(info.len);
+                    value["auto"] = json!({
+                        "fold": report.fold,
+                        "from_turn": report.from,
+                        "to_turn": report.to,
+                        "profile": report.profile,
+                        "tokens_before": report.tokens_before,
+                        "tokens_after": report.tokens_after,
+                        "summarizer_error": report.summarizer_error.as_ref().map(ToString::to_string),
+                    });
+                }
+                Ok((Ok(None), _)) => value["auto"] = Value::Null,
+                Ok((Err(e), _)) => {
+                    value["warning"] = json!(format!(
+                        "the events were stored, but automatic compaction failed: {e}"
+                    ));
+                }
+                Err(e) => {
+                    value["warning"] = json!(format!(
+                        "the events were stored, but automatic compaction failed: {}",
+                        e.message
+                    ));
+                }
+            }
+        }
+        let status = if appended.created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        if let Some(ticket) = ticket {
+            ticket.finish(status, &value);
+        }
+        Ok::<_, ApiError>((status, value))
+    });
+    let (status, value) = task
+        .await
+        .map_err(|e| internal(format!("the append task failed: {e}")))??;
+    let mut response = (status, Json(value.clone())).into_response();
+    if let Some(head) = value["head"].as_str() {
+        if let Ok(etag) = HeaderValue::from_str(&format!("\"{head}\"")) {
+            response.headers_mut().insert(header::ETAG, etag);
+        }
+    }
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LogQuery {
+    from: Option<u64>,
+    limit: Option<u64>,
+    as_of: Option<String>,
+}
+
+pub(crate) async fn log(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    Query(q): Query<LogQuery>,
+) -> Result<Response> {
+    let as_of = parse_as_of(q.as_of.as_deref())?;
+    if q.limit == Some(0) {
+        return Err(ApiError::bad_request(
+            "limit: 0 is not a number of events (1 or more)",
+        ));
+    }
+    let prepare = move |engine: &Engine| -> Result<(ConversationId, u64, u64, u64, u64)> {
+        let store = engine.store();
+        let id = resolve_read(store, &conv)?;
+        let len = store.info(&id)?.len;
+        let scope =
+            Scope::as_of(store, &id, as_of).map_err(|e| ApiError::from(e).context("as_of"))?;
+        let from = q.from.unwrap_or(0);
+        if from > scope.end {
+            return Err(ApiError::from(StoreError::NoSuchRecord {
+                seq: from,
+                len: scope.end,
+            })
+            .context("from"));
+        }
+        let to = q
+            .limit
+            .map_or(scope.end, |l| scope.end.min(from.saturating_add(l)));
+        Ok((id, from, to, scope.end, len))
+    };
+    let (tx_meta, rx_meta) = oneshot::channel();
+    let (body, _) = stream(
+        &state,
+        move |engine| {
+            let prepared = prepare(engine)?;
+            let _ = tx_meta.send((prepared.2, prepared.3, prepared.4));
+            Ok(prepared)
+        },
+        |engine, (id, from, to, _, _), out| {
+            let mut line = Vec::with_capacity(1024);
+            for record in engine.store().scan(&id, from..to)? {
+                let record = record?;
+                line.clear();
+                follow::record_json(&record, &mut line);
+                line.push(b'\n');
+                out.write_all(&line).map_err(|e| io_error(&e))?;
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    let (to, end, len) = rx_meta.await.map_err(|_| internal("the worker stopped"))?;
+    let mut headers = vec![("convstore-events", len.to_string())];
+    if to < end {
+        headers.push(("convstore-next-seq", to.to_string()));
+    }
+    Ok(streamed(body, "application/x-ndjson", &headers))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FollowQuery {
+    from: Option<u64>,
+}
+
+/// Where a follow stream starts: after `Last-Event-ID`, else at `from`,
+/// else at the end.
+fn follow_start(headers: &HeaderMap, from: Option<u64>, len: u64) -> Result<u64> {
+    if let Some(last) = headers.get("last-event-id") {
+        let text = last.to_str().unwrap_or("").trim();
+        let seq: u64 = text.parse().map_err(|_| {
+            ApiError::bad_request(format!("Last-Event-ID: \"{text}\" is not a record seq"))
+        })?;
+        return Ok(seq + 1);
+    }
+    Ok(from.unwrap_or(len))
+}
+
+fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response {
+    let mut rx = rx;
+    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx)
+            .map(|item| item.map(Ok::<_, std::convert::Infallible>))
+    }));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+pub(crate) async fn follow_log(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    Query(q): Query<FollowQuery>,
+    headers: HeaderMap,
+) -> Result<Response> {
+    // Whatever was applied before is durable before it is sent.
+    state.committer.durable().await?;
+    let (id, len) = state
+        .blocking(move |engine| {
+            let id = resolve_read(engine.store(), &conv)?;
+            Ok((id, engine.store().info(&id)?.len))
+        })
+        .await?;
+    let start = follow_start(&headers, q.from, len)?;
+    if start > len {
+        return Err(ApiError::from(StoreError::NoSuchRecord {
+            seq: start - 1,
+            len,
+        })
+        .context("from"));
+    }
+    let (tx, rx) = mpsc::channel(follow::CHANNEL_MESSAGES);
+    let _ = tx.try_send(Bytes::from_static(b"retry: 1000\n\n"));
+    tokio::spawn(follow::raw(Arc::clone(&state), id, start, len, tx));
+    Ok(sse_response(rx))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ViewFollowQuery {
+    profile: Option<String>,
+}
+
+pub(crate) async fn follow_view(
+    State(state): State<Shared>,
+    Path((conv, name)): Path<(String, String)>,
+    Query(q): Query<ViewFollowQuery>,
+) -> Result<Response> {
+    state.committer.durable().await?;
+    let profile = q.profile.clone();
+    let name2 = name.clone();
+    let (id, len) = state
+        .blocking(move |engine| {
+            let id = resolve_write(engine.store(), &conv)?;
+            // Creates it, checks the name and profile.
+            engine
+                .refresh_view(&id, &name2, profile.as_deref())
+                .map_err(view_error)?;
+            Ok((id, engine.store().info(&id)?.len))
+        })
+        .await?;
+    let (tx, rx) = mpsc::channel(follow::CHANNEL_MESSAGES);
+    let _ = tx.try_send(Bytes::from_static(b"retry: 1000\n\n"));
+    tokio::spawn(follow::view(
+        Arc::clone(&state),
+        id,
+        name,
+        q.profile,
+        len,
+        tx,
+    ));
+    Ok(sse_response(rx))
+}
+
+// ------------------------------------------------------------------ views
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProjectQuery {
+    format: Option<String>,
+    profile: Option<String>,
+    as_of: Option<String>,
+    turns: Option<String>,
+}
+
+pub(crate) async fn project(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    Query(q): Query<ProjectQuery>,
+) -> Result<Response> {
+    let format = parse_format(q.format.as_deref())?;
+    let as_of = parse_as_of(q.as_of.as_deref())?;
+    let turns = q.turns.as_deref().map(parse_turns).transpose()?;
+    let turns_text = q.turns.clone();
+    let profile = q.profile.clone();
+    let (body, _) = stream(
+        &state,
+        move |engine| {
+            let store = engine.store();
+            let id = resolve_read(store, &conv)?;
+            let scope =
+                Scope::as_of(store, &id, as_of).map_err(|e| ApiError::from(e).context("as_of"))?;
+            if let (Some(range), Some(text)) = (&turns, &turns_text) {
+                let count = scope.turns(store, &id)?;
+                if *range.start() >= count {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "bad_range",
+                        format!("turns {text}: names no turn ({})", turns_note(count)),
+                    ));
+                }
+            }
+            let projector = views::projector(store, &id, scope.end, profile.as_deref())
+                .map_err(|e| ApiError::from(e).context("profile"))?;
+            Ok((id, scope, projector, turns))
+        },
+        move |engine, (id, scope, projector, turns), out| {
+            let store = engine.store();
+            let wanted = |v: &ViewEvent| turns.as_ref().is_none_or(|r| r.contains(&v.turn));
+            let io = |e: std::io::Error| io_error(&e);
+            match format {
+                Format::Ndjson | Format::Json => {
+                    let json = format == Format::Json;
+                    let mut first = true;
+                    if json {
+                        out.write_all(b"[").map_err(io)?;
+                    }
+                    let format = |view: Vec<ViewEvent>| {
+                        let mut bytes = Vec::with_capacity(view.len() * 256);
+                        for v in view.iter().filter(|v| wanted(v)) {
+                            if json {
+                                bytes.push(b',');
+                            }
+                            write_view_event(v, &mut bytes);
+                            if !json {
+                                bytes.push(b'\n');
+                            }
+                        }
+                        bytes
+                    };
+                    pipeline::stream_map(store, &id, scope, &projector, format, |bytes| {
+                        let skip = usize::from(json && first && !bytes.is_empty());
+                        first &= bytes.is_empty();
+                        out.write_all(&bytes[skip..])?;
+                        Ok(())
+                    })?;
+                    if json {
+                        out.write_all(b"]\n").map_err(io)?;
+                    }
+                }
+                Format::Openai => {
+                    let mut events = Vec::new();
+                    pipeline::stream(store, &id, scope, &projector, |v| {
+                        if wanted(v) {
+                            events.push(v.clone());
+                        }
+                        Ok(())
+                    })?;
+                    format::write_openai(out, &events)?;
+                }
+                Format::Text => {
+                    pipeline::stream(store, &id, scope, &projector, |v| {
+                        if wanted(v) {
+                            writeln!(out, "{}", text_line(v))?;
+                        }
+                        Ok(())
+                    })?;
+                }
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(streamed(body, content_type(format), &[]))
+}
+
+fn view_error(e: Error) -> ApiError {
+    match e {
+        Error::ViewProfile { name, existing } => ApiError::new(
+            StatusCode::CONFLICT,
+            "view_profile",
+            format!("view \"{name}\" exists with {existing}; drop it (DELETE the view) to change its profile"),
+        ),
+        e => e.into(),
+    }
+}
+
+pub(crate) async fn list_views(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+) -> Result<Json<Value>> {
+    state
+        .blocking(move |engine| {
+            let store = engine.store();
+            let id = resolve_write(store, &conv)?;
+            let items: Vec<Value> = store
+                .views(&id)?
+                .iter()
+                .map(|state| {
+                    json!({
+                        "name": state.name,
+                        "profile": state.profile,
+                        "events": state.events,
+                        "records": state.len,
+                        "head": state.head.hex(),
+                    })
+                })
+                .collect();
+            Ok(Json(Value::Array(items)))
+        })
+        .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ViewQuery {
+    format: Option<String>,
+    profile: Option<String>,
+}
+
+pub(crate) async fn read_view(
+    State(state): State<Shared>,
+    Path((conv, name)): Path<(String, String)>,
+    Query(q): Query<ViewQuery>,
+) -> Result<Response> {
+    let format = parse_format(q.format.as_deref())?;
+    let (tx_meta, rx_meta) = oneshot::channel();
+    let (body, _) = stream(
+        &state,
+        move |engine| {
+            let id = resolve_write(engine.store(), &conv)?;
+            let (view, refresh) = engine
+                .refresh_view(&id, &name, q.profile.as_deref())
+                .map_err(view_error)?;
+            let _ = tx_meta.send((view.clone(), refresh));
+            Ok((id, view.name))
+        },
+        move |engine, (id, name), out| {
+            format::write_events(out, format, &mut |sink| {
+                views::read(engine.store(), &id, &name, sink)
+            })?;
+            Ok(())
+        },
+    )
+    .await?;
+    let (view, refresh) = rx_meta.await.map_err(|_| internal("the worker stopped"))?;
+    let refresh = match refresh {
+        Refresh::Current => "current".to_owned(),
+        Refresh::Built => "built".to_owned(),
+        Refresh::Updated(ranges) => format!(
+            "updated {}",
+            ranges
+                .iter()
+                .map(|(a, b)| format!("{a}..{b}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    };
+    Ok(streamed(
+        body,
+        content_type(format),
+        &[
+            ("convstore-view-refresh", refresh),
+            ("convstore-view-records", view.len.to_string()),
+            ("convstore-view-events", view.events.to_string()),
+        ],
+    ))
+}
+
+pub(crate) async fn drop_view(
+    State(state): State<Shared>,
+    Path((conv, name)): Path<(String, String)>,
+) -> Result<Json<Value>> {
+    let _write = write_permit(&state).await?;
+    let value = state
+        .blocking(move |engine| {
+            let id = resolve_write(engine.store(), &conv)?;
+            if !engine.store().drop_view(&id, &name)? {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    format!("no view named \"{name}\""),
+                ));
+            }
+            Ok(json!({ "dropped": name }))
+        })
+        .await?;
+    state.committer.durable().await?;
+    Ok(Json(value))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExplainQuery {
+    turn: Option<u64>,
+    as_of: Option<String>,
+}
+
+pub(crate) async fn explain(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    Query(q): Query<ExplainQuery>,
+) -> Result<Json<Value>> {
+    let turn = q
+        .turn
+        .ok_or_else(|| ApiError::bad_request("turn: missing (the turn to explain)"))?;
+    let as_of = parse_as_of(q.as_of.as_deref())?;
+    state
+        .blocking(move |engine| {
+            let id = resolve_read(engine.store(), &conv)?;
+            Ok(Json(engine.explain(&id, as_of, turn)?.to_json()))
+        })
+        .await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+#[allow(clippy::struct_excessive_bools)]
+pub(crate) struct CompactBody {
+    profile: Option<String>,
+    reasoning: Option<String>,
+    tool_calls: Option<String>,
+    summary: Option<String>,
+    #[serde(default)]
+    summarize: bool,
+    #[serde(default)]
+    revert: bool,
+    instructions: Option<String>,
+    #[serde(default)]
+    force: bool,
+    tokenizer: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    keep_last: Option<u64>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// A compaction request from its JSON body, checked as the command line
+/// checks its flags.
+fn compact_request(body: &CompactBody) -> Result<CompactRequest> {
+    let mut request = CompactRequest::default();
+    if body.revert
+        && (body.reasoning.is_some()
+            || body.tool_calls.is_some()
+            || body.summary.is_some()
+            || body.summarize
+            || body.profile.is_some())
+    {
+        return Err(ApiError::bad_request(
+            "revert cannot be used with reasoning, tool_calls, summary, summarize or profile",
+        ));
+    }
+    if body.summary.is_some() && body.summarize {
+        return Err(ApiError::bad_request(
+            "summary and summarize: give one or the other",
+        ));
+    }
+    if body.to.is_some() && body.keep_last.is_some() {
+        return Err(ApiError::bad_request(
+            "to and keep_last: give one or the other",
+        ));
+    }
+    if body.summary.as_deref().is_some_and(|s| s.trim().is_empty()) {
+        return Err(ApiError::bad_request("summary: an empty text"));
+    }
+    request.profile.clone_from(&body.profile);
+    request.reasoning = match body.reasoning.as_deref() {
+        None => None,
+        Some("strip") => Some(ReasoningPolicy::Strip),
+        Some("keep") => Some(ReasoningPolicy::Keep),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "reasoning: \"{other}\" is not a policy (strip, keep)"
+            )))
+        }
+    };
+    request.tool_calls = match body.tool_calls.as_deref() {
+        None => None,
+        Some("strip") => Some(ToolCallPolicy::Strip),
+        Some("strip-requests" | "strip_requests") => Some(ToolCallPolicy::StripRequests),
+        Some("strip-responses" | "strip_responses") => Some(ToolCallPolicy::StripResponses),
+        Some("omit") => Some(ToolCallPolicy::Omit),
+        Some("keep") => Some(ToolCallPolicy::Keep),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "tool_calls: \"{other}\" is not a policy (strip, strip-requests, strip-responses, omit, keep)"
+            )))
+        }
+    };
+    request.summary.clone_from(&body.summary);
+    request.summarize = body.summarize;
+    request.revert = body.revert;
+    request.instructions.clone_from(&body.instructions);
+    request.force = body.force;
+    request.from = body
+        .from
+        .as_deref()
+        .map(|t| Bound::parse(t).map_err(|e| ApiError::bad_request(format!("from {t}: {e}"))))
+        .transpose()?;
+    request.to = match (&body.to, body.keep_last) {
+        (Some(t), _) => {
+            Some(Bound::parse(t).map_err(|e| ApiError::bad_request(format!("to {t}: {e}")))?)
+        }
+        (None, Some(n)) => Some(Bound::BeforeLast(n)),
+        (None, None) => None,
+    };
+    request.dry_run = body.dry_run;
+    Ok(request)
+}
+
+pub(crate) async fn compact(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>> {
+    let body: CompactBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CompactBody::default()
+    } else {
+        parse_json_body(&body)?
+    };
+    let request = compact_request(&body)?;
+    let tokenizer_name = body
+        .tokenizer
+        .clone()
+        .unwrap_or_else(|| "chars4".to_owned());
+    let _write = write_permit(&state).await?;
+    let (value, id, len) = state
+        .blocking(move |engine| {
+            let store = engine.store();
+            let id = resolve_write(store, &conv)?;
+            let info = store.info(&id)?;
+            let tokenizer = Tokenizer::named(&tokenizer_name)
+                .map_err(|e| ApiError::from(Error::from(e)).context("tokenizer"))?;
+            let keep_last = engine.config().compaction.keep_last;
+            let to_flag = match (&body.to, body.keep_last) {
+                (Some(t), _) => format!("to {t}"),
+                (None, Some(n)) => format!("keep_last {n}"),
+                (None, None) if keep_last > 0 => {
+                    format!("keep_last = {keep_last} (configuration)")
+                }
+                (None, None) => "the last turn".to_owned(),
+            };
+            let keeps = body.to.is_none() && (body.keep_last.is_some() || keep_last > 0);
+            let from_flag = body
+                .from
+                .as_deref()
+                .map_or_else(|| "turn 0".to_owned(), |t| format!("from {t}"));
+            let note = turns_note(info.turns);
+            let unprocessable = |m: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "bad_range", m);
+            let report = engine.compact(&id, &request, &tokenizer).map_err(|e| match e {
+                Error::Range(range) => match range {
+                    RangeError::NoTurns => unprocessable(format!("{} has no turns", info.label())),
+                    RangeError::From(e) => unprocessable(format!("{from_flag}: {e}")),
+                    RangeError::To(_) if keeps => {
+                        unprocessable(format!("{to_flag} leaves no turn to compact ({note})"))
+                    }
+                    RangeError::To(e) => unprocessable(format!("{to_flag}: {e}")),
+                    RangeError::Empty { first, end } if keeps => unprocessable(format!(
+                        "{from_flag} with {to_flag} leaves no turn to compact: turn {first} is after turn {end} ({note})"
+                    )),
+                    RangeError::Empty { first, end } => unprocessable(format!(
+                        "{from_flag} {to_flag}: the range {first}..{end} is empty (from is after to)"
+                    )),
+                    RangeError::AfterLast { .. } => {
+                        unprocessable(format!("{from_flag}: names no turn ({note})"))
+                    }
+                },
+                other => other.into(),
+            })?;
+            let (tokens_before, tokens_after) =
+                (report.before.total_tokens(), report.after.total_tokens());
+            if report.status == Status::Inflated && !body.dry_run {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "inflated",
+                    format!("inflated: the compaction would not shrink the view ({tokens_before} -> {tokens_after} tokens); nothing was stored (force stores it anyway)"),
+                ));
+            }
+            let value = report.to_json();
+            Ok((value, id, store.info(&id)?.len))
+        })
+        .await?;
+    state.committer.durable().await?;
+    state.notify(&id, len);
+    Ok(Json(value))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct VerifyQuery {
+    conversation: Option<String>,
+}
+
+pub(crate) async fn verify(
+    State(state): State<Shared>,
+    Query(q): Query<VerifyQuery>,
+) -> Result<Json<Value>> {
+    state
+        .blocking(move |engine| {
+            let id = match &q.conversation {
+                Some(query) => Some(resolve_read(engine.store(), query)?),
+                None => None,
+            };
+            Ok(Json(match engine.verify(id.as_ref())? {
+                Ok((report, views)) => json!({
+                    "ok": true,
+                    "conversations": report.conversations,
+                    "records": report.records,
+                    "blobs": report.blobs,
+                    "views": views,
+                }),
+                Err(failure) => json!({
+                    "ok": false,
+                    "conversation": failure.conversation.hex(),
+                    "name": failure.name,
+                    "seq": failure.seq,
+                    "problem": failure.problem,
+                    "message": format!("verification failed: {failure}"),
+                }),
+            }))
+        })
+        .await
+}
+
+/// Any other path under `/v1`, or a method a path does not take.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        "no such endpoint (see /v1/openapi.json)",
+    )
+}

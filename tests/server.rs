@@ -1,0 +1,774 @@
+//! `convstore serve` over real sockets: the binary starts on an ephemeral
+//! port and these tests talk HTTP to it (ureq), and run the CLI through it.
+#![allow(clippy::format_collect)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_convstore");
+
+/// A running `convstore serve`.
+struct Server {
+    child: Option<Child>,
+    url: String,
+    db: PathBuf,
+}
+
+impl Server {
+    fn start(db: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("--db")
+            .arg(db)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("convstore serve starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the URL line");
+        assert!(line.starts_with("http://127.0.0.1:"), "{line:?}");
+        Server {
+            child: Some(child),
+            url: line.trim().to_owned(),
+            db: db.to_path_buf(),
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    /// SIGTERM, then the exit code and stderr.
+    fn stop(mut self) -> (Option<i32>, String) {
+        let mut child = self.child.take().expect("running");
+        unsafe_free_kill(child.id() as i32, libc::SIGTERM);
+        let status = child.wait().expect("exits");
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .ok();
+        (status.code(), err)
+    }
+
+    fn kill9(mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("kill -9");
+        child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// kill(2) through the `kill` command (the crate forbids unsafe code).
+fn unsafe_free_kill(pid: i32, signal: i32) {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .build()
+}
+
+/// Status and JSON body of a request, errors included.
+fn answer(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
+    match result {
+        Ok(r) => {
+            let status = r.status();
+            let text = r.into_string().expect("body");
+            (
+                status,
+                serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            )
+        }
+        Err(ureq::Error::Status(status, r)) => {
+            let text = r.into_string().expect("body");
+            let value: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|_| panic!("error bodies are JSON: {status} {text:?}"));
+            (status, value)
+        }
+        Err(e) => panic!("transport: {e}"),
+    }
+}
+
+fn post(url: &str, body: &str) -> (u16, Value) {
+    answer(
+        agent()
+            .post(url)
+            .set("Content-Type", "application/x-ndjson")
+            .send_string(body),
+    )
+}
+
+fn get_text(url: &str) -> String {
+    agent()
+        .get(url)
+        .call()
+        .expect("200")
+        .into_string()
+        .expect("text")
+}
+
+fn cli(db: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut child = Command::new(BIN)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("CONVSTORE_URL")
+        .env_remove("CONVSTORE_DB")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("convstore runs");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).expect("stdin written");
+    }
+    drop(input);
+    let out = child.wait_with_output().expect("finishes");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const TURN: &str = "{\"type\":\"turn_start\"}\n{\"type\":\"user\",\"text\":\"hello\"}\n{\"type\":\"reasoning\",\"text\":\"thinking about it\"}\n{\"type\":\"assistant\",\"text\":\"hi\"}\n";
+
+#[test]
+fn appends_reads_views_and_conflicts_over_http() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let base = format!("{}/v1/conversations", server.url);
+
+    // Created on first append (201), then appended to (200).
+    let (status, body) = post(&format!("{base}/chat/events"), TURN);
+    assert_eq!(
+        (status, body["created"].clone()),
+        (201, json!(true)),
+        "{body}"
+    );
+    assert_eq!(body["events"], 4);
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{base}/chat/events?expected_seq=4"))
+            .send_json(json!([{"type": "assistant", "text": "more"}])),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["first_seq"], 4);
+    let head = body["head"].as_str().expect("head").to_owned();
+
+    // A stale expected_seq or If-Match: 409 with the head and length;
+    // nothing stored.
+    let (status, body) = post(&format!("{base}/chat/events?expected_seq=4"), TURN);
+    assert_eq!(status, 409);
+    assert_eq!(body["error"]["code"], "conflict");
+    assert_eq!(body["error"]["head"], json!(head));
+    assert_eq!(body["error"]["events"], 5);
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{base}/chat/events"))
+            .set("If-Match", &format!("\"{}\"", "0".repeat(64)))
+            .send_string(TURN),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .expect("message")
+        .starts_with("conflict: the head is"));
+
+    // The raw log, whole and paginated; the same lines as `convstore log`.
+    let log = get_text(&format!("{base}/chat/events"));
+    assert_eq!(log.lines().count(), 5);
+    let page = agent()
+        .get(&format!("{base}/chat/events?from=1&limit=2"))
+        .call()
+        .expect("200");
+    assert_eq!(page.header("convstore-next-seq"), Some("3"));
+    let page = page.into_string().expect("text");
+    assert_eq!(page.lines().count(), 2);
+    assert!(page.starts_with("{\"seq\":1,"));
+
+    // Views: projected with a profile, as of a seq, a turn range; stored.
+    let view = get_text(&format!("{base}/chat/view?format=text&profile=light"));
+    assert!(!view.contains("reasoning:"), "{view}");
+    let as_of = get_text(&format!("{base}/chat/view?as_of=1"));
+    assert_eq!(as_of.lines().count(), 2);
+    let openai: Value =
+        serde_json::from_str(&get_text(&format!("{base}/chat/view?format=openai"))).expect("json");
+    assert_eq!(openai[0]["role"], "user");
+    let stored = agent()
+        .get(&format!(
+            "{base}/chat/views/small?profile=default&format=json"
+        ))
+        .call()
+        .expect("200");
+    assert_eq!(stored.header("convstore-view-refresh"), Some("built"));
+    let events: Value = serde_json::from_str(&stored.into_string().expect("text")).expect("json");
+    assert_eq!(events.as_array().map(Vec::len), Some(4));
+
+    // Compaction (dry run with its token table), explain, verify, fork.
+    let (status, report) = answer(
+        agent()
+            .post(&format!("{base}/chat/compact"))
+            .send_json(json!({"reasoning": "strip", "dry_run": true})),
+    );
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["status"], "dry_run");
+    assert_eq!(report["kinds"]["reasoning"]["events_after"], 0);
+    let (status, report) = answer(
+        agent()
+            .post(&format!("{base}/chat/compact"))
+            .send_json(json!({"reasoning": "strip"})),
+    );
+    assert_eq!((status, report["status"].clone()), (200, json!("stored")));
+    let (_, explained) = answer(agent().get(&format!("{base}/chat/explain?turn=0")).call());
+    assert_eq!(explained["winners"]["reasoning"], 5);
+    let (_, verified) = answer(agent().get(&format!("{}/v1/verify", server.url)).call());
+    assert_eq!(verified["ok"], true, "{verified}");
+    let (status, forked) = answer(
+        agent()
+            .post(&format!("{base}/chat/fork"))
+            .send_json(json!({"at_seq": 1, "name": "retry"})),
+    );
+    assert_eq!(
+        (status, forked["shared"].clone()),
+        (201, json!(2)),
+        "{forked}"
+    );
+    let (_, list) = answer(agent().get(&format!("{base}?prefix=re")).call());
+    assert_eq!(list["conversations"][0]["name"], "retry");
+    let (_, info) = answer(agent().get(&format!("{base}/retry")).call());
+    assert_eq!(info["lineage"][1]["name"], "chat");
+
+    // Bad requests: structured errors, the CLI's words.
+    for (url, code) in [
+        (format!("{base}/nope/events"), "not_found"),
+        (format!("{base}/chat/view?format=xml"), "bad_request"),
+        (format!("{base}/chat/view?bogus=1"), "bad_request"),
+        (format!("{base}/chat/view?as_of=99"), "no_such_record"),
+        (format!("{base}/chat/view?turns=9"), "bad_range"),
+        (format!("{}/v1/nowhere", server.url), "no_route"),
+    ] {
+        let (status, body) = answer(agent().get(&url).call());
+        assert!(status >= 400, "{url}");
+        assert_eq!(body["error"]["code"], code, "{url}: {body}");
+    }
+    let (status, body) = post(&format!("{base}/chat/events"), "{\"type\":\"user\"}\n");
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["message"], "line 1: field `text`: missing");
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{base}/chat/events"))
+            .send_json(json!([{"type": "user", "text": "ok"}, {"type": "bogus"}])),
+    );
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"]
+        .as_str()
+        .expect("message")
+        .starts_with("event 1: "));
+    assert_eq!(
+        get_text(&format!("{base}/chat/events")).lines().count(),
+        6,
+        "failed appends stored nothing"
+    );
+
+    // SIGTERM: exit 0, the discovery file removed.
+    assert!(server.db.join("convstore.server").exists());
+    let db = server.db.clone();
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+    assert!(!db.join("convstore.server").exists());
+}
+
+#[test]
+fn idempotency_keys_store_an_append_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let url = format!("{}/v1/conversations/chat/events", server.url);
+    let send = |key: &str, body: &str| {
+        answer(
+            agent()
+                .post(&url)
+                .set("Idempotency-Key", key)
+                .set("Content-Type", "application/x-ndjson")
+                .send_string(body),
+        )
+    };
+    let (s1, first) = send("k1", TURN);
+    let (s2, again) = send("k1", TURN);
+    assert_eq!((s1, s2), (201, 201));
+    assert_eq!(first, again);
+    let (status, body) = send("k1", "{\"type\":\"user\",\"text\":\"other\"}\n");
+    assert_eq!(status, 422);
+    assert_eq!(body["error"]["code"], "idempotency_key_reused");
+    assert_eq!(get_text(&url).lines().count(), 4);
+}
+
+#[test]
+fn concurrent_appends_with_expected_seq_lose_nothing_and_conflict_with_409() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let url = format!("{}/v1/conversations/race/events", server.url);
+    post(&url, "{\"type\":\"turn_start\"}\n");
+    let (mut stored, mut conflicts) = (0, 0);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|w| {
+                let url = url.clone();
+                scope.spawn(move || {
+                    let (mut ok, mut lost) = (0, 0);
+                    for i in 0..25 {
+                        // Read the length, append expecting it.
+                        let info: Value = agent()
+                            .get(&url.replace("/events", ""))
+                            .call()
+                            .expect("info")
+                            .into_json()
+                            .expect("json");
+                        let seq = info["events"].as_u64().expect("events");
+                        let body = format!("{{\"type\":\"user\",\"text\":\"w{w} i{i}\"}}\n");
+                        match post(&format!("{url}?expected_seq={seq}"), &body) {
+                            (200, _) => ok += 1,
+                            (409, e) => {
+                                assert_eq!(e["error"]["code"], "conflict");
+                                lost += 1;
+                            }
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    (ok, lost)
+                })
+            })
+            .collect();
+        for worker in workers {
+            let (ok, lost) = worker.join().expect("worker");
+            stored += ok;
+            conflicts += lost;
+        }
+    });
+    assert_eq!(stored + conflicts, 200);
+    let log = get_text(&url);
+    assert_eq!(
+        log.lines().count(),
+        1 + stored,
+        "every 200 is in the log, once"
+    );
+    let (_, verified) = answer(agent().get(&format!("{}/v1/verify", server.url)).call());
+    assert_eq!(verified["ok"], true);
+}
+
+/// Reads SSE events (`id`, `event`, `data`) from a stream, until `count`
+/// of them other than `behind`.
+fn sse_events(reader: &mut impl BufRead, count: usize) -> Vec<(Option<u64>, String, String)> {
+    let mut events: Vec<(Option<u64>, String, String)> = Vec::new();
+    let (mut id, mut event, mut data) = (None, String::new(), String::new());
+    let mut line = String::new();
+    while events.iter().filter(|e| e.1 != "behind").count() < count {
+        line.clear();
+        if reader.read_line(&mut line).expect("reads") == 0 {
+            break;
+        }
+        let line = line.trim_end_matches('\n');
+        if line.is_empty() {
+            if !event.is_empty() {
+                events.push((
+                    id.take(),
+                    std::mem::take(&mut event),
+                    std::mem::take(&mut data),
+                ));
+            }
+        } else if let Some(v) = line.strip_prefix("id: ") {
+            id = v.parse().ok();
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            v.clone_into(&mut event);
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            v.clone_into(&mut data);
+        }
+    }
+    events
+}
+
+#[test]
+fn follow_streams_the_log_and_the_view_and_resumes_from_last_event_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let base = format!("{}/v1/conversations/live", server.url);
+    post(&format!("{base}/events"), TURN);
+    let stream = agent()
+        .get(&format!("{base}/follow?from=2"))
+        .call()
+        .expect("200");
+    assert_eq!(stream.header("content-type"), Some("text/event-stream"));
+    let mut reader = BufReader::new(stream.into_reader());
+    let first = sse_events(&mut reader, 2);
+    assert_eq!(
+        first.iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![Some(2), Some(3)]
+    );
+    let views = agent()
+        .get(&format!("{base}/views/default/follow"))
+        .call()
+        .expect("200");
+    let mut view_reader = BufReader::new(views.into_reader());
+    let whole = sse_events(&mut view_reader, 1);
+    assert_eq!(whole[0].1, "view");
+    let data: Value = serde_json::from_str(&whole[0].2).expect("json");
+    assert_eq!(data["from_turn"], 0);
+    assert_eq!(data["events"].as_array().map(Vec::len), Some(4));
+
+    // An append reaches the follower, with id = its seq.
+    let started = Instant::now();
+    post(
+        &format!("{base}/events"),
+        "{\"type\":\"user\",\"text\":\"live one\"}\n",
+    );
+    let next = sse_events(&mut reader, 1);
+    assert_eq!(next[0].0, Some(4));
+    assert!(next[0].2.contains("live one"));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let changed = sse_events(&mut view_reader, 1);
+    let data: Value = serde_json::from_str(&changed[0].2).expect("json");
+    assert_eq!(changed[0].0, Some(4));
+    assert!(data["events"].to_string().contains("live one"));
+
+    // Resuming: Last-Event-ID 1 sends 2 onwards.
+    let resumed = agent()
+        .get(&format!("{base}/follow"))
+        .set("Last-Event-ID", "1")
+        .call()
+        .expect("200");
+    let mut reader = BufReader::new(resumed.into_reader());
+    let ids: Vec<_> = sse_events(&mut reader, 3).iter().map(|e| e.0).collect();
+    assert_eq!(ids, vec![Some(2), Some(3), Some(4)]);
+}
+
+#[test]
+fn a_follower_that_falls_behind_is_told_and_misses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &["--follow-behind", "100"]);
+    let base = format!("{}/v1/conversations/slow", server.url);
+    post(&format!("{base}/events"), "{\"type\":\"turn_start\"}\n");
+    let stream = agent()
+        .get(&format!("{base}/follow?from=0"))
+        .call()
+        .expect("200");
+    // The follower reads nothing while 3,000 events are appended.
+    let big: String = (0..1000)
+        .map(|i| {
+            format!(
+                "{{\"type\":\"user\",\"text\":\"{i} {}\"}}\n",
+                "x".repeat(400)
+            )
+        })
+        .collect();
+    for _ in 0..3 {
+        assert_eq!(post(&format!("{base}/events"), &big).0, 200);
+    }
+    let mut reader = BufReader::new(stream.into_reader());
+    let events = sse_events(&mut reader, 3001);
+    let behind: Vec<_> = events.iter().filter(|e| e.1 == "behind").collect();
+    assert!(!behind.is_empty(), "told it fell behind");
+    let ids: Vec<u64> = events.iter().filter_map(|e| e.0).collect();
+    assert_eq!(ids, (0..3001).collect::<Vec<_>>(), "every record, in order");
+}
+
+#[test]
+fn tokens_scopes_and_limits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "# test tokens\nread-only reader-token-0123456789\nread-write writer-token-0123456789\n",
+    )
+    .expect("token file");
+    let server = Server::start(
+        &dir.path().join("db"),
+        &[
+            "--token-file",
+            tokens.to_str().expect("utf-8"),
+            "--max-body-bytes",
+            "4096",
+            "--max-event-bytes",
+            "1024",
+        ],
+    );
+    let url = format!("{}/v1/conversations/t/events", server.url);
+    let with = |token: &str| {
+        agent()
+            .post(&url)
+            .set("Authorization", &format!("Bearer {token}"))
+            .set("Content-Type", "application/x-ndjson")
+    };
+    let (status, body) = answer(agent().post(&url).send_string(TURN));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (401, json!("unauthorized"))
+    );
+    let (status, _) = answer(with("wrong-token-000000000000").send_string(TURN));
+    assert_eq!(status, 401);
+    let (status, body) = answer(with("reader-token-0123456789").send_string(TURN));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (403, json!("forbidden"))
+    );
+    assert_eq!(
+        answer(with("writer-token-0123456789").send_string(TURN)).0,
+        201
+    );
+    let (status, _) = answer(
+        agent()
+            .get(&url)
+            .set("Authorization", "Bearer reader-token-0123456789")
+            .call(),
+    );
+    assert_eq!(status, 200);
+    // /healthz needs no token; /metrics does.
+    assert_eq!(
+        answer(agent().get(&format!("{}/healthz", server.url)).call()).0,
+        200
+    );
+    assert_eq!(
+        answer(agent().get(&format!("{}/metrics", server.url)).call()).0,
+        401
+    );
+    // Limits: a body over --max-body-bytes, an event over --max-event-bytes.
+    let (status, body) = answer(with("writer-token-0123456789").send_string(&"x".repeat(5000)));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (413, json!("body_too_large"))
+    );
+    let event = format!("{{\"type\":\"user\",\"text\":\"{}\"}}\n", "y".repeat(2000));
+    let (status, body) = answer(with("writer-token-0123456789").send_string(&event));
+    assert_eq!(status, 413, "{body}");
+    let log = agent()
+        .get(&url)
+        .set("Authorization", "Bearer writer-token-0123456789")
+        .call()
+        .expect("200")
+        .into_string()
+        .expect("text");
+    assert_eq!(log.lines().count(), 4, "refused requests stored nothing");
+
+    // Beyond loopback only with a token file.
+    let (code, _, err) = cli(
+        &dir.path().join("db2"),
+        &["serve", "--listen", "0.0.0.0:0"],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("not a loopback address"), "{err}");
+}
+
+#[test]
+fn the_cli_goes_through_the_server_that_holds_the_database() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let server = Server::start(&db, &[]);
+    // An agent appends, a tool reads: both through the server.
+    let (code, head, err) = cli(&db, &["append", "chat", "--turn", "--user", "hi"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("created conversation chat"), "{err}");
+    let (code, out, _) = cli(
+        &db,
+        &["append", "chat"],
+        Some("{\"type\":\"assistant\",\"text\":\"hello\"}\n"),
+    );
+    assert_eq!(code, 0);
+    assert_ne!(out, head);
+    let (code, out, _) = cli(&db, &["project", "chat", "--format", "text"], None);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "[turn 0] ── turn start ──\n[turn 0] user: hi\n[turn 0] assistant: hello\n"
+    );
+    let (_, through, _) = cli(&db, &["log", "chat"], None);
+    let (code, via_url, ()) = {
+        let out = Command::new(BIN)
+            .args(["--url", &server.url, "log", "chat"])
+            .output()
+            .expect("runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            (),
+        )
+    };
+    assert_eq!(code, 0);
+    assert_eq!(through, via_url);
+    // Errors are the CLI's one line.
+    let (code, _, err) = cli(&db, &["log", "nope"], None);
+    assert_eq!(
+        (code, err.as_str()),
+        (1, "error: no conversation named \"nope\"\n")
+    );
+    // A second server on the same database: refused, naming the first.
+    let (code, _, err) = cli(&db, &["serve", "--listen", "127.0.0.1:0"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("in use by another process"), "{err}");
+    assert!(err.contains(&server.url), "{err}");
+    // After the server stops, the same commands open the database.
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+    let (code, local, _) = cli(&db, &["log", "chat"], None);
+    assert_eq!(code, 0);
+    assert_eq!(local, through, "the server prints what the CLI prints");
+}
+
+#[test]
+fn kill_9_keeps_every_acknowledged_append_and_a_stale_discovery_file_is_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let server = Server::start(&db, &[]);
+    let url = format!("{}/v1/conversations/k/events", server.url);
+    let mut acknowledged = 0;
+    for i in 0..50 {
+        let (status, _) = post(&url, &format!("{{\"type\":\"user\",\"text\":\"{i}\"}}\n"));
+        assert!(status == 200 || status == 201);
+        acknowledged += 1;
+    }
+    let pid = server.pid();
+    assert!(pid > 0);
+    server.kill9();
+    assert!(
+        db.join("convstore.server").exists(),
+        "left behind by kill -9"
+    );
+    let (code, out, err) = cli(&db, &["log", "k"], None);
+    assert_eq!(code, 0, "the stale file is ignored: {err}");
+    assert_eq!(out.lines().count(), acknowledged);
+}
+
+#[test]
+fn the_curl_examples_of_docs_server_md_run_as_written() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/server.md"))
+        .expect("docs/server.md");
+    let examples = doc
+        .split("## Endpoints, with curl")
+        .nth(1)
+        .expect("the examples section");
+    let mut script = String::from("set -e\n");
+    let mut inside = false;
+    for line in examples.lines() {
+        match line {
+            "```sh" => inside = true,
+            "```" => inside = false,
+            _ if inside => {
+                script.push_str(line);
+                script.push('\n');
+            }
+            _ => {}
+        }
+    }
+    assert!(script.lines().count() > 30, "{script}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env("URL", &server.url)
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "\"created\":true",
+        "\"code\":\"conflict\"",
+        "convstore-next-seq: 4",
+        "[turn 0] user: Why does src/main.rs panic?",
+        "\"status\":\"dry_run\"",
+        "\"ok\":true",
+        "\"code\":\"not_found\"",
+        "event 0: field `text`: missing",
+        "id: 6",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
+    }
+    let log = get_text(&format!("{}/v1/conversations/chat/events", server.url));
+    assert_eq!(log.matches("Thanks!").count(), 1, "stored once");
+}
+
+#[test]
+fn every_path_of_the_openapi_document_is_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("db"), &[]);
+    post(
+        &format!("{}/v1/conversations/chat/events", server.url),
+        TURN,
+    );
+    let served: Value = agent()
+        .get(&format!("{}/v1/openapi.json", server.url))
+        .call()
+        .expect("200")
+        .into_json()
+        .expect("json");
+    let checked_in: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/server/openapi.json"))
+            .expect("server/openapi.json"),
+    )
+    .expect("json");
+    assert_eq!(
+        served, checked_in,
+        "the served document is the checked-in one"
+    );
+    let paths = served["paths"].as_object().expect("paths");
+    assert!(paths.len() >= 15);
+    for (path, methods) in paths {
+        let concrete = path.replace("{conv}", "chat").replace("{name}", "default");
+        for method in methods.as_object().expect("methods").keys() {
+            let request = agent().request(
+                &method.to_ascii_uppercase(),
+                &format!("{}{concrete}", server.url),
+            );
+            let result = if method == "post" {
+                request.send_string("{}")
+            } else {
+                request.call()
+            };
+            // Follow streams answer at once and stay open: only the status
+            // is read.
+            let status = match result {
+                Ok(r) => r.status(),
+                Err(ureq::Error::Status(status, r)) => {
+                    let body: Value = r.into_json().expect("a JSON error");
+                    assert!(
+                        !matches!(
+                            body["error"]["code"].as_str(),
+                            Some("no_route" | "method_not_allowed")
+                        ),
+                        "{method} {path}: not served ({body})"
+                    );
+                    status
+                }
+                Err(e) => panic!("{method} {path}: {e}"),
+            };
+            assert!(status < 500, "{method} {path}: {status}");
+        }
+    }
+}
