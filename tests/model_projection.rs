@@ -6,6 +6,7 @@ mod support;
 use convstore_projection::openai::{to_messages, validate};
 use convstore_projection::reference::naive_project;
 use convstore_projection::{project, LogEvent, ViewEvent};
+use convstore_store::{EventKind, Json};
 use proptest::prelude::*;
 use support::gen;
 
@@ -15,6 +16,19 @@ fn with_threads(threads: usize, events: &[LogEvent]) -> Vec<ViewEvent> {
         .build()
         .unwrap()
         .install(|| project(events))
+}
+
+/// The event with `recall_hints` removed from its compaction's fields.
+fn without_hints(mut e: LogEvent) -> LogEvent {
+    if let EventKind::Compaction(c) = &mut e.event.kind {
+        if let Some(info) = &c.info {
+            let mut fields: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(info.as_str()).unwrap();
+            fields.remove("recall_hints");
+            c.info = (!fields.is_empty()).then(|| Json::from_value(&fields.into()));
+        }
+    }
+    e
 }
 
 proptest! {
@@ -40,6 +54,43 @@ proptest! {
         prop_assert_eq!(&project(&events), &expected);
         prop_assert_eq!(&with_threads(1, &events), &expected);
         prop_assert_eq!(&with_threads(4, &events), &expected);
+    }
+
+    /// Recall hints change the text of stripped results and summary
+    /// headers only, by a suffix naming the records to recall; with every
+    /// compaction's `recall_hints` removed, the view is SPEC §4's exactly
+    /// (the reference's, and `engine_equals_reference` holds either way).
+    #[test]
+    fn recall_hints_change_only_their_text(events in gen::projection_log(60)) {
+        let plain: Vec<LogEvent> = events.iter().cloned().map(without_hints).collect();
+        let hinted = project(&events);
+        let unhinted = project(&plain);
+        prop_assert_eq!(&unhinted, &naive_project(&plain));
+        prop_assert_eq!(hinted.len(), unhinted.len());
+        for (h, u) in hinted.iter().zip(&unhinted) {
+            prop_assert_eq!((h.seq, h.turn, h.summary_of), (u.seq, u.turn, u.summary_of));
+            match (&h.event.kind, &u.event.kind) {
+                (EventKind::ToolResult { content: hc, .. }, EventKind::ToolResult { content: uc, .. })
+                    if hc != uc =>
+                {
+                    prop_assert!(uc.starts_with("[compacted] "));
+                    prop_assert_eq!(hc, &format!("{uc} (recall {})", h.seq));
+                }
+                (EventKind::User { text: ht }, EventKind::User { text: ut }) if ht != ut => {
+                    prop_assert!(h.summary_of.is_some());
+                    let suffix = ht.strip_prefix(&format!("{ut} (recall {}..", h.seq));
+                    prop_assert!(suffix.is_some(), "{}", ht);
+                    let to: u64 = suffix.unwrap().trim_end_matches(')').parse().unwrap();
+                    prop_assert!(to >= h.seq);
+                    // The range ends with the run's last turn.
+                    let (_, last) = h.summary_of.unwrap();
+                    let last_event = events.iter().find(|e| e.seq == to).unwrap();
+                    prop_assert_eq!(last_event.turn, last);
+                    prop_assert!(events.iter().all(|e| e.seq <= to || e.turn > last));
+                }
+                _ => prop_assert_eq!(&h.event, &u.event),
+            }
+        }
     }
 
     /// The openai format of any view is a valid Chat Completions list.

@@ -230,6 +230,78 @@ Examples:
   convstore serve --listen 0.0.0.0:7377 --token-file tokens.txt
   CONVSTORE_URL=http://127.0.0.1:7377 convstore log chat")]
     Serve(ServeArgs),
+    /// Print the raw events behind any part of a view: a stripped tool
+    /// result, the turns a summary replaced, a tool call, a range of seqs.
+    /// Or answer a model's call of the `recall` tool (`convstore tools`).
+    #[command(after_help = "\
+A compaction with recall hints (a profile's `recall_hints = true`, or
+`compact --recall-hints`) leaves handles in the view: a stripped result
+reads `[compacted] NAME: success (recall 1234)`, a summary's header
+`[Summary of previous conversation] (recall 12..345)`.
+
+Examples:
+  convstore recall chat 1234                   # the record at seq 1234
+  convstore recall chat 12..345 --format text  # records 12 to 345
+  convstore recall chat --call call_7          # a tool call and its result
+  convstore recall chat --summary-of 12        # what the summary at 12 replaced
+  convstore recall chat --tool-call '{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"recall\",\"input\":{\"handle\":\"1234\"}}'")]
+    Recall(RecallArgs),
+    /// Print the JSON definition of the `recall` tool for a model's tools
+    /// (answer its calls with `recall --tool-call`).
+    #[command(after_help = "\
+Examples:
+  convstore tools --format openai      # Chat Completions `tools`
+  convstore tools --format anthropic   # Messages API `tools`")]
+    Tools(ToolsArgs),
+    /// Search every conversation (ranked, BM25): each hit with its
+    /// conversation, seq, turn, a snippet, and whether the view shows it.
+    #[command(after_help = "\
+QUERY: words (all must match), \"a phrase\", -word, a OR b.
+
+Examples:
+  convstore search 'panic unwrap'
+  convstore search '\"connection refused\"' --conv chat --kind tool_result
+  convstore search migration --since 2d --limit 5 --json")]
+    Search(SearchArgs),
+    /// Compare two views, aligned by raw seq: per turn, what one shows that
+    /// the other strips, drops or summarizes, and the tokens per type.
+    #[command(after_help = "\
+A side is CONV (its view now), CONV@SEQ (as of record SEQ), CONV@TIME
+(as of the newest record at or before TIME), each optionally followed by
+--profile P (the view as if P were applied over every turn).
+
+Examples:
+  convstore diff chat@40 chat                       # what came after record 40
+  convstore diff chat retry                         # a fork against its parent
+  convstore diff chat --profile light chat --profile heavy
+  convstore diff chat@2026-03-01T12:00:00Z chat --json")]
+    Diff(DiffArgs),
+    /// Build the search index anew from every conversation's log.
+    #[command(after_help = "\
+The index (search/ in the database directory) is derived from the logs
+and kept current by every write; `verify` compares it with them.
+
+Examples:
+  convstore reindex")]
+    Reindex(ReindexArgs),
+    /// Serve the database to MCP clients (Model Context Protocol) on stdin
+    /// and stdout: views and logs as resources, recall, search and diff as
+    /// tools.
+    #[command(after_help = "\
+The server opens the database for each request and closes it after, so
+other processes (a harness appending with `convstore --wait 10 append`)
+can use it in between; a request waits up to --wait SECS (10 s if not
+given) for them. Writes by anyone are sent to subscribers of the
+conversation's resources as notifications/resources/updated.
+
+A client's configuration (docs/mcp.md):
+  {\"mcpServers\": {\"convstore\": {\"command\": \"convstore\",
+    \"args\": [\"--db\", \"/path/to/convstore.db\", \"mcp\"]}}}
+
+Examples:
+  convstore --db chats.db mcp
+  convstore --db chats.db mcp --allow-write   # adds the append and compact tools")]
+    Mcp(McpArgs),
     /// Print a shell completion script (conversation names complete too).
     #[command(after_help = "\
 Examples:
@@ -448,6 +520,11 @@ pub struct CompactArgs {
     /// Show the resolved range and the token change; store nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Stripped results and summaries say which records to recall:
+    /// `[compacted] NAME: success (recall SEQ)` (a profile's
+    /// `recall_hints = true` does the same).
+    #[arg(long)]
+    pub recall_hints: bool,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -820,6 +897,132 @@ pub struct SalvageArgs {
     /// summary.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `recall`
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["target", "call", "summary_of", "tool_call"])))]
+pub struct RecallArgs {
+    /// Conversation name, id or id prefix.
+    #[arg(add = conversations(), value_parser = name)]
+    pub conversation: String,
+    /// A record's seq (`1234`) or a range of seqs, both included (`12..345`):
+    /// the handle a recall hint gives.
+    #[arg(value_name = "SEQ|FROM..TO", value_parser = handle)]
+    pub target: Option<String>,
+    /// Every tool call and result with this call id.
+    #[arg(long, value_name = "ID")]
+    pub call: Option<String>,
+    /// The conversation events the summary standing for record SEQ replaced.
+    #[arg(long, value_name = "SEQ")]
+    pub summary_of: Option<u64>,
+    /// Answer a model's call of the `recall` tool (OpenAI or Anthropic
+    /// shape, or the arguments alone; `-` reads it from stdin): prints the
+    /// tool result message in the same shape.
+    #[arg(long, value_name = "JSON")]
+    pub tool_call: Option<String>,
+    /// The answer's budget with --tool-call, in tokens (four characters a
+    /// token): what does not fit is cut, and the answer says how to get it.
+    #[arg(long, value_name = "N", default_value_t = 4000, requires = "tool_call", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tokens: u64,
+    /// Output format (not with --tool-call).
+    #[arg(long, value_enum, default_value_t = RecallFormat::Ndjson, conflicts_with = "tool_call")]
+    pub format: RecallFormat,
+    /// Resolve --summary-of and check seqs in the view as of SEQ or TIME.
+    #[arg(long, value_name = "SEQ|TIME", value_parser = parse_as_of, conflicts_with = "tool_call")]
+    pub as_of: Option<AsOf>,
+}
+
+/// `search`
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// What to look for.
+    #[arg(value_parser = text)]
+    pub query: String,
+    /// Only this conversation (with the records a fork shares with its
+    /// parents).
+    #[arg(long, add = conversations(), value_parser = name)]
+    pub conv: Option<String>,
+    /// Only events of this kind (repeatable).
+    #[arg(long, value_name = "KIND", value_parser = clap::builder::PossibleValuesParser::new(["user", "assistant", "reasoning", "tool_call", "tool_result", "system", "config", "extension", "compaction"]))]
+    pub kind: Vec<String>,
+    /// Only records at or after TIME (RFC 3339), or from the last 90m, 5h,
+    /// 2d...
+    #[arg(long, value_name = "TIME", value_parser = since)]
+    pub since: Option<convstore_engine::store::Timestamp>,
+    /// How many hits.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limit: u64,
+    /// Machine-readable output: a JSON array of hits.
+    #[arg(long)]
+    pub json: bool,
+    /// Say on stderr how long the query took, and the check of the index
+    /// against the logs before it.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+fn since(text: &str) -> Result<convstore_engine::store::Timestamp, String> {
+    crate::cmd::parse_since(text)
+}
+
+/// `diff`
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The two sides: CONV, CONV@SEQ or CONV@TIME.
+    #[arg(required = true, value_name = "SIDE", action = clap::ArgAction::Append, add = conversations(), value_parser = name)]
+    pub sides: Vec<String>,
+    /// Apply this profile to the side it follows (over every turn).
+    #[arg(long, value_name = "P", action = clap::ArgAction::Append)]
+    pub profile: Vec<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `reindex`
+#[derive(Debug, Args)]
+pub struct ReindexArgs {}
+
+/// `mcp`
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Offer the tools that write: `append` and `compact`.
+    #[arg(long)]
+    pub allow_write: bool,
+}
+
+/// `recall` formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecallFormat {
+    /// One raw record per line, as `log` prints them (seq, turn, address,
+    /// the event's fields).
+    Ndjson,
+    /// Each record's header line, then its text, whole.
+    Text,
+}
+
+/// `tools`
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    /// Whose tool definition shape.
+    #[arg(long, value_enum, default_value_t = ToolsFormat::Openai)]
+    pub format: ToolsFormat,
+}
+
+/// `tools` formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolsFormat {
+    /// OpenAI Chat Completions (`{"type":"function","function":{...}}`).
+    Openai,
+    /// Anthropic Messages (`{"name","description","input_schema"}`).
+    Anthropic,
+}
+
+fn handle(text: &str) -> Result<String, String> {
+    convstore_engine::recall::Target::parse_handle(text)
+        .map(|_| text.to_owned())
+        .ok_or_else(|| format!("\"{text}\" is neither a seq (1234) nor a range of seqs (12..345)"))
 }
 
 /// `list`

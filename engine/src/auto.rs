@@ -227,6 +227,7 @@ pub fn run(
             reasoning: Some(ReasoningPolicy::Strip),
             tool_calls: Some(ToolCallPolicy::Strip),
             summary: None,
+            recall_hints: profile.recall_hints,
         };
     }
     let mut compaction: Compaction = profile.compaction(from, to, summary, config);
@@ -257,6 +258,9 @@ pub fn run(
     provenance.insert("created_by".into(), json!("auto"));
     provenance.insert("tokens_before".into(), json!(before.tokens));
     provenance.insert("tokens_after".into(), json!(tokens_after));
+    if profile.recall_hints {
+        provenance.insert("recall_hints".into(), json!(true));
+    }
     compaction.info = Some(Json::from_value(&Value::Object(provenance.clone())));
     let options = AppendOptions {
         expect_head: Some(info.head),

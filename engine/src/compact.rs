@@ -46,6 +46,8 @@ pub struct CompactRequest {
     pub to: Option<Bound>,
     /// Show what it would do; store nothing.
     pub dry_run: bool,
+    /// Recall hints on or off (`None`: as the profile says, else off).
+    pub recall_hints: Option<bool>,
 }
 
 /// What [`compact`] did.
@@ -234,6 +236,13 @@ pub fn compact(
         provenance.insert("last_address".into(), json!(a.hex()));
     }
     provenance.insert("created_by".into(), json!("manual"));
+    let recall_hints = request
+        .recall_hints
+        .or(profile.as_ref().map(|p| p.recall_hints))
+        .unwrap_or(false);
+    if recall_hints {
+        provenance.insert("recall_hints".into(), json!(true));
+    }
 
     let compaction = Compaction {
         from_turn,
@@ -242,7 +251,8 @@ pub fn compact(
         reasoning,
         tool_calls,
         revert: request.revert.then_some(true),
-        info: None,
+        // What changes the view is measured with it.
+        info: recall_hints.then(|| Json::from_value(&json!({ "recall_hints": true }))),
     };
     let restores = request.revert || only_keeps(&compaction);
     let event = Event::new(now, EventKind::Compaction(compaction));

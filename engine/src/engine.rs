@@ -10,13 +10,17 @@ use convstore_store::{
 
 use crate::auto::{self, AutoReport};
 use crate::compact::{self, CompactReport, CompactRequest};
+use crate::diff;
 use crate::error::{Error, Result};
 use crate::explain::{self, Explanation};
 use crate::fork::{self, ForkAt, Forked};
 use crate::location::Location;
 use crate::pipeline::{self, AsOf, Scope};
+use crate::search::{self, CaughtUp, Hit, IndexCheck, SearchIndex, SearchQuery};
 use crate::summarizers::Secrets;
 use crate::views::{self, Refresh};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
 
 /// A convstore database and what its operations need: the configuration
 /// (profiles, per-tool hints, automatic compaction) and the secrets of
@@ -26,6 +30,15 @@ pub struct Engine {
     store: Store,
     config: Config,
     secrets: Secrets,
+    /// The search index, opened when first needed.
+    search: Mutex<Option<Arc<SearchIndex>>>,
+    /// Why the index could not be brought up to date after the last write
+    /// (the write itself stood).
+    index_error: Mutex<Option<String>>,
+    /// Who is told of each write ([`Engine::subscribe`]).
+    listeners: Mutex<Vec<Sender<ConversationId>>>,
+    /// Whether [`Engine::after_write`] brings the search index up to date.
+    index_on_write: bool,
 }
 
 /// What `verify` found: the report, the number of stored views checked,
@@ -48,7 +61,22 @@ impl Engine {
             store,
             config: Config::default(),
             secrets: Secrets::none(),
+            search: Mutex::new(None),
+            index_error: Mutex::new(None),
+            listeners: Mutex::new(Vec::new()),
+            index_on_write: true,
         }
+    }
+
+    /// Whether writes bring the search index up to date right after their
+    /// commit (the default). Without, the index stays behind until the
+    /// next search or `reindex` catches it up: for a process that cannot
+    /// afford tantivy's writer (under a tight memory limit an allocation
+    /// failure aborts the process, which must not follow a stored write).
+    #[must_use]
+    pub fn with_index_on_write(mut self, on: bool) -> Engine {
+        self.index_on_write = on;
+        self
     }
 
     /// With this configuration.
@@ -81,14 +109,123 @@ impl Engine {
     }
 
     /// Appends `events` to `id`, atomically and durably (see
-    /// [`Store::append`]).
+    /// [`Store::append`]), then brings the search index up to date and
+    /// tells the listeners ([`Engine::after_write`]).
     pub fn append(
         &self,
         id: &ConversationId,
         events: &[Event],
         options: &AppendOptions,
     ) -> Result<Appended> {
-        Ok(self.store.append(id, events, options)?)
+        let appended = self.store.append(id, events, options)?;
+        self.after_write(id);
+        Ok(appended)
+    }
+
+    /// The hook every write goes through once it is committed: the search
+    /// index catches up with `id` (what it gained since its marker), and
+    /// the listeners ([`Engine::subscribe`]) are told. The write stands
+    /// whatever happens here: an index that cannot be updated is noted
+    /// ([`Engine::take_index_error`]) and caught up by the next write or
+    /// search, or rebuilt by `reindex`.
+    pub fn after_write(&self, id: &ConversationId) {
+        // Derived data never fails a write that is stored: an error, or a
+        // panic in the index library, becomes a note.
+        let updated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if !self.index_on_write {
+                return Ok(search::CaughtUp::default());
+            }
+            self.search_index()
+                .and_then(|index| index.catch_up(&self.store, Some(id)))
+        }))
+        .unwrap_or_else(|_| Err(Error::Search("the index library panicked".to_owned())));
+        if let Err(e) = updated {
+            if let Ok(mut slot) = self.index_error.lock() {
+                *slot = Some(e.to_string());
+            }
+        }
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.retain(|l| l.send(*id).is_ok());
+        }
+    }
+
+    /// Why the search index could not be updated after the last write, if
+    /// it could not (the write itself was stored).
+    pub fn take_index_error(&self) -> Option<String> {
+        self.index_error.lock().ok().and_then(|mut e| e.take())
+    }
+
+    /// A channel told the id of every conversation written through this
+    /// engine, once the write is committed.
+    pub fn subscribe(&self) -> Receiver<ConversationId> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.push(sender);
+        }
+        receiver
+    }
+
+    /// The search index of this database (`search/` in its directory),
+    /// opened (or created, empty) on first use.
+    pub fn search_index(&self) -> Result<Arc<SearchIndex>> {
+        let mut slot = self
+            .search
+            .lock()
+            .map_err(|_| Error::Search("a thread panicked with it".to_owned()))?;
+        if let Some(index) = &*slot {
+            return Ok(Arc::clone(index));
+        }
+        let index = Arc::new(SearchIndex::open(self.store.path())?);
+        *slot = Some(Arc::clone(&index));
+        Ok(index)
+    }
+
+    /// Searches every conversation (or one), after catching the index up
+    /// with every log.
+    pub fn search(&self, query: &SearchQuery) -> Result<Vec<Hit>> {
+        let index = self.search_index()?;
+        index.catch_up(&self.store, None)?;
+        index.search(&self.store, query)
+    }
+
+    /// Compares two views (see [`diff::diff`]).
+    pub fn diff(&self, a: &diff::Side, b: &diff::Side) -> Result<diff::Diff> {
+        diff::diff(&self.store, a, b, &self.config, &self.secrets)
+    }
+
+    /// Deletes the search index and builds it again from every log.
+    pub fn reindex(&self) -> Result<CaughtUp> {
+        let mut slot = self
+            .search
+            .lock()
+            .map_err(|_| Error::Search("a thread panicked with it".to_owned()))?;
+        *slot = None;
+        let (index, done) = search::rebuild(self.store.path(), &self.store)?;
+        *slot = Some(Arc::new(index));
+        Ok(done)
+    }
+
+    /// Compares the search index with the logs (see [`SearchIndex::check`]).
+    /// A database without an index has nothing to compare (`None`).
+    pub fn check_index(&self, id: Option<&ConversationId>) -> Result<Option<IndexCheck>> {
+        let exists = match self.store.path() {
+            Some(db) => SearchIndex::exists(db),
+            // An index in memory exists once it was opened.
+            None => self.search.lock().is_ok_and(|slot| slot.is_some()),
+        };
+        if !exists {
+            return Ok(None);
+        }
+        let index = match self.search_index() {
+            Ok(index) => index,
+            Err(e) => {
+                return Ok(Some(IndexCheck {
+                    problem: Some(e.to_string()),
+                    ..IndexCheck::default()
+                }))
+            }
+        };
+        index.check(&self.store, id).map(Some)
     }
 
     /// The scope of `id`'s log as of a point (the whole log for `None`).
@@ -116,20 +253,28 @@ impl Engine {
         request: &CompactRequest,
         tokenizer: &Tokenizer,
     ) -> Result<CompactReport> {
-        compact::compact(
+        let report = compact::compact(
             &self.store,
             id,
             request,
             &self.config,
             tokenizer,
             &self.secrets,
-        )
+        )?;
+        if report.head.is_some() {
+            self.after_write(id);
+        }
+        Ok(report)
     }
 
     /// Compacts `id` automatically if its view needs it, as the
     /// configuration's `[compaction.auto]` says.
     pub fn auto_compact(&self, id: &ConversationId, no_sync: bool) -> Result<Option<AutoReport>> {
-        auto::run(&self.store, id, &self.config, &self.secrets, no_sync)
+        let report = auto::run(&self.store, id, &self.config, &self.secrets, no_sync)?;
+        if report.is_some() {
+            self.after_write(id);
+        }
+        Ok(report)
     }
 
     /// Brings materialized view `name` of `id` up to date, creating it
@@ -163,7 +308,7 @@ impl Engine {
         name: Option<&str>,
         profile: Option<&str>,
     ) -> Result<Forked> {
-        fork::fork(
+        let forked = fork::fork(
             &self.store,
             parent,
             at,
@@ -171,7 +316,9 @@ impl Engine {
             profile,
             &self.config,
             &self.secrets,
-        )
+        )?;
+        self.after_write(&forked.id);
+        Ok(forked)
     }
 
     /// What decides `turn` of `id`'s view as of a point.

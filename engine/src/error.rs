@@ -153,6 +153,20 @@ pub enum Error {
         /// What is wrong there.
         problem: String,
     },
+    /// No tool call or result has this call id.
+    #[error("no tool call or result has the id \"{0}\"")]
+    NoSuchCall(String),
+    /// A record whose turn no summary replaces in the view.
+    #[error("record {seq} (turn {turn}) is not replaced by a summary in the view")]
+    NotSummarized {
+        /// The seq asked about.
+        seq: u64,
+        /// Its turn.
+        turn: u64,
+    },
+    /// The search index failed.
+    #[error("search index: {0}")]
+    Search(String),
     /// Reading input or writing output failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -175,5 +189,18 @@ impl Error {
     /// another writer changed the head or the view first.
     pub fn is_conflict(&self) -> bool {
         matches!(self, Error::Store(StoreError::HeadMismatch { .. }))
+    }
+
+    /// Whether this is a mistake in what a caller (a model calling a tool)
+    /// asked for, rather than a failure: a record or call that does not
+    /// exist, a range that names nothing.
+    pub fn is_model_mistake(&self) -> bool {
+        matches!(
+            self,
+            Error::Store(StoreError::NoSuchRecord { .. })
+                | Error::NoSuchCall(_)
+                | Error::NotSummarized { .. }
+                | Error::Invalid(_)
+        )
     }
 }

@@ -35,6 +35,7 @@
 pub mod auto;
 pub mod compact;
 pub mod config_file;
+pub mod diff;
 mod engine;
 pub mod error;
 pub mod explain;
@@ -43,6 +44,8 @@ pub mod format;
 pub mod generate;
 mod location;
 pub mod pipeline;
+pub mod recall;
+pub mod search;
 pub mod summarizers;
 pub mod views;
 

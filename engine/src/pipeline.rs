@@ -125,9 +125,16 @@ pub fn plan_under(
         }
         last_turn = Some(last_turn.map_or(turn, |t| t.max(turn)));
     }
-    Ok(Plan::assemble(overlays, names, last_turn, |turn| {
-        store.first_conversation_seq(id, turn, end)
-    })?)
+    // The extra event counts among the records, as it will once appended
+    // (a summary run to the end names it in its recall hint).
+    let projected = extra.map_or(end, |(seq, ..)| end.max(seq + 1));
+    Ok(Plan::assemble(
+        overlays,
+        names,
+        last_turn,
+        projected,
+        |turn| store.first_conversation_seq(id, turn, end),
+    )?)
 }
 
 /// Records of a turn range up to which [`plan_turns`] looks up the names
@@ -168,9 +175,10 @@ pub fn plan_turns(
         _ => Some(store.turn_of(id, end - 1)?),
     };
     let meets = |run: &Run| run.first <= *turns.end() && *turns.start() <= run.last;
-    let projector = Plan::from_resolution(resolve(overlays?, last_turn), names?, meets, |turn| {
-        store.first_conversation_seq(id, turn, end)
-    })?;
+    let projector =
+        Plan::from_resolution(resolve(overlays?, last_turn), names?, end, meets, |turn| {
+            store.first_conversation_seq(id, turn, end)
+        })?;
     Ok((projector, seqs))
 }
 

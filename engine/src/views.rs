@@ -338,7 +338,7 @@ impl Update {
             }
         }
         let meets = |run: &Run| ranges.iter().any(|&(a, b)| run.first <= b && a <= run.last);
-        let projector = Plan::from_resolution(resolution, names, meets, |turn| {
+        let projector = Plan::from_resolution(resolution, names, n, meets, |turn| {
             store.first_conversation_seq(id, turn, n)
         })?;
 

@@ -9,6 +9,7 @@
 //! [compaction.profiles.tidy]
 //! reasoning = "strip"
 //! tool_calls = "strip-responses"
+//! recall_hints = true               # stripped results say `(recall SEQ)`
 //!
 //! [compaction.profiles.brief.summary]
 //! summarizer = "command"            # extractive | command | openai
@@ -92,6 +93,11 @@ pub struct ProfileConfig {
     pub tool_calls: Option<ToolCallsSetting>,
     /// A summary, and who writes it.
     pub summary: Option<SummaryConfig>,
+    /// Compactions made with this profile carry recall hints: stripped
+    /// results read `[compacted] NAME: success (recall SEQ)` and summaries
+    /// name the records they replace. Off by default, so views stay
+    /// exactly as SPEC §4 (and JP) make them.
+    pub recall_hints: Option<bool>,
 }
 
 /// A reasoning policy as configured.
@@ -281,13 +287,15 @@ pub struct Profile {
     pub tool_calls: Option<ToolCallPolicy>,
     /// The summary, if the profile writes one.
     pub summary: Option<SummaryConfig>,
+    /// Whether its compactions carry recall hints (`"recall_hints": true`).
+    pub recall_hints: bool,
 }
 
 impl Profile {
     /// A compaction of turns `from_turn..=to_turn` with this profile's
     /// policies, `config`'s per-tool hints, the summary `summary` (written by
-    /// the profile's summarizer, when it has one) and the profile's name in
-    /// its bookkeeping.
+    /// the profile's summarizer, when it has one), the profile's name in
+    /// its bookkeeping and, if the profile asks for them, recall hints.
     pub fn compaction(
         &self,
         from_turn: u64,
@@ -302,9 +310,11 @@ impl Profile {
             reasoning: self.reasoning,
             tool_calls: self.tool_calls.clone().map(|p| config.tool_policy(p)),
             revert: None,
-            info: Some(Json::from_value(
-                &serde_json::json!({ "profile": self.name }),
-            )),
+            info: Some(Json::from_value(&if self.recall_hints {
+                serde_json::json!({ "profile": self.name, "recall_hints": true })
+            } else {
+                serde_json::json!({ "profile": self.name })
+            })),
         }
     }
 
@@ -428,6 +438,7 @@ impl Config {
                     ToolCallsSetting::Keep => ToolCallPolicy::Keep,
                 }),
                 summary: p.summary.clone(),
+                recall_hints: p.recall_hints.unwrap_or(false),
             });
         }
         let (reasoning, tool_calls, summary) = match name {
@@ -467,6 +478,7 @@ impl Config {
             reasoning,
             tool_calls,
             summary,
+            recall_hints: false,
         })
     }
 

@@ -26,6 +26,24 @@ pub struct Overlay {
     pub reasoning: Option<ReasoningPolicy>,
     /// The tool-call policy, if set.
     pub tool_calls: Option<ToolPolicy>,
+    /// `"recall_hints": true`: where this overlay's policies win, stripped
+    /// results say which record to recall (`(recall SEQ)`) and summaries
+    /// which records they replace (`(recall FROM..TO)`). Off, the view is
+    /// exactly SPEC §4's.
+    pub recall_hints: bool,
+}
+
+/// Whether a compaction asks for recall hints: `"recall_hints": true` among
+/// its fields beside the policies.
+pub fn wants_recall_hints(compaction: &Compaction) -> bool {
+    compaction.info.as_ref().is_some_and(|info| {
+        // Most compactions never mention it: skip parsing their fields.
+        info.as_str().contains("\"recall_hints\"")
+            && serde_json::from_str::<serde_json::Value>(info.as_str())
+                .ok()
+                .and_then(|v| v.get("recall_hints").and_then(serde_json::Value::as_bool))
+                == Some(true)
+    })
 }
 
 /// A summary policy.
@@ -148,6 +166,7 @@ impl Overlay {
             } else {
                 compaction.tool_calls.as_ref().map(ToolPolicy::of)
             },
+            recall_hints: wants_recall_hints(compaction),
         }
     }
 

@@ -43,6 +43,13 @@ pub use convstore_store::ViewEvent;
 /// The user text of an injected summary.
 pub const SUMMARY_HEADER: &str = "[Summary of previous conversation]";
 
+/// The user text of an injected summary under recall hints: the header,
+/// then the seqs of the records it replaces (both inclusive), which
+/// `recall FROM..TO` gives back.
+pub fn recall_summary_header(from: u64, to: u64) -> String {
+    format!("{SUMMARY_HEADER} (recall {from}..{to})")
+}
+
 /// What a first pass over the stream learns: the overlays, the name of the
 /// latest call for each tool call id, the last turn, and where each turn's
 /// first conversation event is. Feed it every event in log order with
@@ -54,6 +61,8 @@ pub struct Plan {
     last_turn: Option<u64>,
     /// Seq of the first conversation event of each turn (index = turn).
     first_conversation: Vec<Option<u64>>,
+    /// One past the greatest seq observed.
+    end: u64,
 }
 
 impl Plan {
@@ -65,6 +74,7 @@ impl Plan {
     /// Learns from the next raw event.
     pub fn observe(&mut self, seq: u64, turn: u64, event: &Event) {
         self.last_turn = Some(turn);
+        self.end = self.end.max(seq + 1);
         match &event.kind {
             EventKind::Compaction(c) => {
                 self.overlays
@@ -87,10 +97,13 @@ impl Plan {
     /// Resolves the overlays and returns the projector.
     pub fn finish(self) -> Projector {
         let first = self.first_conversation;
-        let result: Result<Projector, std::convert::Infallible> =
-            Self::assemble(self.overlays, self.names, self.last_turn, |turn| {
-                Ok(first.get(turn as usize).copied().flatten())
-            });
+        let result: Result<Projector, std::convert::Infallible> = Self::assemble(
+            self.overlays,
+            self.names,
+            self.last_turn,
+            self.end,
+            |turn| Ok(first.get(turn as usize).copied().flatten()),
+        );
         match result {
             Ok(projector) => projector,
             Err(never) => match never {},
@@ -98,18 +111,22 @@ impl Plan {
     }
 
     /// A projector from what a store already knows, without a first pass:
-    /// the overlays, the latest name per call id, the last turn, and a way
-    /// to find the first conversation event of a turn (asked only for the
-    /// first turns of summary runs).
+    /// the overlays, the latest name per call id, the last turn, `end` (the
+    /// records projected are `0..end`), and a way to find the first
+    /// conversation event of a turn among them (asked only for the first
+    /// turns of summary runs, and for the turn after a run with recall
+    /// hints).
     pub fn assemble<E>(
         overlays: Vec<Overlay>,
         names: ToolNames,
         last_turn: Option<u64>,
+        end: u64,
         first_conversation: impl FnMut(u64) -> Result<Option<u64>, E>,
     ) -> Result<Projector, E> {
         Self::from_resolution(
             resolve(overlays, last_turn),
             names,
+            end,
             |_| true,
             first_conversation,
         )
@@ -121,6 +138,7 @@ impl Plan {
     pub fn from_resolution<E>(
         resolution: Resolution,
         names: ToolNames,
+        end: u64,
         wanted: impl Fn(&Run) -> bool,
         mut first_conversation: impl FnMut(u64) -> Result<Option<u64>, E>,
     ) -> Result<Projector, E> {
@@ -133,7 +151,20 @@ impl Plan {
             }
             for turn in run.first..=run.last {
                 if let Some(seq) = first_conversation(turn)? {
-                    run_heads.insert(seq, index);
+                    // With recall hints, the records the run stands for:
+                    // from the first it drops to the last of its last turn
+                    // (the one before the next turn's `turn_start`, which
+                    // is that turn's first record, or the last projected).
+                    let hint = if resolution.overlays[run.overlay].recall_hints {
+                        let next = match run.last.checked_add(1) {
+                            Some(next) => first_conversation(next)?,
+                            None => None,
+                        };
+                        Some((seq, next.unwrap_or(end).max(seq + 1) - 1))
+                    } else {
+                        None
+                    };
+                    run_heads.insert(seq, (index, hint));
                     break;
                 }
             }
@@ -151,10 +182,14 @@ enum Fate<'p> {
     /// Nothing of it is in the view.
     Dropped,
     /// It is the first event its summary run drops: the run's summary takes
-    /// its place.
-    Summary(Run, &'p str),
-    /// It passes, its calls or results stripped as `tools` says.
-    Kept { tools: Option<&'p ToolPolicy> },
+    /// its place (with the seqs it stands for, under recall hints).
+    Summary(Run, &'p str, Option<(u64, u64)>),
+    /// It passes, its calls or results stripped as `tools` says (a stripped
+    /// result naming its seq when `hints`).
+    Kept {
+        tools: Option<&'p ToolPolicy>,
+        hints: bool,
+    },
 }
 
 /// Transforms raw events into view events (SPEC §4). Pure: the same raw
@@ -164,7 +199,9 @@ enum Fate<'p> {
 pub struct Projector {
     resolution: Resolution,
     names: ToolNames,
-    run_heads: HashMap<u64, usize>,
+    /// The first event each summary run drops: the run (an index into the
+    /// resolution's runs) and, under recall hints, the seqs it stands for.
+    run_heads: HashMap<u64, (usize, Option<(u64, u64)>)>,
 }
 
 impl Projector {
@@ -182,19 +219,23 @@ impl Projector {
     /// `kind`: everything but the stripping of a call or result is decided
     /// by these three alone.
     fn fate(&self, seq: u64, turn: u64, kind: EventType) -> Fate<'_> {
+        const PLAIN: Fate<'static> = Fate::Kept {
+            tools: None,
+            hints: false,
+        };
         if kind == EventType::Compaction {
             return Fate::Dropped;
         }
         if !kind.is_conversation() {
-            return Fate::Kept { tools: None };
+            return PLAIN;
         }
         let Some(span) = self.resolution.span(turn) else {
-            return Fate::Kept { tools: None };
+            return PLAIN;
         };
         let overlays = &self.resolution.overlays;
         if let Some(Summary::Text(text)) = span.summary.and_then(|i| overlays[i].summary.as_ref()) {
             return match self.run_heads.get(&seq) {
-                Some(&run) => Fate::Summary(self.resolution.runs[run], text),
+                Some(&(run, hint)) => Fate::Summary(self.resolution.runs[run], text, hint),
                 None => Fate::Dropped,
             };
         }
@@ -202,12 +243,13 @@ impl Projector {
         let tools = span
             .tool_calls
             .and_then(|i| overlays[i].tool_calls.as_ref());
+        let hints = span.tool_calls.is_some_and(|i| overlays[i].recall_hints);
         match kind {
             EventType::Reasoning if reasoning == Some(ReasoningPolicy::Strip) => Fate::Dropped,
             EventType::ToolCall | EventType::ToolResult if tools == Some(&ToolPolicy::Omit) => {
                 Fate::Dropped
             }
-            _ => Fate::Kept { tools },
+            _ => Fate::Kept { tools, hints },
         }
     }
 
@@ -220,9 +262,9 @@ impl Projector {
     /// Appends the view events of one raw event to `out`.
     pub fn transform(&self, raw: LogEvent, out: &mut Vec<ViewEvent>) {
         let LogEvent { seq, turn, event } = raw;
-        let tools = match self.fate(seq, turn, event.kind.event_type()) {
+        let (tools, hints) = match self.fate(seq, turn, event.kind.event_type()) {
             Fate::Dropped => return,
-            Fate::Summary(run, text) => {
+            Fate::Summary(run, text, hint) => {
                 let inject = |kind| ViewEvent {
                     seq,
                     turn,
@@ -231,14 +273,17 @@ impl Projector {
                 };
                 out.push(inject(EventKind::TurnStart));
                 out.push(inject(EventKind::User {
-                    text: SUMMARY_HEADER.to_owned(),
+                    text: match hint {
+                        Some((from, to)) => recall_summary_header(from, to),
+                        None => SUMMARY_HEADER.to_owned(),
+                    },
                 }));
                 out.push(inject(EventKind::Assistant {
                     text: text.to_owned(),
                 }));
                 return;
             }
-            Fate::Kept { tools } => tools,
+            Fate::Kept { tools, hints } => (tools, hints),
         };
         let mut event = event;
         match &mut event.kind {
@@ -257,7 +302,11 @@ impl Projector {
                     let name = self.tool_name(id).unwrap_or("unknown");
                     if tools.strips_response(name) {
                         let status = if *is_error { "error" } else { "success" };
-                        *content = format!("[compacted] {name}: {status}");
+                        *content = if hints {
+                            format!("[compacted] {name}: {status} (recall {seq})")
+                        } else {
+                            format!("[compacted] {name}: {status}")
+                        };
                     }
                 }
             }

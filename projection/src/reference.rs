@@ -28,6 +28,15 @@ fn summary_of(c: &Compaction) -> Option<SummarySetting<'_>> {
     }
 }
 
+/// Whether a compaction asks for recall hints: its field `recall_hints` is
+/// `true`.
+fn hints_of(c: &Compaction) -> bool {
+    c.info.as_ref().is_some_and(|info| {
+        serde_json::from_str::<serde_json::Value>(info.as_str())
+            .is_ok_and(|fields| fields.get("recall_hints") == Some(&serde_json::Value::Bool(true)))
+    })
+}
+
 /// A compaction's reasoning policy.
 fn reasoning_of(c: &Compaction) -> Option<ReasoningPolicy> {
     if c.revert == Some(true) {
@@ -173,11 +182,23 @@ pub fn naive_project(events: &[LogEvent]) -> Vec<ViewEvent> {
             }
             if !emitted_runs.contains(&(index, first)) {
                 emitted_runs.push((index, first));
+                let EventKind::Compaction(summarizing) = &events[index].event.kind else {
+                    unreachable!("a winner is a compaction")
+                };
+                // Under recall hints: this event (the first the run drops)
+                // to the last record of the run's last turn.
+                let header = if hints_of(summarizing) {
+                    let to = events
+                        .iter()
+                        .find(|e| e.turn > last_of_run)
+                        .map_or_else(|| events.last().map_or(raw.seq, |e| e.seq), |e| e.seq - 1);
+                    format!("{SUMMARY_HEADER} (recall {}..{to})", raw.seq)
+                } else {
+                    SUMMARY_HEADER.to_owned()
+                };
                 for kind in [
                     EventKind::TurnStart,
-                    EventKind::User {
-                        text: SUMMARY_HEADER.to_owned(),
-                    },
+                    EventKind::User { text: header },
                     EventKind::Assistant { text },
                 ] {
                     view.push(ViewEvent {
@@ -191,7 +212,11 @@ pub fn naive_project(events: &[LogEvent]) -> Vec<ViewEvent> {
             continue;
         }
         let reasoning = winner(&compactions, raw.turn, last, reasoning_of).map(|w| w.1);
-        let tools = winner(&compactions, raw.turn, last, tools_of).map(|w| w.1);
+        let tools_winner = winner(&compactions, raw.turn, last, tools_of);
+        let hints = tools_winner.as_ref().is_some_and(|&(index, _)| {
+            matches!(&events[index].event.kind, EventKind::Compaction(c) if hints_of(c))
+        });
+        let tools = tools_winner.map(|w| w.1);
         let mut event = raw.event.clone();
         match &mut event.kind {
             EventKind::Reasoning { .. } if reasoning == Some(ReasoningPolicy::Strip) => continue,
@@ -222,7 +247,11 @@ pub fn naive_project(events: &[LogEvent]) -> Vec<ViewEvent> {
                     Some(ToolEffect::Omit) => continue,
                     Some(ToolEffect::Strip { response: true, .. }) => {
                         let status = if *is_error { "error" } else { "success" };
-                        *content = format!("[compacted] {name}: {status}");
+                        *content = if hints {
+                            format!("[compacted] {name}: {status} (recall {})", raw.seq)
+                        } else {
+                            format!("[compacted] {name}: {status}")
+                        };
                     }
                     _ => {}
                 }

@@ -69,7 +69,8 @@ impl Store {
         // Another process sharing the backend may append between the read
         // of the metadata and the write, which is then not applied: plan
         // again from the new head (or, with an expected head, report it).
-        for _ in 0..COMMIT_ATTEMPTS {
+        let mut backoff = Backoff::new();
+        loop {
             let guard = self.lock_writes();
             let (meta, raw) = self.meta_and_bytes(id)?;
             check_head(options, &meta)?;
@@ -78,7 +79,15 @@ impl Store {
             writes.require(keys::conversation(id), Some(raw));
             let appended = write_records(id, meta, &encoded, &placement, &mut writes)?;
             match self.commit(&encoded, writes) {
-                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::Conflict { .. }) => {
+                    drop(guard);
+                    if !backoff.wait() {
+                        return Err(StoreError::Conflict {
+                            what: format!("conversation {id} kept changing under this append"),
+                        });
+                    }
+                    continue;
+                }
                 other => other?,
             }
             drop(guard);
@@ -87,9 +96,6 @@ impl Store {
             }
             return Ok(appended);
         }
-        Err(StoreError::Conflict {
-            what: format!("conversation {id} kept changing under this append"),
-        })
     }
 
     /// Creates a conversation (named `name`, if given) holding `events`, in
@@ -280,9 +286,44 @@ struct PendingChunk {
     records: u64,
 }
 
-/// How many times an append plans again after another writer sharing the
-/// backend changed the conversation first.
-const COMMIT_ATTEMPTS: usize = 16;
+/// How an append waits before planning again after another writer sharing
+/// the backend changed the conversation first. Every such conflict means
+/// another append was stored, so writers as a whole always progress; the
+/// randomized, growing pause keeps one writer from losing every race, and
+/// the time limit turns a conversation that never stops changing into an
+/// error rather than a wait without end.
+pub(crate) struct Backoff {
+    started: std::time::Instant,
+    pause_us: u64,
+}
+
+impl Backoff {
+    /// How long an append keeps retrying.
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+    /// The longest single pause.
+    const MAX_PAUSE_US: u64 = 20_000;
+
+    pub(crate) fn new() -> Backoff {
+        Backoff {
+            started: std::time::Instant::now(),
+            pause_us: 50,
+        }
+    }
+
+    /// Pauses before the next attempt; false once the time limit is spent.
+    pub(crate) fn wait(&mut self) -> bool {
+        if self.started.elapsed() > Self::LIMIT {
+            return false;
+        }
+        let mut random = [0u8; 8];
+        // Without randomness the pause is still bounded and growing.
+        let _ = getrandom::getrandom(&mut random);
+        let jitter = u64::from_le_bytes(random) % self.pause_us.max(1);
+        std::thread::sleep(std::time::Duration::from_micros(self.pause_us / 2 + jitter));
+        self.pause_us = (self.pause_us * 2).min(Self::MAX_PAUSE_US);
+        true
+    }
+}
 
 /// Fails with [`StoreError::HeadMismatch`] unless the conversation's head
 /// is the one `options` expects, if any.

@@ -101,15 +101,19 @@ pub fn compaction() -> impl Strategy<Value = Compaction> {
     let info = prop::option::of((
         prop::option::of("[a-z]{1,8}"),
         prop::option::of(any::<u32>()),
+        prop::option::of(any::<bool>()),
     ))
     .prop_map(|info| {
-        info.and_then(|(profile, tokens)| {
+        info.and_then(|(profile, tokens, recall_hints)| {
             let mut map = serde_json::Map::new();
             if let Some(p) = profile {
                 map.insert("profile".into(), Value::String(p));
             }
             if let Some(t) = tokens {
                 map.insert("tokens_before".into(), Value::from(t));
+            }
+            if let Some(hints) = recall_hints {
+                map.insert("recall_hints".into(), Value::Bool(hints));
             }
             (!map.is_empty()).then(|| Json::from_value(&Value::Object(map)))
         })

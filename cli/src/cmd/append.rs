@@ -121,6 +121,7 @@ pub(crate) fn run(
         ));
     }
     let mut head = appended.head;
+    cmd::written(engine, &id, notes);
     if args.auto {
         // The events are stored: from here on a failure is a warning, not
         // an error an agent would retry.
@@ -146,6 +147,7 @@ pub(crate) fn run(
                         report.tokens_after
                     ));
                     head = store.info(&id)?.head;
+                    cmd::index_warning(engine, notes);
                 }
             }
             Ok(None) => {}

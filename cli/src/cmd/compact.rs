@@ -58,6 +58,9 @@ pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<
     request.from = from;
     request.to = to;
     request.dry_run = args.dry_run;
+    if args.recall_hints {
+        request.recall_hints = Some(true);
+    }
     let from_flag = args
         .from
         .as_deref()
@@ -87,6 +90,7 @@ pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<
         ),
         other => other.into(),
     })?;
+    crate::cmd::index_warning(engine, notes);
     let counted = match &tokenizer {
         Tokenizer::Chars4 => "4 characters a token".to_owned(),
         exact @ Tokenizer::Bpe { .. } => format!("counted with {}", exact.name()),

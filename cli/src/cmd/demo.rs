@@ -76,6 +76,7 @@ pub(crate) fn run(engine: &Engine, notes: &Notes) -> Result<ExitCode> {
         )],
         &AppendOptions::default(),
     )?;
+    crate::cmd::written(engine, &id, notes);
     let scope = Scope {
         end: appended.first_seq + 1,
     };

@@ -32,6 +32,7 @@ pub(crate) fn run(engine: &Engine, args: &ForkArgs, notes: &Notes) -> Result<Exi
             (e @ Error::EmptyFork, _) => anyhow::Error::from(e).context("--compact"),
             (e, _) => e.into(),
         })?;
+    crate::cmd::index_warning(engine, notes);
     let fork = store.info(&forked.id)?;
     let mut out = output::stdout();
     if args.json {

@@ -44,6 +44,7 @@ pub(crate) fn run(cli: &Cli, args: &GenArgs, notes: &Notes) -> Result<ExitCode> 
         args.batch,
     )?;
     progress.finish();
+    cmd::written(&engine, &id, notes);
     let info = store.info(&id)?;
     notes.say(&format!(
         "generated {} ({}) in {}",

@@ -115,6 +115,7 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
     )?;
     bulk.push(&batch)?;
     let (id, _) = bulk.commit()?;
+    cmd::written(&engine, &id, notes);
     let info = store.info(&id)?;
 
     let mut out = output::stdout();

@@ -4,15 +4,21 @@ pub(crate) mod append;
 mod backup;
 pub(crate) mod compact;
 mod demo;
+mod diff;
 pub(crate) mod explain;
 mod export;
 mod fork;
 mod gen;
 mod import;
 mod log;
+mod mcp;
 mod pin;
 mod project;
+mod recall;
+mod search;
 mod serve;
+
+pub(crate) use search::parse_since;
 mod stats;
 mod verify;
 mod view;
@@ -73,7 +79,39 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::List(args) => stats::list(&read()?, args),
         Command::Stats(args) => stats::run(&read()?, args, &notes),
         Command::Serve(args) => serve::run(cli, args, &notes),
+        Command::Recall(args) => recall::run(&read()?, args),
+        Command::Tools(args) => recall::tools(args),
+        Command::Search(args) => search::run(&read()?, args, &notes),
+        Command::Diff(args) => {
+            let sub = matches
+                .subcommand_matches("diff")
+                .context("diff: arguments missing")?;
+            diff::run(&configured()?, args, sub)
+        }
+        Command::Reindex(args) => search::reindex(&read()?, args, &notes),
+        Command::Mcp(args) => mcp::run(cli, args),
         Command::Completions { shell } => completions(*shell),
+    }
+}
+
+/// After a write the command made through the store: the engine's hook
+/// (the search index catches up, listeners are told). The write stands
+/// either way: an index that could not be updated is a warning.
+pub(crate) fn written(
+    engine: &Engine,
+    id: &convstore_engine::store::ConversationId,
+    notes: &Notes,
+) {
+    engine.after_write(id);
+    index_warning(engine, notes);
+}
+
+/// Warns if the engine could not update the search index after a write.
+pub(crate) fn index_warning(engine: &Engine, notes: &Notes) {
+    if let Some(error) = engine.take_index_error() {
+        notes.warn(&format!(
+            "the write was stored, but the search index was not updated ({error}); the next write or search catches it up, `convstore reindex` rebuilds it"
+        ));
     }
 }
 
@@ -103,8 +141,15 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
         OpenOptions::existing()
     }
     .wait(wait);
+    // Under an address space limit below 1 GiB tantivy's writer may fail
+    // to allocate, which aborts: writes then leave the search index to the
+    // next search (which catches it up) rather than risk it after a write
+    // is stored.
+    let index_on_write =
+        convstore_engine::store::address_space_limit().is_none_or(|limit| limit >= 1 << 30);
     let engine = Engine::open(&location(cli)?, &options)?
-        .with_secrets(Secrets::from_fn(|name| std::env::var(name).ok()));
+        .with_secrets(Secrets::from_fn(|name| std::env::var(name).ok()))
+        .with_index_on_write(index_on_write);
     for file in engine.store().discarded_snapshots() {
         Notes { quiet: cli.quiet }.say(&format!(
             "note: an unfinished sled snapshot was left by an earlier crash or failed open; \

@@ -37,6 +37,29 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
         Err(failure) => (Err(failure), 0),
     };
     let mut out = output::stdout();
+    // The search index, once the logs are sound: derived data, compared
+    // with them.
+    let index = match &verified {
+        Ok(_) => engine.check_index(id.as_ref())?,
+        Err(_) => None,
+    };
+    if let Some(problem) = index.as_ref().and_then(|i| i.problem.clone()) {
+        if args.json {
+            let value = json!({ "ok": false, "search_index": problem });
+            writeln!(out, "{value}")?;
+            out.flush()?;
+        }
+        return Err(anyhow!(
+            "verification failed: search index: {problem}; `convstore reindex` rebuilds it from the logs"
+        ));
+    }
+    if let Some(behind) = index.as_ref().filter(|i| i.behind > 0) {
+        notes.say(&format!(
+            "note: the search index is behind the log in {} ({}): the next write or search catches it up",
+            output::plural(behind.behind, "conversation"),
+            output::plural(behind.behind_records, "record")
+        ));
+    }
     match verified {
         Ok(report) => {
             if args.json {
@@ -46,8 +69,22 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
                     "records": report.records,
                     "blobs": report.blobs,
                     "views": views,
+                    "search_index": index.as_ref().map(|i| json!({
+                        "documents": i.documents,
+                        "behind": i.behind_records,
+                    })),
                 });
                 writeln!(out, "{value}")?;
+            } else if let Some(index) = &index {
+                writeln!(
+                    out,
+                    "ok: {}, {}, {}, {}, {} verified",
+                    output::plural(report.conversations, "conversation"),
+                    output::plural(report.records, "record"),
+                    output::plural(report.blobs, "blob"),
+                    output::plural(views, "view"),
+                    output::plural(index.documents, "search document")
+                )?;
             } else {
                 writeln!(
                     out,

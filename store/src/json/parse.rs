@@ -115,18 +115,32 @@ pub fn event_from_value(value: Value, default_timestamp: Timestamp) -> Parse<Eve
     })
 }
 
-/// The bookkeeping fields of a compaction, with whether each is an integer.
-const INFO_FIELDS: [(&str, bool); 10] = [
-    ("profile", false),
-    ("model", false),
-    ("tokens_before", true),
-    ("tokens_after", true),
-    ("summarizer", false),
-    ("prompt_hash", false),
-    ("first_address", false),
-    ("last_address", false),
-    ("created_by", false),
-    ("tokenizer", false),
+/// What a compaction field outside its policies holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InfoValue {
+    /// A string.
+    Text,
+    /// A non-negative integer.
+    Integer,
+    /// A boolean.
+    Boolean,
+}
+
+/// The fields of a compaction beside its policies: bookkeeping, which never
+/// changes the view, and `recall_hints`, which (when true) makes its
+/// stripped results and summaries name the records they stand for.
+const INFO_FIELDS: [(&str, InfoValue); 11] = [
+    ("profile", InfoValue::Text),
+    ("model", InfoValue::Text),
+    ("tokens_before", InfoValue::Integer),
+    ("tokens_after", InfoValue::Integer),
+    ("summarizer", InfoValue::Text),
+    ("prompt_hash", InfoValue::Text),
+    ("first_address", InfoValue::Text),
+    ("last_address", InfoValue::Text),
+    ("created_by", InfoValue::Text),
+    ("tokenizer", InfoValue::Text),
+    ("recall_hints", InfoValue::Boolean),
 ];
 
 fn compaction(fields: &mut Fields) -> Parse<Compaction> {
@@ -168,21 +182,16 @@ fn compaction(fields: &mut Fields) -> Parse<Compaction> {
     let mut info = Map::new();
     let keys: Vec<String> = fields.map.keys().cloned().collect();
     for key in keys {
-        let Some(&(name, integer)) = INFO_FIELDS.iter().find(|(name, _)| *name == key) else {
+        let Some(&(name, kind)) = INFO_FIELDS.iter().find(|(name, _)| *name == key) else {
             continue;
         };
         let value = fields.take(name).unwrap_or(Value::Null);
-        let fits = if integer {
-            value.as_u64().is_some()
-        } else {
-            value.is_string()
+        let (fits, expected) = match kind {
+            InfoValue::Text => (value.is_string(), "expected a string"),
+            InfoValue::Integer => (value.as_u64().is_some(), "expected a non-negative integer"),
+            InfoValue::Boolean => (value.is_boolean(), "expected a boolean"),
         };
         if !fits {
-            let expected = if integer {
-                "expected a non-negative integer"
-            } else {
-                "expected a string"
-            };
             return Err(EventError::field(name, expected));
         }
         info.insert(key, value);

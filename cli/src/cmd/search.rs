@@ -1,0 +1,171 @@
+//! `convstore search`: ranked full-text search across conversations;
+//! `convstore reindex`: the search index built anew.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use convstore_engine::search::{SearchQuery, Visibility};
+use convstore_engine::store::{EventType, Timestamp};
+use convstore_engine::{AsOf, Engine};
+use serde_json::json;
+
+use crate::args::{ReindexArgs, SearchArgs};
+use crate::output::{self, Notes};
+
+/// `--since`: a time (RFC 3339, or JP's `YYYY-MM-DD HH:MM:SS`) or a
+/// duration back from now (`90m`, `5h`, `2d`).
+pub(crate) fn parse_since(text: &str) -> Result<Timestamp, String> {
+    let units = [
+        ('s', 1i64),
+        ('m', 60),
+        ('h', 3600),
+        ('d', 86_400),
+        ('w', 604_800),
+    ];
+    if let Some((unit, secs)) = units.iter().find(|(u, _)| text.ends_with(*u)) {
+        if let Ok(n) = text.trim_end_matches(*unit).parse::<i64>() {
+            let now = Timestamp::now().as_micros();
+            return n
+                .checked_mul(secs * 1_000_000)
+                .and_then(|back| Timestamp::from_micros(now - back))
+                .ok_or_else(|| format!("\"{text}\" is too far back"));
+        }
+    }
+    match AsOf::parse(text) {
+        Some(AsOf::Time(time)) => Ok(time),
+        _ => Err(format!(
+            "\"{text}\" is neither a time (2026-03-01T12:00:00Z) nor a duration back from now (90m, 5h, 2d)"
+        )),
+    }
+}
+
+pub(crate) fn run(engine: &Engine, args: &SearchArgs, notes: &Notes) -> Result<ExitCode> {
+    let store = engine.store();
+    let conversation = match &args.conv {
+        Some(query) => Some(store.resolve(query).context("--conv")?),
+        None => None,
+    };
+    let kinds: Vec<EventType> = args
+        .kind
+        .iter()
+        .map(|k| EventType::from_name(k).context("a kind checked by clap"))
+        .collect::<Result<_>>()?;
+    let query = SearchQuery {
+        text: args.query.clone(),
+        conversation,
+        kinds,
+        since: args.since,
+        limit: usize::try_from(args.limit).unwrap_or(usize::MAX),
+    };
+    // As `Engine::search`, timed in its two parts for `--stats`.
+    let started = Instant::now();
+    let index = engine.search_index()?;
+    let caught_up = index.catch_up(store, None)?;
+    let checked = started.elapsed();
+    let searching = Instant::now();
+    let hits = index.search(store, &query)?;
+    let searched = searching.elapsed();
+    if args.stats {
+        notes.say(&format!(
+            "{} in {:.2} ms; the index checked against the logs in {:.2} ms ({} indexed)",
+            output::plural(hits.len() as u64, "hit"),
+            searched.as_secs_f64() * 1e3,
+            checked.as_secs_f64() * 1e3,
+            output::plural(caught_up.records, "new record"),
+        ));
+    }
+    let mut out = output::stdout();
+    if args.json {
+        let values: Vec<_> = hits
+            .iter()
+            .map(|h| {
+                let mut time = Vec::new();
+                h.time.write_rfc3339(&mut time);
+                json!({
+                    "conversation": h.conversation.hex(),
+                    "name": h.name,
+                    "seq": h.seq,
+                    "turn": h.turn,
+                    "kind": h.kind.as_str(),
+                    "timestamp": String::from_utf8_lossy(&time),
+                    "score": h.score,
+                    "snippet": h.snippet,
+                    "highlights": h.highlights,
+                    "view": h.visibility.as_str(),
+                    "summarized_turns": match h.visibility {
+                        Visibility::Summarized(a, b) => Some([a, b]),
+                        _ => None,
+                    },
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Array(values))?;
+    } else {
+        for h in &hits {
+            let label = h.name.clone().unwrap_or_else(|| h.conversation.short());
+            let view = match h.visibility {
+                Visibility::Summarized(a, b) => {
+                    format!(
+                        "summarized ({})",
+                        output::range(a, b).trim_start_matches("turns ")
+                    )
+                }
+                other => other.as_str().to_owned(),
+            };
+            writeln!(
+                out,
+                "{label}  seq {}  turn {}  {}  [{view}]  score {:.2}",
+                h.seq,
+                h.turn,
+                h.kind.as_str(),
+                h.score
+            )?;
+            writeln!(out, "    {}", marked(&h.snippet, &h.highlights))?;
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The snippet on one line, matches between `**`.
+fn marked(snippet: &str, highlights: &[(usize, usize)]) -> String {
+    let mut out = String::with_capacity(snippet.len() + 8);
+    let mut at = 0;
+    for &(start, end) in highlights {
+        if start < at
+            || end > snippet.len()
+            || !snippet.is_char_boundary(start)
+            || !snippet.is_char_boundary(end)
+        {
+            continue;
+        }
+        out.push_str(&snippet[at..start]);
+        out.push_str("**");
+        out.push_str(&snippet[start..end]);
+        out.push_str("**");
+        at = end;
+    }
+    out.push_str(&snippet[at..]);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub(crate) fn reindex(engine: &Engine, _args: &ReindexArgs, notes: &Notes) -> Result<ExitCode> {
+    let started = Instant::now();
+    let done = engine.reindex()?;
+    notes.say(&format!(
+        "indexed {} of {} in {:.1} s",
+        output::plural(done.records, "record"),
+        output::plural(done.conversations, "conversation"),
+        started.elapsed().as_secs_f64()
+    ));
+    let mut out = output::stdout();
+    writeln!(
+        out,
+        "{}",
+        json!({ "conversations": done.conversations, "records": done.records })
+    )?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

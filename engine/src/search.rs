@@ -1,0 +1,833 @@
+//! Full-text search across conversations: [`SearchIndex`], a tantivy index
+//! (BM25) of every record's text, kept in `search/` inside the database
+//! directory.
+//!
+//! The index is derived data. Its commit carries, in the same atomic
+//! commit as the documents (tantivy's commit payload), a marker per
+//! conversation: how many records are indexed and the address of the last
+//! of them. [`SearchIndex::catch_up`] indexes what a conversation gained
+//! since its marker (the engine calls it right after each write it makes,
+//! and before every search), so an update lost to a crash between the
+//! log's commit and the index's is made up on the next one; a marker whose
+//! address no longer matches the log (a database restored under the index)
+//! re-indexes that conversation. `verify` compares the index with the log
+//! ([`SearchIndex::check`]); `reindex` builds it anew ([`rebuild`]).
+//!
+//! A document per record that has text (every kind but `turn_start`, and a
+//! compaction only with a summary). A fork's documents are its own records
+//! (from its fork point); a search limited to a fork reads its parents'
+//! documents before the fork point too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use convstore_projection::{resolve, Resolution, Summary, ToolPolicy};
+use convstore_store::event::ReasoningPolicy;
+use convstore_store::{
+    Address, ConversationId, Event, EventKind, EventType, LogRecord, Store, Timestamp,
+};
+use serde::{Deserialize, Serialize};
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, RangeQuery, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, Schema, Value, FAST, INDEXED, STORED, STRING, TEXT,
+};
+use tantivy::snippet::SnippetGenerator;
+use tantivy::{DocSet as _, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use crate::error::{Error, Result};
+use crate::pipeline;
+
+/// The directory of the index inside a database directory.
+pub const DIR: &str = "search";
+
+/// The version of the index's layout; another is rebuilt, never misread.
+const LAYOUT: u32 = 1;
+
+/// Records indexed before the writer is committed and emptied, in a large
+/// catch-up (bounds the writer's memory).
+const COMMIT_EVERY: u64 = 200_000;
+
+fn err(e: impl std::fmt::Display) -> Error {
+    Error::Search(e.to_string())
+}
+
+/// The index's fields.
+#[derive(Debug, Clone, Copy)]
+struct Fields {
+    /// Conversation id, hex (indexed, stored).
+    conv: Field,
+    /// Record seq (indexed, stored, fast).
+    seq: Field,
+    /// Record turn (stored).
+    turn: Field,
+    /// Event type (indexed, stored).
+    kind: Field,
+    /// Tool call id of calls and results (indexed).
+    call: Field,
+    /// Tool name of calls (stored).
+    name: Field,
+    /// Timestamp, microseconds (indexed, fast).
+    time: Field,
+    /// The first 8 bytes of the record's address (stored, fast): verify
+    /// compares them with the log.
+    check: Field,
+    /// The text (tokenized, BM25).
+    text: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let fields = Fields {
+        conv: b.add_text_field("conv", STRING | STORED),
+        seq: b.add_u64_field("seq", INDEXED | STORED | FAST),
+        turn: b.add_u64_field("turn", STORED),
+        kind: b.add_text_field("kind", STRING | STORED),
+        call: b.add_text_field("call", STRING),
+        name: b.add_text_field("name", STORED),
+        time: b.add_i64_field("time", INDEXED | FAST),
+        check: b.add_u64_field("check", STORED | FAST),
+        text: b.add_text_field("text", TEXT),
+    };
+    (b.build(), fields)
+}
+
+/// What a conversation's documents cover.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    /// Records `0..len` are indexed (for a fork, its own from its fork
+    /// point).
+    pub len: u64,
+    /// The address of record `len - 1` (none for an empty log).
+    pub head: Option<String>,
+}
+
+/// The commit payload: the layout and the markers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Payload {
+    layout: u32,
+    conversations: BTreeMap<String, Marker>,
+}
+
+/// The text a record is indexed by, if any.
+pub fn indexed_text(event: &Event) -> Option<String> {
+    let text = match &event.kind {
+        EventKind::TurnStart => return None,
+        EventKind::User { text }
+        | EventKind::Assistant { text }
+        | EventKind::Reasoning { text }
+        | EventKind::System { text } => text.clone(),
+        EventKind::ToolCall {
+            name, arguments, ..
+        } => format!("{name} {}", arguments.as_str()),
+        EventKind::ToolResult { content, .. } => content.clone(),
+        EventKind::Config { delta } => delta.as_str().to_owned(),
+        EventKind::Extension { name, payload } => format!("{name} {}", payload.as_str()),
+        EventKind::Compaction(c) => c.summary.clone()?,
+    };
+    (!text.is_empty()).then_some(text)
+}
+
+fn check_of(address: &Address) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&address.as_bytes()[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// A search index, open.
+pub struct SearchIndex {
+    /// Its directory; `None` for an index in memory (a store whose backend
+    /// keeps no files).
+    dir: Option<PathBuf>,
+    index: Index,
+    reader: IndexReader,
+    fields: Fields,
+    /// One writer at a time within the process (other processes are kept
+    /// out by the database's own lock, which every writer holds).
+    writing: Mutex<()>,
+}
+
+/// What [`SearchIndex::catch_up`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaughtUp {
+    /// Conversations updated.
+    pub conversations: u64,
+    /// Records read and indexed (those without text give no document).
+    pub records: u64,
+    /// Conversations indexed again from their start (their marker did not
+    /// match the log).
+    pub reindexed: u64,
+}
+
+impl SearchIndex {
+    /// Opens the index of the database at `db` (its `search/` directory),
+    /// creating an empty one if there is none; for `None` (a store without
+    /// a directory, such as one on a memory backend) an empty index in
+    /// memory. An index of another layout, or one that does not open, is
+    /// an error naming `convstore reindex`.
+    pub fn open(db: Option<&Path>) -> Result<SearchIndex> {
+        let dir = db.map(|db| db.join(DIR));
+        let (schema, fields) = schema();
+        let shown = dir.as_ref().map_or_else(
+            || "the search index".to_owned(),
+            |d| d.display().to_string(),
+        );
+        let broken = |e: &dyn std::fmt::Display| {
+            Error::Search(format!(
+                "{shown} cannot be read ({e}); `convstore reindex` builds it anew"
+            ))
+        };
+        let fresh = dir.as_ref().is_none_or(|d| !d.join("meta.json").exists());
+        let index = match &dir {
+            None => Index::create_in_ram(schema.clone()),
+            Some(dir) if fresh => {
+                std::fs::create_dir_all(dir)?;
+                Index::create_in_dir(dir, schema.clone()).map_err(|e| broken(&e))?
+            }
+            Some(dir) => {
+                let index = Index::open_in_dir(dir).map_err(|e| broken(&e))?;
+                if index.schema() != schema {
+                    return Err(broken(&"it was built by another version"));
+                }
+                index
+            }
+        };
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(|e| broken(&e))?;
+        let opened = SearchIndex {
+            dir,
+            index,
+            reader,
+            fields,
+            writing: Mutex::new(()),
+        };
+        let payload = opened.payload()?;
+        if payload.layout != LAYOUT && !(fresh && payload.layout == 0) {
+            return Err(broken(&format!(
+                "layout {} is not {LAYOUT}",
+                payload.layout
+            )));
+        }
+        Ok(opened)
+    }
+
+    /// Where it is (`None`: in memory).
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Whether the database at `db` has an index on disk.
+    pub fn exists(db: &Path) -> bool {
+        db.join(DIR).join("meta.json").exists()
+    }
+
+    fn payload(&self) -> Result<Payload> {
+        let metas = self.index.load_metas().map_err(err)?;
+        match metas.payload {
+            None => Ok(Payload {
+                layout: LAYOUT,
+                conversations: BTreeMap::new(),
+            }),
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| Error::Search(format!("its commit payload does not parse: {e}"))),
+        }
+    }
+
+    /// The markers: how far each conversation is indexed.
+    pub fn markers(&self) -> Result<BTreeMap<ConversationId, Marker>> {
+        Ok(self
+            .payload()?
+            .conversations
+            .into_iter()
+            .filter_map(|(id, m)| ConversationId::from_hex(&id).map(|id| (id, m)))
+            .collect())
+    }
+
+    fn writer(&self, large: bool) -> Result<IndexWriter> {
+        let threads = if large {
+            std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .clamp(1, 4)
+        } else {
+            1
+        };
+        let per_thread = if large { 128 << 20 } else { 16 << 20 };
+        self.index
+            .writer_with_num_threads(threads, threads * per_thread)
+            .map_err(err)
+    }
+
+    /// Indexes what the conversations (`only` one, or all) gained since
+    /// their markers, and drops the documents of conversations the store
+    /// no longer has. One commit, markers with it.
+    pub fn catch_up(&self, store: &Store, only: Option<&ConversationId>) -> Result<CaughtUp> {
+        let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
+        let mut payload = self.payload()?;
+        payload.layout = LAYOUT;
+        let infos = match only {
+            Some(id) => vec![store.info(id)?],
+            None => store.conversations()?,
+        };
+        // What each conversation needs: (id, from, to, whether its old
+        // documents go).
+        let mut work: Vec<(ConversationId, u64, u64, bool)> = Vec::new();
+        for info in &infos {
+            let own_start = info.fork.map_or(0, |f| f.at);
+            let marker = payload.conversations.get(&info.id.hex());
+            let sound = marker.is_some_and(|m| {
+                m.len >= own_start
+                    && m.len <= info.len
+                    && match (m.len.checked_sub(1), &m.head) {
+                        (Some(last), Some(head)) if last >= own_start => store
+                            .record(&info.id, last)
+                            .is_ok_and(|r| r.address.hex() == *head),
+                        _ => m.len == own_start,
+                    }
+            });
+            match (marker, sound) {
+                (Some(m), true) if m.len == info.len => {}
+                (Some(m), true) => work.push((info.id, m.len, info.len, false)),
+                (Some(_), false) => work.push((info.id, own_start, info.len, true)),
+                (None, _) if info.len > own_start => {
+                    work.push((info.id, own_start, info.len, false));
+                }
+                (None, _) => {
+                    payload.conversations.insert(
+                        info.id.hex(),
+                        Marker {
+                            len: info.len,
+                            head: None,
+                        },
+                    );
+                }
+            }
+        }
+        let mut gone = Vec::new();
+        if only.is_none() {
+            let known: std::collections::HashSet<String> =
+                infos.iter().map(|i| i.id.hex()).collect();
+            gone = payload
+                .conversations
+                .keys()
+                .filter(|k| !known.contains(*k))
+                .cloned()
+                .collect();
+        }
+        let mut done = CaughtUp::default();
+        let new_markers = payload.conversations.len() != infos.len();
+        if work.is_empty() && gone.is_empty() && !new_markers {
+            return Ok(done);
+        }
+        let total: u64 = work.iter().map(|w| w.2 - w.1).sum();
+        let mut writer = self.writer(total > 10_000)?;
+        for key in gone {
+            writer.delete_term(Term::from_field_text(self.fields.conv, &key));
+            payload.conversations.remove(&key);
+        }
+        let mut since_commit = 0u64;
+        for (id, from, to, drop_old) in work {
+            if drop_old {
+                writer.delete_term(Term::from_field_text(self.fields.conv, &id.hex()));
+                done.reindexed += 1;
+            }
+            let mut last: Option<LogRecord> = None;
+            for record in store.scan(&id, from..to)? {
+                let record = record?;
+                self.add(&writer, &id, &record)?;
+                since_commit += 1;
+                last = Some(record);
+                if since_commit >= COMMIT_EVERY {
+                    // Commit what is written so far with a marker at it,
+                    // so memory stays bounded and a crash keeps it.
+                    if let Some(r) = &last {
+                        payload.conversations.insert(
+                            id.hex(),
+                            Marker {
+                                len: r.seq + 1,
+                                head: Some(r.address.hex()),
+                            },
+                        );
+                    }
+                    commit(&mut writer, &payload)?;
+                    since_commit = 0;
+                }
+            }
+            done.records += to - from;
+            done.conversations += 1;
+            let head = match last {
+                Some(r) => Some(r.address.hex()),
+                None => payload
+                    .conversations
+                    .get(&id.hex())
+                    .and_then(|m| m.head.clone()),
+            };
+            payload
+                .conversations
+                .insert(id.hex(), Marker { len: to, head });
+        }
+        for info in &infos {
+            payload
+                .conversations
+                .entry(info.id.hex())
+                .or_insert(Marker {
+                    len: info.len,
+                    head: None,
+                });
+        }
+        commit(&mut writer, &payload)?;
+        writer.wait_merging_threads().map_err(err)?;
+        self.reader.reload().map_err(err)?;
+        Ok(done)
+    }
+
+    fn add(&self, writer: &IndexWriter, id: &ConversationId, record: &LogRecord) -> Result<()> {
+        let Some(text) = indexed_text(&record.event) else {
+            return Ok(());
+        };
+        let f = &self.fields;
+        let mut doc = TantivyDocument::default();
+        doc.add_text(f.conv, id.hex());
+        doc.add_u64(f.seq, record.seq);
+        doc.add_u64(f.turn, record.turn);
+        doc.add_text(f.kind, record.event.kind.event_type().as_str());
+        match &record.event.kind {
+            EventKind::ToolCall { id, name, .. } => {
+                doc.add_text(f.call, id);
+                doc.add_text(f.name, name);
+            }
+            EventKind::ToolResult { id, .. } => doc.add_text(f.call, id),
+            _ => {}
+        }
+        doc.add_i64(f.time, record.event.timestamp.as_micros());
+        doc.add_u64(f.check, check_of(&record.address));
+        doc.add_text(f.text, text);
+        writer.add_document(doc).map_err(err)?;
+        Ok(())
+    }
+
+    /// The documents of `id` as `(seq, check)`, in seq order.
+    fn documents(&self, id: &ConversationId) -> Result<Vec<(u64, u64)>> {
+        let searcher = self.reader.searcher();
+        let term = Term::from_field_text(self.fields.conv, &id.hex());
+        let mut out = Vec::new();
+        for segment in searcher.segment_readers() {
+            let inverted = segment.inverted_index(self.fields.conv).map_err(err)?;
+            let Some(mut postings) = inverted
+                .read_postings(&term, IndexRecordOption::Basic)
+                .map_err(err)?
+            else {
+                continue;
+            };
+            let seqs = segment.fast_fields().u64("seq").map_err(err)?;
+            let checks = segment.fast_fields().u64("check").map_err(err)?;
+            let alive = segment.alive_bitset();
+            let mut doc = postings.doc();
+            while doc != tantivy::TERMINATED {
+                if alive.is_none_or(|a| a.is_alive(doc)) {
+                    out.push((
+                        seqs.first(doc).unwrap_or(u64::MAX),
+                        checks.first(doc).unwrap_or(0),
+                    ));
+                }
+                doc = postings.advance();
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Compares the index with the log: for every conversation, a marker
+    /// no further than its log, and exactly one document per record with
+    /// text below the marker, with the record's address. `Ok(None)` when
+    /// they agree; a conversation behind is not a disagreement (the next
+    /// write or search catches it up), and is counted.
+    pub fn check(&self, store: &Store, only: Option<&ConversationId>) -> Result<IndexCheck> {
+        self.reader.reload().map_err(err)?;
+        let markers = self.markers()?;
+        let infos = match only {
+            Some(id) => vec![store.info(id)?],
+            None => store.conversations()?,
+        };
+        let mut report = IndexCheck::default();
+        for info in &infos {
+            let own_start = info.fork.map_or(0, |f| f.at);
+            let marker = markers.get(&info.id);
+            let indexed = marker.map_or(own_start, |m| m.len);
+            if indexed > info.len {
+                report.problem = Some(format!(
+                    "conversation {}: indexed to record {indexed}, but the log has {}",
+                    info.label(),
+                    info.len
+                ));
+                return Ok(report);
+            }
+            if indexed < info.len {
+                report.behind += 1;
+                report.behind_records += info.len - indexed;
+            }
+            let mut expected = Vec::new();
+            for record in store.scan(&info.id, own_start..indexed)? {
+                let record = record?;
+                if indexed_text(&record.event).is_some() {
+                    expected.push((record.seq, check_of(&record.address)));
+                }
+            }
+            let found = self.documents(&info.id)?;
+            if found != expected {
+                let first = expected
+                    .iter()
+                    .zip(&found)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(expected.len().min(found.len()));
+                let at = expected
+                    .get(first)
+                    .or(found.get(first))
+                    .map_or(0, |(seq, _)| *seq);
+                report.problem = Some(format!(
+                    "conversation {}: the index has {} document(s) for its {} record(s) with text up to record {indexed}; they first differ at record {at}",
+                    info.label(),
+                    found.len(),
+                    expected.len()
+                ));
+                return Ok(report);
+            }
+            report.documents += found.len() as u64;
+            report.conversations += 1;
+        }
+        if only.is_none() {
+            let known: std::collections::HashSet<ConversationId> =
+                infos.iter().map(|i| i.id).collect();
+            if let Some(stray) = markers.keys().find(|id| !known.contains(id)) {
+                report.problem = Some(format!(
+                    "conversation {stray} is indexed but not in the database"
+                ));
+            }
+        }
+        Ok(report)
+    }
+
+    /// Searches: the best `query.limit` hits by BM25, each with where it is
+    /// in the log, a snippet, and whether the view shows it.
+    pub fn search(&self, store: &Store, query: &SearchQuery) -> Result<Vec<Hit>> {
+        let f = &self.fields;
+        let searcher = self.reader.searcher();
+        let mut parser = QueryParser::for_index(&self.index, vec![f.text]);
+        parser.set_conjunction_by_default();
+        let text_query = parser
+            .parse_query(&query.text)
+            .map_err(|e| Error::Invalid(format!("the query does not parse: {e}")))?;
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, text_query.box_clone())];
+        if let Some(id) = &query.conversation {
+            // Its own documents, and its parents' before each fork point.
+            let mut pieces: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+            let mut limit = u64::MAX;
+            for (owner, point) in store.lineage(id)? {
+                let own = term_query(f.conv, &owner.hex());
+                let part: Box<dyn Query> = if limit == u64::MAX {
+                    own
+                } else {
+                    Box::new(BooleanQuery::new(vec![
+                        (Occur::Must, own),
+                        (
+                            Occur::Must,
+                            Box::new(RangeQuery::new(
+                                Bound::Unbounded,
+                                Bound::Excluded(Term::from_field_u64(f.seq, limit)),
+                            )),
+                        ),
+                    ]))
+                };
+                pieces.push((Occur::Should, part));
+                limit = point.map_or(0, |p| p.at).min(limit);
+                if limit == 0 {
+                    break;
+                }
+            }
+            clauses.push((Occur::Must, Box::new(BooleanQuery::new(pieces))));
+        }
+        if !query.kinds.is_empty() {
+            let kinds = query
+                .kinds
+                .iter()
+                .map(|k| (Occur::Should, term_query(f.kind, k.as_str())))
+                .collect();
+            clauses.push((Occur::Must, Box::new(BooleanQuery::new(kinds))));
+        }
+        if let Some(since) = query.since {
+            clauses.push((
+                Occur::Must,
+                Box::new(RangeQuery::new(
+                    Bound::Included(Term::from_field_i64(f.time, since.as_micros())),
+                    Bound::Unbounded,
+                )),
+            ));
+        }
+        let full = BooleanQuery::new(clauses);
+        let top = searcher
+            .search(
+                &full,
+                &TopDocs::with_limit(query.limit.max(1)).order_by_score(),
+            )
+            .map_err(err)?;
+        let snippets = SnippetGenerator::create(&searcher, &*text_query, f.text).map_err(err)?;
+        let mut views: HashMap<ConversationId, (Resolution, u64)> = HashMap::new();
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let doc: TantivyDocument = searcher.doc(address).map_err(err)?;
+            let text_of = |field: Field| {
+                doc.get_first(field)
+                    .and_then(|v| v.as_str())
+                    .map(str::to_owned)
+                    .unwrap_or_default()
+            };
+            let u64_of = |field: Field| doc.get_first(field).and_then(|v| v.as_u64()).unwrap_or(0);
+            let owner = ConversationId::from_hex(&text_of(f.conv))
+                .ok_or_else(|| err("a document names no conversation"))?;
+            let conversation = query.conversation.unwrap_or(owner);
+            let (seq, turn) = (u64_of(f.seq), u64_of(f.turn));
+            let kind = EventType::from_name(&text_of(f.kind))
+                .ok_or_else(|| err("a document names no event type"))?;
+            let record = store.record(&conversation, seq)?;
+            let text = indexed_text(&record.event).unwrap_or_default();
+            let snippet = snippets.snippet(&text);
+            if let std::collections::hash_map::Entry::Vacant(slot) = views.entry(conversation) {
+                let len = store.info(&conversation)?.len;
+                let last_turn = store.turn_of(&conversation, len - 1)?;
+                let overlays = pipeline::overlays_under(store, &conversation, len, None)?;
+                slot.insert((resolve(overlays, Some(last_turn)), len));
+            }
+            let (resolution, _) = &views[&conversation];
+            let tool = match &record.event.kind {
+                EventKind::ToolCall { name, .. } => Some(name.clone()),
+                EventKind::ToolResult { id, .. } => {
+                    self.call_name(&searcher, store, &conversation, id)?
+                }
+                _ => None,
+            };
+            let visibility = disposition(resolution, turn, kind, tool.as_deref());
+            hits.push(Hit {
+                conversation,
+                name: store.info(&conversation)?.name,
+                seq,
+                turn,
+                kind,
+                score,
+                time: record.event.timestamp,
+                snippet: snippet.fragment().to_owned(),
+                highlights: snippet
+                    .highlighted()
+                    .iter()
+                    .map(|r| (r.start, r.end))
+                    .collect(),
+                visibility,
+            });
+        }
+        Ok(hits)
+    }
+
+    /// The name of the latest call with id `call` in `id`'s log (through
+    /// the index: its documents carry calls' ids and names).
+    fn call_name(
+        &self,
+        searcher: &tantivy::Searcher,
+        store: &Store,
+        id: &ConversationId,
+        call: &str,
+    ) -> Result<Option<String>> {
+        let f = &self.fields;
+        let mut best: Option<(u64, String)> = None;
+        let mut limit = u64::MAX;
+        for (owner, point) in store.lineage(id)? {
+            let q = BooleanQuery::new(vec![
+                (Occur::Must, term_query(f.conv, &owner.hex())),
+                (Occur::Must, term_query(f.call, call)),
+                (Occur::Must, term_query(f.kind, "tool_call")),
+            ]);
+            for (_, address) in searcher
+                .search(&q, &TopDocs::with_limit(10_000).order_by_score())
+                .map_err(err)?
+            {
+                let doc: TantivyDocument = searcher.doc(address).map_err(err)?;
+                let seq = doc.get_first(f.seq).and_then(|v| v.as_u64()).unwrap_or(0);
+                let name = doc
+                    .get_first(f.name)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("unknown")
+                    .to_owned();
+                if seq < limit && best.as_ref().is_none_or(|(s, _)| seq > *s) {
+                    best = Some((seq, name));
+                }
+            }
+            limit = point.map_or(0, |p| p.at).min(limit);
+            if limit == 0 {
+                break;
+            }
+        }
+        Ok(best.map(|(_, name)| name))
+    }
+}
+
+fn term_query(field: Field, text: &str) -> Box<dyn Query> {
+    Box::new(TermQuery::new(
+        Term::from_field_text(field, text),
+        IndexRecordOption::Basic,
+    ))
+}
+
+fn commit(writer: &mut IndexWriter, payload: &Payload) -> Result<()> {
+    let text = serde_json::to_string(payload).map_err(err)?;
+    let mut prepared = writer.prepare_commit().map_err(err)?;
+    prepared.set_payload(&text);
+    prepared.commit().map_err(err)?;
+    Ok(())
+}
+
+/// Deletes the index of the database at `db` and builds it again from
+/// every conversation's log (for `None`, builds one in memory).
+pub fn rebuild(db: Option<&Path>, store: &Store) -> Result<(SearchIndex, CaughtUp)> {
+    if let Some(dir) = db.map(|db| db.join(DIR)) {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+    }
+    let index = SearchIndex::open(db)?;
+    let done = index.catch_up(store, None)?;
+    Ok((index, done))
+}
+
+/// What `verify` found in the index.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexCheck {
+    /// Conversations whose documents match the log.
+    pub conversations: u64,
+    /// Documents checked.
+    pub documents: u64,
+    /// Conversations indexed short of their log (an interrupted update).
+    pub behind: u64,
+    /// Records not indexed yet.
+    pub behind_records: u64,
+    /// The first disagreement, if any.
+    pub problem: Option<String>,
+}
+
+/// A search.
+#[derive(Debug, Clone)]
+pub struct SearchQuery {
+    /// The query, in tantivy's syntax: words (all must match), `"a
+    /// phrase"`, `-word`, `a OR b`.
+    pub text: String,
+    /// Only this conversation (with the records it shares with its
+    /// parents).
+    pub conversation: Option<ConversationId>,
+    /// Only these event types.
+    pub kinds: Vec<EventType>,
+    /// Only records at or after this time.
+    pub since: Option<Timestamp>,
+    /// How many hits.
+    pub limit: usize,
+}
+
+/// Whether a record is in the current view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visibility {
+    /// In the view as it is.
+    Visible,
+    /// In the view, its arguments or content stripped.
+    Stripped,
+    /// Not in the view: reasoning stripped, or calls and results omitted.
+    Dropped,
+    /// Replaced by a summary of these turns.
+    Summarized(u64, u64),
+    /// Never in a view (a compaction).
+    Overlay,
+}
+
+impl Visibility {
+    /// `visible`, `stripped`, `dropped`, `summarized`, `overlay`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Visibility::Visible => "visible",
+            Visibility::Stripped => "stripped",
+            Visibility::Dropped => "dropped",
+            Visibility::Summarized(..) => "summarized",
+            Visibility::Overlay => "overlay",
+        }
+    }
+}
+
+/// What the view does to a record of `kind` in `turn` (a call or result
+/// of tool `tool`), by the resolution of its overlays: the rules of
+/// SPEC §4 as the projector applies them (`Projector::transform`).
+pub fn disposition(
+    resolution: &Resolution,
+    turn: u64,
+    kind: EventType,
+    tool: Option<&str>,
+) -> Visibility {
+    if kind == EventType::Compaction {
+        return Visibility::Overlay;
+    }
+    if !kind.is_conversation() {
+        return Visibility::Visible;
+    }
+    let Some(span) = resolution.span(turn) else {
+        return Visibility::Visible;
+    };
+    let overlays = &resolution.overlays;
+    if let Some(Summary::Text(_)) = span.summary.and_then(|i| overlays[i].summary.as_ref()) {
+        let run = resolution
+            .runs
+            .iter()
+            .find(|r| r.first <= turn && turn <= r.last)
+            .map_or((turn, turn), |r| (r.first, r.last));
+        return Visibility::Summarized(run.0, run.1);
+    }
+    let reasoning = span.reasoning.and_then(|i| overlays[i].reasoning);
+    let tools = span
+        .tool_calls
+        .and_then(|i| overlays[i].tool_calls.as_ref());
+    let name = tool.unwrap_or("unknown");
+    match kind {
+        EventType::Reasoning if reasoning == Some(ReasoningPolicy::Strip) => Visibility::Dropped,
+        EventType::ToolCall | EventType::ToolResult if tools == Some(&ToolPolicy::Omit) => {
+            Visibility::Dropped
+        }
+        EventType::ToolCall if tools.is_some_and(|t| t.strips_request(name)) => {
+            Visibility::Stripped
+        }
+        EventType::ToolResult if tools.is_some_and(|t| t.strips_response(name)) => {
+            Visibility::Stripped
+        }
+        _ => Visibility::Visible,
+    }
+}
+
+/// A search hit.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    /// The conversation (the one searched, for a search limited to one).
+    pub conversation: ConversationId,
+    /// Its name.
+    pub name: Option<String>,
+    /// The record's seq.
+    pub seq: u64,
+    /// Its turn.
+    pub turn: u64,
+    /// Its event type.
+    pub kind: EventType,
+    /// BM25 score.
+    pub score: f32,
+    /// Its timestamp.
+    pub time: Timestamp,
+    /// A fragment of its text around the matches.
+    pub snippet: String,
+    /// Byte ranges of the matches in `snippet`.
+    pub highlights: Vec<(usize, usize)>,
+    /// Whether the current view shows it.
+    pub visibility: Visibility,
+}

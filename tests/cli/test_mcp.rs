@@ -1,0 +1,62 @@
+//! `convstore mcp` driven by a real MCP client: the official Python SDK
+//! (`mcp` on PyPI) runs tests/mcp/client.py against the built binary.
+//!
+//! The client's Python is `$CONVSTORE_MCP_PYTHON`, else `python3`. Without
+//! the `mcp` package the test is skipped, and says so loudly; with
+//! `CONVSTORE_REQUIRE_MCP_CLIENT=1` (CI installs the package and sets it)
+//! a missing client fails the test instead.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::TestEnv;
+
+fn python() -> Option<String> {
+    let python = std::env::var("CONVSTORE_MCP_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let found = Command::new(&python)
+        .args(["-c", "import mcp, mcp_types"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("CONVSTORE_REQUIRE_MCP_CLIENT").is_none_or(|v| v != "1"),
+        "{python} cannot import the MCP Python SDK, and CONVSTORE_REQUIRE_MCP_CLIENT=1 requires it"
+    );
+    eprintln!(
+        "\n*** SKIPPED: {python} cannot import `mcp` (pip install mcp); the MCP client test did not run ***\n"
+    );
+    None
+}
+
+#[test]
+fn the_python_sdk_uses_every_tool_and_resource_and_hears_of_writes() {
+    let Some(python) = python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    // The server serves an existing database: one with a conversation
+    // `seed`, beside which the client writes `chat`.
+    env.run(&["append", "seed", "--turn", "--user", "hello"])
+        .ok();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
+    let output = Command::new(python)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_convstore"))
+        .arg(env.db())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("ok"),
+        "the MCP client failed:\n{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn mcp_on_a_missing_database_is_one_error_line() {
+    let env = TestEnv::new();
+    env.run(&["mcp"]).fails();
+}
