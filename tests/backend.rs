@@ -10,6 +10,7 @@ mod support;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use convstore_store::backend::postgres::{PgBackend, Setup};
 use convstore_store::backend::{self, Backend, Batch, Condition, Keyspace, MemoryBackend};
 use convstore_store::{AppendOptions, Event, EventKind, Store, StoreError, Timestamp};
 use support::backends::Place;
@@ -30,75 +31,120 @@ fn keys(pairs: &[(backend::Bytes, backend::Bytes)]) -> Vec<Vec<u8>> {
     pairs.iter().map(|(k, _)| k.to_vec()).collect()
 }
 
+/// A key of convstore's layout (`keys.rs`): a tag, a conversation id (16
+/// bytes, every one `conv`), then `rest`. Backends may rely on the layout
+/// (PostgreSQL keeps each tag's keys in a table of their own).
+fn key(tag: u8, conv: u8, rest: &[u8]) -> Vec<u8> {
+    let mut key = vec![tag];
+    key.extend_from_slice(&[conv; 16]);
+    key.extend_from_slice(rest);
+    key
+}
+
 #[test]
 fn every_backend_reads_scans_and_applies_as_promised() {
+    // Chunks of conversation 5 (k1..k3), a lineage key before them, a
+    // turn index key after them, a name and a blob.
+    let k1 = key(b'c', 5, &[1]);
+    let k2 = key(b'c', 5, &[2]);
+    let k3 = key(b'c', 5, &[3]);
+    let before = key(b'L', 9, b"");
+    let after = key(b't', 1, &[0]);
+    let chunks_of_5 = key(b'c', 5, b"");
     for (place, kv) in each_backend() {
         let name = place.name();
         let mut batch = Batch::new();
-        for k in [b"k1", b"k3", b"k2", b"j9", b"l0"] {
-            batch.put(k.to_vec(), k.to_vec());
+        for k in [&k1, &k3, &k2, &before, &after] {
+            batch.put(k.clone(), k.clone());
         }
-        batch.insert(Keyspace::Blobs, b"k1".to_vec(), b"blob".to_vec());
+        batch.insert(Keyspace::Blobs, [7u8; 32].to_vec(), b"blob".to_vec());
         kv.apply(batch).unwrap();
         assert_eq!(
-            kv.get(Keyspace::Main, b"k2").unwrap().as_deref(),
-            Some(&b"k2"[..]),
+            kv.get(Keyspace::Main, &k2).unwrap().as_deref(),
+            Some(&k2[..]),
             "{name}"
         );
         assert_eq!(
-            kv.get(Keyspace::Blobs, b"k1").unwrap().as_deref(),
+            kv.get(Keyspace::Blobs, &[7u8; 32]).unwrap().as_deref(),
             Some(&b"blob"[..]),
             "{name}"
         );
-        assert!(kv.get(Keyspace::Blobs, b"k2").unwrap().is_none(), "{name}");
+        assert!(
+            kv.get(Keyspace::Blobs, &[8u8; 32]).unwrap().is_none(),
+            "{name}"
+        );
         // Ordered scans, both ways, with every kind of bound.
         let forward: Vec<_> = kv
-            .scan(Keyspace::Main, backend::prefixed(b"k".to_vec()), false)
+            .scan(
+                Keyspace::Main,
+                backend::prefixed(chunks_of_5.clone()),
+                false,
+            )
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(
             keys(&forward),
-            vec![b"k1".to_vec(), b"k2".to_vec(), b"k3".to_vec()],
+            vec![k1.clone(), k2.clone(), k3.clone()],
             "{name}"
         );
         let back: Vec<_> = kv
             .scan(
                 Keyspace::Main,
-                backend::through(b"k1".to_vec(), b"k2".to_vec()),
+                backend::through(k1.clone(), k2.clone()),
                 true,
             )
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(keys(&back), vec![b"k2".to_vec(), b"k1".to_vec()], "{name}");
+        assert_eq!(keys(&back), vec![k2.clone(), k1.clone()], "{name}");
         let open: Vec<_> = kv
             .scan(
                 Keyspace::Main,
-                (Bound::Excluded(b"k1".to_vec()), Bound::Unbounded),
+                (Bound::Excluded(k1.clone()), Bound::Unbounded),
                 false,
             )
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(
             keys(&open),
-            vec![b"k2".to_vec(), b"k3".to_vec(), b"l0".to_vec()],
+            vec![k2.clone(), k3.clone(), after.clone()],
+            "{name}"
+        );
+        let everything: Vec<_> = kv
+            .scan(Keyspace::Main, (Bound::Unbounded, Bound::Unbounded), true)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let everything: Vec<Vec<u8>> = keys(&everything)
+            .into_iter()
+            .filter(|k| k.len() > 1)
+            .collect();
+        assert_eq!(
+            everything,
+            vec![
+                after.clone(),
+                k3.clone(),
+                k2.clone(),
+                k1.clone(),
+                before.clone()
+            ],
             "{name}"
         );
         // Removal, and a conditional batch that holds, then one that does
         // not (nothing of it applied).
         let mut batch = Batch::new();
-        batch.delete(b"k3".to_vec());
+        batch.delete(k3.clone());
         kv.apply(batch).unwrap();
-        assert!(!kv.contains(Keyspace::Main, b"k3").unwrap(), "{name}");
+        assert!(!kv.contains(Keyspace::Main, &k3).unwrap(), "{name}");
+        let new = key(b'C', 5, b"");
         let mut batch = Batch::new();
-        batch.put(b"k2".to_vec(), b"two".to_vec());
-        batch.put(b"new".to_vec(), b"x".to_vec());
+        batch.put(k2.clone(), b"two".to_vec());
+        batch.put(new.clone(), b"x".to_vec());
         let holds = [
             Condition {
-                key: b"k2".to_vec(),
-                expected: Some(b"k2".to_vec()),
+                key: k2.clone(),
+                expected: Some(k2.clone()),
             },
             Condition {
-                key: b"k3".to_vec(),
+                key: k3.clone(),
                 expected: None,
             },
         ];
@@ -107,10 +153,12 @@ fn every_backend_reads_scans_and_applies_as_promised() {
             !kv.apply_if(&holds, batch).unwrap(),
             "{name}: stale condition applied"
         );
+        let never = b"Nnever".to_vec();
         let mut other = Batch::new();
-        other.put(b"never".to_vec(), b"x".to_vec());
+        other.put(never.clone(), b"x".to_vec());
         assert!(!kv.apply_if(&holds, other).unwrap(), "{name}");
-        assert!(!kv.contains(Keyspace::Main, b"never").unwrap(), "{name}");
+        assert!(!kv.contains(Keyspace::Main, &never).unwrap(), "{name}");
+        assert!(kv.contains(Keyspace::Main, &new).unwrap(), "{name}");
         kv.sync().unwrap();
         assert!(kv.size_on_disk().unwrap() > 0, "{name}");
     }
@@ -168,10 +216,23 @@ fn user(text: &str) -> Event {
 fn stores_sharing_a_backend_serialise_their_appends() {
     let shared = Arc::new(MemoryBackend::new());
     let a = Arc::new(Store::with_backend(shared.clone()).unwrap());
-    let b = Arc::new(Store::with_backend(shared.clone()).unwrap());
+    let b = Arc::new(Store::with_backend(shared).unwrap());
+    race(&a, &b);
+    // Two connections to one PostgreSQL database: as two processes, or
+    // two machines.
+    if let Some(url) = support::postgres::fresh_url() {
+        let connect = || {
+            let backend = PgBackend::connect(&url, Setup::Create).unwrap();
+            Arc::new(Store::with_backend(Arc::new(backend)).unwrap())
+        };
+        race(&connect(), &connect());
+    }
+}
+
+fn race(a: &Arc<Store>, b: &Arc<Store>) {
     let id = a.create_conversation(Some("shared")).unwrap();
     assert_eq!(b.resolve("shared").unwrap(), id);
-    let threads: Vec<_> = [a.clone(), b.clone()]
+    let threads: Vec<_> = [Arc::clone(a), Arc::clone(b)]
         .into_iter()
         .enumerate()
         .flat_map(|(s, store)| {

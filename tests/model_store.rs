@@ -6,7 +6,7 @@ mod support;
 use convstore_store::json::{event_to_string, parse_event};
 use convstore_store::{testing, Address, AppendOptions, Event, EventKind, Store, Timestamp};
 use proptest::prelude::*;
-use support::backends::Place;
+use support::backends::{Kind, Place};
 use support::gen;
 
 fn open(place: &Place) -> Store {
@@ -44,8 +44,8 @@ proptest! {
 
     /// Any valid event round-trips JSON -> store -> JSON unchanged.
     #[test]
-    fn events_round_trip_json_store_json(events in gen::events(24), in_segments: bool, memory: bool) {
-        let dir = Place::new(memory);
+    fn events_round_trip_json_store_json(events in gen::events(24), in_segments: bool, backend: u8) {
+        let dir = Place::of(Kind::nth(backend));
         let store = open_placing(&dir, in_segments);
         let lines: Vec<String> = events.iter().map(event_to_string).collect();
         let parsed: Vec<Event> = lines
@@ -65,9 +65,9 @@ proptest! {
         batches in prop::collection::vec(gen::events(12), 1..8),
         placing in prop::collection::vec(any::<bool>(), 8),
         settle in 1u64..40,
-        memory: bool,
+        backend: u8,
     ) {
-        let dir = Place::new(memory);
+        let dir = Place::of(Kind::nth(backend));
         let all: Vec<Event> = batches.concat();
         let id = {
             let store = open(&dir);
@@ -147,9 +147,9 @@ proptest! {
         mask in 1u8..=255,
         in_segments: bool,
         settle in 1u64..30,
-        memory: bool,
+        backend: u8,
     ) {
-        let dir = Place::new(memory);
+        let dir = Place::of(Kind::nth(backend));
         let store = open_placing(&dir, in_segments);
         store.set_settle_records(settle);
         let id = store.create_conversation(None).unwrap();
@@ -168,8 +168,8 @@ proptest! {
     /// N events in one call or in N calls give the same head, and equal
     /// histories in two conversations have equal heads.
     #[test]
-    fn one_batch_or_many_give_the_same_head(events in gen::events(30), split in 1usize..5, memory: bool) {
-        let dir = Place::new(memory);
+    fn one_batch_or_many_give_the_same_head(events in gen::events(30), split in 1usize..5, backend: u8) {
+        let dir = Place::of(Kind::nth(backend));
         let store = open(&dir);
         let (whole, appended) = store.create_and_append(None, &events, &fast()).unwrap();
         let single = store.create_conversation(None).unwrap();

@@ -17,7 +17,7 @@ use convstore_engine::store::{AppendOptions, ConversationId, Event, EventKind, T
 use convstore_engine::Engine;
 use proptest::prelude::*;
 
-use support::backends::Place;
+use support::backends::{Kind, Place};
 
 const WORDS: [&str; 8] = [
     "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
@@ -178,7 +178,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn search_equals_a_scan_of_the_logs(steps in prop::collection::vec(step(), 1..25), memory in any::<bool>()) {
-        run(&Place::new(memory), &steps);
+    fn search_equals_a_scan_of_the_logs(steps in prop::collection::vec(step(), 1..25), backend in any::<u8>()) {
+        run(&Place::of(Kind::nth(backend)), &steps);
     }
 }

@@ -5,7 +5,7 @@
 
 mod support;
 
-use support::backends::Place;
+use support::backends::{Kind, Place};
 
 use convstore_engine::views::{self, BlockLimits, RefreshOptions};
 use convstore_projection::{project, LogEvent, ViewEvent};
@@ -66,8 +66,8 @@ proptest! {
     /// through the store, and everything verifies. A fork's model is its
     /// parent's prefix plus its own events.
     #[test]
-    fn views_stay_equal_to_fresh_projections(ops in prop::collection::vec(op(), 1..14), memory: bool) {
-        let place = Place::new(memory);
+    fn views_stay_equal_to_fresh_projections(ops in prop::collection::vec(op(), 1..14), backend: u8) {
+        let place = Place::of(Kind::nth(backend));
         let mut store = place.open();
         let first = store.create_conversation(Some("c0")).unwrap();
         let mut models: Vec<(ConversationId, Vec<Event>)> = vec![(first, Vec::new())];

@@ -51,6 +51,15 @@ impl Engine {
     pub fn open(location: &Location, options: &OpenOptions) -> Result<Engine> {
         let store = match location {
             Location::Path(path) => Store::open_with(path, options)?,
+            Location::Postgres(url) => {
+                use convstore_store::backend::postgres::{PgBackend, Setup};
+                let setup = if options.create {
+                    Setup::Create
+                } else {
+                    Setup::Existing
+                };
+                Store::with_backend(std::sync::Arc::new(PgBackend::connect(url, setup)?))?
+            }
         };
         Ok(Engine::from_store(store))
     }

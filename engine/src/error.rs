@@ -13,7 +13,7 @@ use convstore_store::{StoreError, Timestamp};
 #[non_exhaustive]
 pub enum Error {
     /// A location whose kind of database this build cannot open.
-    #[error("{location}: a URL, not a directory; this convstore stores conversations in a directory only (no {scheme}:// backend)")]
+    #[error("{location}: a URL, not a directory; this convstore opens a directory or a postgres:// URL (no {scheme}:// backend)")]
     UnsupportedLocation {
         /// The location as given.
         location: String,

@@ -5,14 +5,17 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-/// Where a database is: a directory today (sled and its segment files);
-/// a URL such as `postgres://user@host/db` names a database served by
-/// another program and is refused until a backend for its scheme exists.
+/// Where a database is: a directory (sled and its segment files, the
+/// embedded default) or a PostgreSQL URL (`postgres://user@host/db`).
+/// Any other URL names a kind of database this build cannot open and is
+/// refused, never taken for a directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Location {
     /// A database directory.
     Path(PathBuf),
+    /// A PostgreSQL database, by its connection URL.
+    Postgres(String),
 }
 
 impl Location {
@@ -28,7 +31,12 @@ impl Location {
                     .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
             // `scheme://...`, or a database scheme without the slashes
             // (`sqlite:conv.db`, `postgres:mydb`).
-            let known = KNOWN_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str());
+            let lower = scheme.to_ascii_lowercase();
+            let known = KNOWN_SCHEMES.contains(&lower.as_str());
+            if is_scheme && rest.starts_with("//") && (lower == "postgres" || lower == "postgresql")
+            {
+                return Ok(Location::Postgres(text.to_owned()));
+            }
             if is_scheme && (rest.starts_with("//") || known) {
                 return Err(Error::UnsupportedLocation {
                     location: text.to_owned(),
@@ -48,6 +56,7 @@ impl Location {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Location::Path(path) => Some(path),
+            Location::Postgres(_) => None,
         }
     }
 }
@@ -77,6 +86,9 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Location::Path(path) => write!(f, "{}", path.display()),
+            Location::Postgres(url) => {
+                f.write_str(&convstore_store::backend::postgres::redact(url))
+            }
         }
     }
 }
@@ -87,13 +99,20 @@ mod tests {
 
     #[test]
     fn urls_are_never_paths() {
+        assert_eq!(
+            Location::parse("postgres://me@host/db").ok(),
+            Some(Location::Postgres("postgres://me@host/db".into()))
+        );
+        assert_eq!(
+            Location::parse("postgresql:///db?host=/tmp").ok(),
+            Some(Location::Postgres("postgresql:///db?host=/tmp".into()))
+        );
         for url in [
-            "postgres://me@host/db",
+            "postgres:mydb",
             "sqlite:///x",
             "http://h",
             "x+y://z",
             "sqlite:conv.db",
-            "postgres:mydb",
             "http:x",
             "sqlite::memory:",
         ] {

@@ -478,6 +478,7 @@ pub(crate) fn write_records(
     meta.len += count;
     meta.head = parent;
     writes.batch.put(keys::conversation(id), encode(&meta));
+    writes.batch.announce(*id, meta.len);
     Ok(Appended {
         first_seq,
         count,

@@ -33,6 +33,16 @@ pub enum StoreError {
         /// The newest version this build reads and writes.
         supported: u32,
     },
+    /// A database server's convstore schema is newer than this build's.
+    #[error("the database at {location} has schema version {found}; this convstore knows versions 1 to {supported} only: upgrade convstore")]
+    UnsupportedSchema {
+        /// Where the database is (without a password).
+        location: String,
+        /// The version found.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
     /// The directory holds a sled database that convstore did not create.
     #[error("{} is not a convstore database", path.display())]
     NotConvstore {

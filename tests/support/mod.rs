@@ -3,6 +3,7 @@
 
 pub mod backends;
 pub mod gen;
+pub mod postgres;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -13,6 +13,8 @@
 //! `Arc<dyn Backend>`, so no generic parameter spreads above it.
 
 mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub(crate) mod sled;
 
 use std::ops::Bound;
@@ -44,6 +46,27 @@ pub enum Keyspace {
 #[derive(Debug, Default, Clone)]
 pub struct Batch {
     pub(crate) ops: Vec<(Keyspace, Vec<u8>, Option<Vec<u8>>)>,
+    /// Conversations whose logs the batch lengthens, and their new
+    /// lengths: a backend shared by several processes may tell the others
+    /// ([`Backend::changes`]).
+    pub(crate) announced: Vec<Change>,
+}
+
+/// What another process sharing a backend changed, as a hint: whoever
+/// hears it reads the conversation again rather than trusting it, and
+/// nothing may depend on hearing it at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The conversation's log is now at least `len` records long.
+    Appended {
+        /// The conversation.
+        id: crate::ids::ConversationId,
+        /// Its length after the write.
+        len: u64,
+    },
+    /// Hints may have been missed (the connection that hears them was
+    /// lost): any conversation may have changed.
+    Unknown,
 }
 
 impl Batch {
@@ -85,6 +108,19 @@ impl Batch {
     /// Adds `other`'s writes after this one's.
     pub fn extend(&mut self, other: Batch) {
         self.ops.extend(other.ops);
+        self.announced.extend(other.announced);
+    }
+
+    /// Notes that the batch makes conversation `id` `len` records long.
+    pub fn announce(&mut self, id: crate::ids::ConversationId, len: u64) {
+        self.announced
+            .retain(|c| !matches!(c, Change::Appended { id: other, .. } if *other == id));
+        self.announced.push(Change::Appended { id, len });
+    }
+
+    /// The conversations the batch lengthens ([`Batch::announce`]).
+    pub fn announced(&self) -> &[Change] {
+        &self.announced
     }
 
     /// The writes to one keyspace, in order.
@@ -175,6 +211,20 @@ pub trait Backend: Send + Sync {
     /// Files of interrupted bulk appends that opening deleted.
     fn reclaimed_bulk_files(&self) -> &[PathBuf] {
         &[]
+    }
+
+    /// Hints of what other processes sharing the backend write, for a
+    /// backend that can be shared (PostgreSQL: LISTEN/NOTIFY); `None` for
+    /// one that a single process holds. Each call starts a new listener.
+    fn changes(&self) -> Option<std::sync::mpsc::Receiver<Change>> {
+        None
+    }
+
+    /// A short description of where the database is, for messages (a
+    /// URL without its password, a directory).
+    fn describe(&self) -> String {
+        self.path()
+            .map_or_else(|| "(memory)".to_owned(), |p| p.display().to_string())
     }
 
     /// The backend as `Any`, for features of one backend (salvage reads

@@ -1,0 +1,1245 @@
+//! [`PgBackend`]: a database in PostgreSQL, shared by any number of
+//! processes and machines.
+//!
+//! The keyspaces of the seam map to tables. Everything that grows with a
+//! conversation is in a table whose primary key starts with
+//! `conversation_id` (chunks, turn index, call and overlay directories,
+//! staged records, views, ...), so every table can be distributed by it
+//! (Citus) and every read or write of one conversation touches one
+//! conversation's rows; blobs are keyed by their hash, names by the name.
+//! docs/postgres.md shows the schema.
+//!
+//! A conditional batch ([`Backend::apply_if`]) is one transaction: it locks
+//! the rows its conditions name (`SELECT ... FOR UPDATE`; an advisory lock
+//! on a key expected to be absent), compares them, writes, and commits.
+//! Two writers of one conversation therefore serialise on its metadata
+//! row, and the loser's batch is not applied: the store plans again from
+//! the new head, or reports the conflict. A commit is durable when
+//! PostgreSQL acknowledges it (`synchronous_commit = on` is set on every
+//! connection), so [`Backend::sync`] has nothing left to do.
+//!
+//! Appends announce themselves with `pg_notify` inside their transaction
+//! (channel [`CHANNEL`], payload `ID LEN`): a hint other processes may
+//! hear ([`Backend::changes`]), never something they rely on.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::ops::Bound;
+use std::str::FromStr;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::Duration;
+
+use bytes::Bytes;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::ToSql;
+use postgres::{Client, GenericClient, NoTls, Statement};
+
+use super::{Backend, Batch, Change, Condition, KeyRange, Keyspace, KvIter};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::ConversationId;
+
+/// The schema version this build creates and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The channel appends are announced on.
+pub const CHANNEL: &str = "convstore";
+
+/// The migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
+const MIGRATIONS: &[&str] = &[include_str!("postgres_schema_1.sql")];
+
+/// Rows a scan reads per query at first; later pages are larger.
+const FIRST_PAGE: i64 = 64;
+/// Rows a scan reads per query at most.
+const LARGEST_PAGE: i64 = 1024;
+/// Bytes of values a scan aims to read per query.
+const PAGE_BYTES: usize = 32 << 20;
+
+/// How a table keys its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `(conversation_id, key)`: a conversation's many rows of one kind.
+    Keyed,
+    /// `conversation_id`: one row per conversation.
+    Single,
+    /// `key` (a name, a hash, a database-wide setting).
+    Global,
+}
+
+/// A table and how its keys relate to the seam's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Table {
+    name: &'static str,
+    shape: Shape,
+    /// Whether its rows' keys leave out the tag byte the seam's key starts
+    /// with (every table but `settings` and `blobs`, which keep whole
+    /// keys).
+    strips_tag: bool,
+}
+
+const fn table(name: &'static str, shape: Shape) -> Table {
+    Table {
+        name,
+        shape,
+        strips_tag: true,
+    }
+}
+
+const SETTINGS: Table = Table {
+    name: "settings",
+    shape: Shape::Global,
+    strips_tag: false,
+};
+
+const BLOBS: Table = Table {
+    name: "blobs",
+    shape: Shape::Global,
+    strips_tag: false,
+};
+
+/// The table of a main-keyspace key starting with `tag` (see `keys.rs`).
+fn main_table(tag: u8) -> Table {
+    match tag {
+        b'N' => table("names", Shape::Global),
+        b'C' => table("conversations", Shape::Single),
+        b'T' => table("staging", Shape::Single),
+        b'P' => table("pins", Shape::Single),
+        b'A' => table("auto_state", Shape::Single),
+        b'L' => table("lineage", Shape::Single),
+        b'c' => table("chunks", Shape::Keyed),
+        b't' => table("turns", Shape::Keyed),
+        b'k' => table("calls", Shape::Keyed),
+        b'O' => table("overlay_directories", Shape::Keyed),
+        b'o' => table("overlays", Shape::Keyed),
+        b's' => table("staged_chunks", Shape::Keyed),
+        b'u' => table("staged_turns", Shape::Keyed),
+        b'j' => table("staged_calls", Shape::Keyed),
+        b'q' => table("staged_overlays", Shape::Keyed),
+        b'v' => table("views", Shape::Keyed),
+        b'w' => table("view_blocks", Shape::Keyed),
+        b'x' => table("view_calls", Shape::Keyed),
+        _ => SETTINGS,
+    }
+}
+
+/// Every table, for sizes and for dropping a schema in tests.
+pub const TABLES: &[&str] = &[
+    "settings",
+    "names",
+    "blobs",
+    "conversations",
+    "staging",
+    "pins",
+    "auto_state",
+    "lineage",
+    "chunks",
+    "turns",
+    "calls",
+    "overlay_directories",
+    "overlays",
+    "staged_chunks",
+    "staged_turns",
+    "staged_calls",
+    "staged_overlays",
+    "views",
+    "view_blocks",
+    "view_calls",
+];
+
+/// A row's address: its table and the key columns' values.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct RowKey {
+    table: &'static str,
+    shape_rank: u8,
+    conversation: Vec<u8>,
+    key: Vec<u8>,
+}
+
+/// Where the seam's `key` in `space` is stored.
+fn locate(space: Keyspace, key: &[u8]) -> StoreResult<(Table, Vec<u8>, Vec<u8>)> {
+    let table = match space {
+        Keyspace::Blobs => BLOBS,
+        Keyspace::Main => main_table(key.first().copied().unwrap_or(0)),
+    };
+    let rest = if table.strips_tag { &key[1..] } else { key };
+    match table.shape {
+        Shape::Global => Ok((table, Vec::new(), rest.to_vec())),
+        Shape::Single if rest.len() == 16 => Ok((table, rest.to_vec(), Vec::new())),
+        Shape::Keyed if rest.len() >= 16 => Ok((table, rest[..16].to_vec(), rest[16..].to_vec())),
+        _ => Err(StoreError::Corrupt {
+            what: format!(
+                "a key of {} bytes cannot be stored in table {}",
+                key.len(),
+                table.name
+            ),
+        }),
+    }
+}
+
+/// The seam's key of a row.
+fn seam_key(table: Table, tag: u8, conversation: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + conversation.len() + key.len());
+    if table.strips_tag {
+        out.push(tag);
+    }
+    out.extend_from_slice(conversation);
+    out.extend_from_slice(key);
+    out
+}
+
+/// A failure PostgreSQL reported, in its own words.
+#[derive(Debug)]
+struct PgError(String);
+
+impl fmt::Display for PgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PgError {}
+
+/// PostgreSQL's message for `error`: the server's own for a database
+/// error, else the client's.
+fn message(error: &postgres::Error) -> String {
+    use std::error::Error as _;
+    if let Some(db) = error.as_db_error() {
+        let mut text = format!("{}: {}", db.severity(), db.message());
+        if let Some(detail) = db.detail() {
+            text.push_str(" (");
+            text.push_str(detail);
+            text.push(')');
+        }
+        return text;
+    }
+    match error.source() {
+        Some(source) => format!("{error}: {source}"),
+        None => error.to_string(),
+    }
+}
+
+fn backend_error(error: &postgres::Error) -> StoreError {
+    StoreError::Backend(Box::new(PgError(message(error))))
+}
+
+/// Whether `error` says the transaction lost to another one (a key
+/// inserted first, a serialisation failure, a deadlock): the batch was not
+/// applied and may be planned again.
+fn lost_race(error: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    error.code().is_some_and(|code| {
+        *code == SqlState::UNIQUE_VIOLATION
+            || *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+/// `url` without its password, for messages.
+pub fn redact(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let authority_start = scheme_end + 3;
+        let authority_end = out[authority_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| authority_start + i);
+        if let Some(at) = out[authority_start..authority_end].rfind('@') {
+            let userinfo = authority_start..authority_start + at;
+            if let Some(colon) = out[userinfo.clone()].find(':') {
+                out.replace_range(userinfo.start + colon + 1..userinfo.end, "***");
+            }
+        }
+    }
+    // A password given as a parameter.
+    if let Some(start) = out.find("password=") {
+        let value = start + "password=".len();
+        let end = out[value..].find('&').map_or(out.len(), |i| value + i);
+        out.replace_range(value..end, "***");
+    }
+    out
+}
+
+/// A pooled connection: the client and the statements it has prepared.
+pub struct Connection {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+/// Prepares `sql` on `client` once per connection.
+fn prepared(
+    client: &mut impl GenericClient,
+    cache: &mut HashMap<String, Statement>,
+    sql: &str,
+) -> Result<Statement, postgres::Error> {
+    if let Some(statement) = cache.get(sql) {
+        return Ok(statement.clone());
+    }
+    let statement = client.prepare(sql)?;
+    cache.insert(sql.to_owned(), statement.clone());
+    Ok(statement)
+}
+
+/// Opens connections for the pool.
+struct Manager {
+    config: postgres::Config,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Connection;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Connection, postgres::Error> {
+        let mut client = self.config.connect(NoTls)?;
+        // Acknowledged means durable, whatever the server's default.
+        client.batch_execute("SET synchronous_commit = on")?;
+        Ok(Connection {
+            client,
+            statements: HashMap::new(),
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Connection) -> Result<(), postgres::Error> {
+        conn.client.simple_query("").map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut Connection) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+/// How [`PgBackend::connect`] treats a database without convstore's
+/// schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    /// Refuse it ([`StoreError::NoDatabase`]).
+    Existing,
+    /// Create the schema (a new, empty database).
+    Create,
+}
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrated {
+    /// The schema version before (0: none).
+    pub from: u32,
+    /// The schema version now.
+    pub to: u32,
+}
+
+/// A convstore database in PostgreSQL (see the module documentation).
+pub struct PgBackend {
+    pool: r2d2::Pool<Manager>,
+    config: postgres::Config,
+    url: String,
+}
+
+impl PgBackend {
+    /// Connects to the database at `url` (`postgres://USER@HOST/DB`; a
+    /// Unix socket as `host=/run/postgresql`), checks its schema, and
+    /// with [`Setup::Create`] sets up a database that has none. A schema
+    /// older than this build's asks for `convstore migrate`; a newer one
+    /// is refused.
+    pub fn connect(url: &str, setup: Setup) -> StoreResult<PgBackend> {
+        let shown = redact(url);
+        let cannot = |reason: String| StoreError::Open {
+            path: shown.clone().into(),
+            reason,
+        };
+        let mut config = postgres::Config::from_str(url).map_err(|e| cannot(message(&e)))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("convstore");
+        }
+        let manager = Manager {
+            config: config.clone(),
+        };
+        let mut first =
+            r2d2::ManageConnection::connect(&manager).map_err(|e| cannot(message(&e)))?;
+        let version = schema_version(&mut first.client).map_err(|e| cannot(message(&e)))?;
+        match version {
+            Some(v) if v == SCHEMA_VERSION => {}
+            Some(v) if v > SCHEMA_VERSION => {
+                return Err(StoreError::UnsupportedSchema {
+                    location: shown,
+                    found: v,
+                    supported: SCHEMA_VERSION,
+                })
+            }
+            Some(v) => {
+                return Err(cannot(format!(
+                    "its schema is version {v}, this convstore uses version {SCHEMA_VERSION}: \
+                     run `convstore migrate` first"
+                )))
+            }
+            None if setup == Setup::Create => {
+                apply_migrations(&mut first.client).map_err(|e| cannot(message(&e)))?;
+            }
+            None => return Err(StoreError::NoDatabase { path: shown.into() }),
+        }
+        drop(first);
+        let pool = r2d2::Pool::builder()
+            .max_size(16)
+            .min_idle(Some(0))
+            .connection_timeout(Duration::from_secs(30))
+            .test_on_check_out(false)
+            .build_unchecked(manager);
+        Ok(PgBackend {
+            pool,
+            config,
+            url: shown,
+        })
+    }
+
+    /// A connection from the pool.
+    fn conn(&self) -> StoreResult<r2d2::PooledConnection<Manager>> {
+        self.pool.get().map_err(|e| {
+            StoreError::Backend(Box::new(PgError(format!(
+                "no connection to {}: {e}",
+                self.url
+            ))))
+        })
+    }
+
+    /// Runs `f` on a pooled connection, mapping PostgreSQL's errors.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, postgres::Error>,
+    ) -> StoreResult<T> {
+        let mut conn = self.conn()?;
+        f(&mut conn).map_err(|e| backend_error(&e))
+    }
+
+    /// Writes `ops` (each key once) inside the transaction on `client`.
+    fn write(
+        client: &mut impl GenericClient,
+        cache: &mut HashMap<String, Statement>,
+        ops: &BTreeMap<RowKey, Option<Vec<u8>>>,
+    ) -> Result<(), postgres::Error> {
+        // Per table: the rows to upsert and the rows to delete.
+        let mut tables: BTreeMap<(&'static str, u8), TableWrites<'_>> = BTreeMap::new();
+        for (row, value) in ops {
+            let writes = tables.entry((row.table, row.shape_rank)).or_default();
+            if let Some(value) = value {
+                writes.put_conversations.push(&row.conversation);
+                writes.put_keys.push(&row.key);
+                writes.put_values.push(value);
+            } else {
+                writes.del_conversations.push(&row.conversation);
+                writes.del_keys.push(&row.key);
+            }
+        }
+        for ((name, rank), w) in tables {
+            let shape = shape_of_rank(rank);
+            if !w.put_keys.is_empty() {
+                let sql = upsert_sql(name, shape);
+                let statement = prepared(client, cache, &sql)?;
+                match shape {
+                    Shape::Keyed => client.execute(
+                        &statement,
+                        &[&w.put_conversations, &w.put_keys, &w.put_values],
+                    )?,
+                    Shape::Single => {
+                        client.execute(&statement, &[&w.put_conversations, &w.put_values])?
+                    }
+                    Shape::Global => client.execute(&statement, &[&w.put_keys, &w.put_values])?,
+                };
+            }
+            if !w.del_keys.is_empty() {
+                let sql = delete_sql(name, shape);
+                let statement = prepared(client, cache, &sql)?;
+                match shape {
+                    Shape::Keyed => {
+                        client.execute(&statement, &[&w.del_conversations, &w.del_keys])?
+                    }
+                    Shape::Single => client.execute(&statement, &[&w.del_conversations])?,
+                    Shape::Global => client.execute(&statement, &[&w.del_keys])?,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// The batch's writes by row, the last write of each key winning.
+    fn rows(batch: &Batch) -> StoreResult<BTreeMap<RowKey, Option<Vec<u8>>>> {
+        let mut rows = BTreeMap::new();
+        for (space, key, value) in &batch.ops {
+            let (table, conversation, key) = locate(*space, key)?;
+            rows.insert(
+                RowKey {
+                    table: table.name,
+                    shape_rank: rank_of_shape(table.shape),
+                    conversation,
+                    key,
+                },
+                value.clone(),
+            );
+        }
+        Ok(rows)
+    }
+
+    /// Applies `batch` in one transaction if `conditions` hold; `Ok(false)`
+    /// when one does not, or when a concurrent transaction won.
+    fn transact(&self, conditions: &[Condition], batch: &Batch) -> StoreResult<bool> {
+        let rows = Self::rows(batch)?;
+        let located = conditions
+            .iter()
+            .map(|c| locate(Keyspace::Main, &c.key).map(|l| (c, l)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let mut conn = self.conn()?;
+        let Connection { client, statements } = &mut *conn;
+        let result = (|| -> Result<bool, postgres::Error> {
+            let mut tx = client.transaction()?;
+            for (condition, (table, conversation, key)) in &located {
+                let table = *table;
+                if condition.expected.is_none() {
+                    // No row to lock: serialise the writers that expect
+                    // it absent on an advisory lock of the key instead.
+                    let lock = prepared(&mut tx, statements, "SELECT pg_advisory_xact_lock($1)")?;
+                    tx.execute(&lock, &[&advisory_key(&condition.key)])?;
+                }
+                let sql = select_sql(table, true);
+                let statement = prepared(&mut tx, statements, &sql)?;
+                let found = match table.shape {
+                    Shape::Keyed => tx.query_opt(&statement, &[&conversation, &key])?,
+                    Shape::Single => tx.query_opt(&statement, &[&conversation])?,
+                    Shape::Global => tx.query_opt(&statement, &[&key])?,
+                };
+                let value: Option<&[u8]> = found.as_ref().map(|row| row.get(0));
+                if value != condition.expected.as_deref() {
+                    return Ok(false);
+                }
+            }
+            Self::write(&mut tx, statements, &rows)?;
+            for change in &batch.announced {
+                if let Change::Appended { id, len } = change {
+                    let notify = prepared(&mut tx, statements, "SELECT pg_notify($1, $2)")?;
+                    tx.execute(&notify, &[&CHANNEL, &format!("{id} {len}")])?;
+                }
+            }
+            tx.commit()?;
+            Ok(true)
+        })();
+        match result {
+            Ok(applied) => Ok(applied),
+            Err(e) if lost_race(&e) => Ok(false),
+            Err(e) => Err(backend_error(&e)),
+        }
+    }
+
+    /// The database's URL, without its password.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Starts a thread that hears announcements on a connection of its own.
+    fn listener(&self, sender: Sender<Change>) {
+        let config = self.config.clone();
+        let spawned = std::thread::Builder::new()
+            .name("convstore-listen".to_owned())
+            .spawn(move || listen(&config, &sender));
+        // Without the thread there are no hints, which nothing relies on.
+        drop(spawned);
+    }
+}
+
+/// What one table's part of a batch writes.
+#[derive(Default)]
+struct TableWrites<'a> {
+    put_conversations: Vec<&'a [u8]>,
+    put_keys: Vec<&'a [u8]>,
+    put_values: Vec<&'a [u8]>,
+    del_conversations: Vec<&'a [u8]>,
+    del_keys: Vec<&'a [u8]>,
+}
+
+fn rank_of_shape(shape: Shape) -> u8 {
+    match shape {
+        Shape::Keyed => 0,
+        Shape::Single => 1,
+        Shape::Global => 2,
+    }
+}
+
+fn shape_of_rank(rank: u8) -> Shape {
+    match rank {
+        0 => Shape::Keyed,
+        1 => Shape::Single,
+        _ => Shape::Global,
+    }
+}
+
+/// An advisory lock number for `key`.
+fn advisory_key(key: &[u8]) -> i64 {
+    let hash = blake3::hash(key);
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&hash.as_bytes()[..8]);
+    i64::from_le_bytes(bytes)
+}
+
+fn upsert_sql(name: &str, shape: Shape) -> String {
+    match shape {
+        Shape::Keyed => format!(
+            "INSERT INTO {name} (conversation_id, key, value) \
+             SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) \
+             ON CONFLICT (conversation_id, key) DO UPDATE SET value = excluded.value"
+        ),
+        Shape::Single => format!(
+            "INSERT INTO {name} (conversation_id, value) \
+             SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+             ON CONFLICT (conversation_id) DO UPDATE SET value = excluded.value"
+        ),
+        Shape::Global => format!(
+            "INSERT INTO {name} (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        ),
+    }
+}
+
+fn delete_sql(name: &str, shape: Shape) -> String {
+    match shape {
+        Shape::Keyed => format!(
+            "DELETE FROM {name} WHERE (conversation_id, key) IN \
+             (SELECT * FROM unnest($1::bytea[], $2::bytea[]))"
+        ),
+        Shape::Single => {
+            format!("DELETE FROM {name} WHERE conversation_id = ANY($1::bytea[])")
+        }
+        Shape::Global => format!("DELETE FROM {name} WHERE key = ANY($1::bytea[])"),
+    }
+}
+
+fn select_sql(table: Table, for_update: bool) -> String {
+    let lock = if for_update { " FOR UPDATE" } else { "" };
+    match table.shape {
+        Shape::Keyed => format!(
+            "SELECT value FROM {} WHERE conversation_id = $1 AND key = $2{lock}",
+            table.name
+        ),
+        Shape::Single => format!(
+            "SELECT value FROM {} WHERE conversation_id = $1{lock}",
+            table.name
+        ),
+        Shape::Global => format!("SELECT value FROM {} WHERE key = $1{lock}", table.name),
+    }
+}
+
+/// The version in `convstore_schema`, or `None` when the database has no
+/// convstore schema.
+fn schema_version(client: &mut Client) -> Result<Option<u32>, postgres::Error> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('convstore_schema') IS NOT NULL", &[])?
+        .get(0);
+    if !exists {
+        return Ok(None);
+    }
+    let version: Option<i32> = client
+        .query_one("SELECT max(version) FROM convstore_schema", &[])?
+        .get(0);
+    Ok(Some(version.unwrap_or(0).max(0) as u32))
+}
+
+/// Applies the migrations the database lacks, each in its own
+/// transaction, under an advisory lock so that two processes migrating
+/// at once apply each once; returns the version before.
+fn apply_migrations(client: &mut Client) -> Result<u32, postgres::Error> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock(7377)", &[])?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS convstore_schema (\
+             version integer PRIMARY KEY, \
+             applied_at timestamptz NOT NULL DEFAULT now(), \
+             applied_by text NOT NULL)",
+    )?;
+    let before: Option<i32> = tx
+        .query_one("SELECT max(version) FROM convstore_schema", &[])?
+        .get(0);
+    let before = before.unwrap_or(0).max(0) as u32;
+    for (index, sql) in MIGRATIONS.iter().enumerate() {
+        let version = index as u32 + 1;
+        if version <= before {
+            continue;
+        }
+        tx.batch_execute(sql)?;
+        if version == 1 {
+            // A convstore database from the start: the store's format.
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES ($1, $2)",
+                &[
+                    &crate::keys::FORMAT,
+                    &crate::keys::FORMAT_VERSION.to_be_bytes().as_slice(),
+                ],
+            )?;
+        }
+        tx.execute(
+            "INSERT INTO convstore_schema (version, applied_by) VALUES ($1, $2)",
+            &[
+                &(version as i32),
+                &concat!("convstore ", env!("CARGO_PKG_VERSION")),
+            ],
+        )?;
+    }
+    tx.commit()?;
+    Ok(before)
+}
+
+/// Brings the database at `url` to this build's schema (creating it in a
+/// database that has none); a newer schema is refused.
+pub fn migrate(url: &str) -> StoreResult<Migrated> {
+    let shown = redact(url);
+    let cannot = |reason: String| StoreError::Open {
+        path: shown.clone().into(),
+        reason,
+    };
+    let mut config = postgres::Config::from_str(url).map_err(|e| cannot(message(&e)))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    let mut client = config.connect(NoTls).map_err(|e| cannot(message(&e)))?;
+    if let Some(found) = schema_version(&mut client).map_err(|e| backend_error(&e))? {
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::UnsupportedSchema {
+                location: shown,
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+    }
+    let from = apply_migrations(&mut client).map_err(|e| backend_error(&e))?;
+    Ok(Migrated {
+        from,
+        to: SCHEMA_VERSION,
+    })
+}
+
+/// Hears the announcements of appends on a connection of its own and
+/// hands them on; after a lost connection, says that some may have been
+/// missed and connects again. Ends when the receiver is gone.
+fn listen(config: &postgres::Config, sender: &Sender<Change>) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        if let Ok(mut client) = config.connect(NoTls) {
+            if client.batch_execute(&format!("LISTEN {CHANNEL}")).is_ok() {
+                pause = Duration::from_millis(100);
+                // Anything may have happened while no one listened.
+                if sender.send(Change::Unknown).is_err() {
+                    return;
+                }
+                loop {
+                    let mut heard: Vec<String> = Vec::new();
+                    let mut lost = false;
+                    {
+                        let mut notifications = client.notifications();
+                        let mut iter = notifications.timeout_iter(Duration::from_secs(1));
+                        loop {
+                            match iter.next() {
+                                Ok(Some(n)) => heard.push(n.payload().to_owned()),
+                                Ok(None) => break,
+                                Err(_) => {
+                                    lost = true;
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    for payload in heard {
+                        if let Some(change) = parse_change(&payload) {
+                            if sender.send(change).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    // A listener nobody reads ends at the next hint.
+                    if lost || client.is_closed() {
+                        break;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// An announcement's payload: `ID LEN`.
+fn parse_change(payload: &str) -> Option<Change> {
+    let (id, len) = payload.split_once(' ')?;
+    Some(Change::Appended {
+        id: ConversationId::from_hex(id)?,
+        len: len.parse().ok()?,
+    })
+}
+
+impl Backend for PgBackend {
+    fn get(&self, space: Keyspace, key: &[u8]) -> StoreResult<Option<Bytes>> {
+        let (table, conversation, key) = locate(space, key)?;
+        self.with(|conn| {
+            let sql = select_sql(table, false);
+            let statement = prepared(&mut conn.client, &mut conn.statements, &sql)?;
+            let row = match table.shape {
+                Shape::Keyed => conn.client.query_opt(&statement, &[&conversation, &key])?,
+                Shape::Single => conn.client.query_opt(&statement, &[&conversation])?,
+                Shape::Global => conn.client.query_opt(&statement, &[&key])?,
+            };
+            Ok(row.map(|row| Bytes::from(row.get::<_, Vec<u8>>(0))))
+        })
+    }
+
+    fn scan(&self, space: Keyspace, range: KeyRange, reverse: bool) -> KvIter<'_> {
+        let mut parts: VecDeque<Part> = parts(space, &range).into();
+        if reverse {
+            parts = parts.into_iter().rev().collect();
+        }
+        Box::new(Scan {
+            backend: self,
+            parts,
+            reverse,
+            buffer: VecDeque::new(),
+            page: FIRST_PAGE,
+            failed: false,
+        })
+    }
+
+    fn apply(&self, batch: Batch) -> StoreResult<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        loop {
+            if self.transact(&[], &batch)? {
+                return Ok(());
+            }
+            // Only a concurrent insert of the same key loses here (an
+            // upsert racing an upsert): write again.
+        }
+    }
+
+    fn apply_if(&self, conditions: &[Condition], batch: Batch) -> StoreResult<bool> {
+        self.transact(conditions, &batch)
+    }
+
+    fn sync(&self) -> StoreResult<()> {
+        // Every commit was durable when it was acknowledged.
+        Ok(())
+    }
+
+    fn size_on_disk(&self) -> StoreResult<u64> {
+        self.with(|conn| {
+            let mut total = 0i64;
+            for name in TABLES {
+                let row = conn.client.query_one(
+                    "SELECT coalesce(pg_total_relation_size(to_regclass($1)), 0)",
+                    &[name],
+                )?;
+                total += row.get::<_, i64>(0);
+            }
+            Ok(total.max(0) as u64)
+        })
+    }
+
+    fn is_empty(&self) -> StoreResult<bool> {
+        self.with(|conn| {
+            let row = conn.client.query_one(
+                "SELECT NOT EXISTS (SELECT 1 FROM settings) \
+                 AND NOT EXISTS (SELECT 1 FROM conversations)",
+                &[],
+            )?;
+            Ok(row.get(0))
+        })
+    }
+
+    fn changes(&self) -> Option<Receiver<Change>> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        self.listener(sender);
+        Some(receiver)
+    }
+
+    fn describe(&self) -> String {
+        self.url.clone()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// One table's share of a scan: its rows between two bounds on its
+/// stored keys (the seam's keys with the tag left out, where the table
+/// leaves it out).
+#[derive(Debug, Clone)]
+struct Part {
+    table: Table,
+    tag: u8,
+    /// The last tag it covers (whole-key tables cover several).
+    last_tag: u8,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+}
+
+/// The tables a range of the seam's keys spans, in key order, each with
+/// its bounds.
+fn parts(space: Keyspace, range: &KeyRange) -> Vec<Part> {
+    if space == Keyspace::Blobs {
+        return vec![Part {
+            table: BLOBS,
+            tag: 0,
+            last_tag: u8::MAX,
+            lower: range.0.clone(),
+            upper: range.1.clone(),
+        }];
+    }
+    let tag_of = |b: &Bound<Vec<u8>>| match b {
+        Bound::Included(k) | Bound::Excluded(k) => k.first().copied(),
+        Bound::Unbounded => None,
+    };
+    let first_tag = tag_of(&range.0).unwrap_or(0);
+    let last_tag = match &range.1 {
+        Bound::Unbounded => u8::MAX,
+        // Below every key (the empty key).
+        Bound::Excluded(k) if k.is_empty() => return Vec::new(),
+        Bound::Included(k) | Bound::Excluded(k) => k.first().copied().unwrap_or(0),
+    };
+    let mut out: Vec<Part> = Vec::new();
+    for tag in first_tag..=last_tag {
+        let table = main_table(tag);
+        let (lower, upper) = if table.strips_tag {
+            // Keys without their tag: the range's bounds where they fall
+            // in this tag, none where they fall in another.
+            let strip = |b: &Bound<Vec<u8>>| match b {
+                Bound::Included(k) if k.first() == Some(&tag) => Bound::Included(k[1..].to_vec()),
+                Bound::Excluded(k) if k.first() == Some(&tag) => Bound::Excluded(k[1..].to_vec()),
+                _ => Bound::Unbounded,
+            };
+            (strip(&range.0), strip(&range.1))
+        } else {
+            // Whole keys: bounded by the tag too, so that the part never
+            // returns keys of tags kept in other tables.
+            let lower = match tag_of(&range.0) {
+                Some(t) if t == tag => range.0.clone(),
+                _ if tag == 0 => Bound::Unbounded,
+                _ => Bound::Included(vec![tag]),
+            };
+            let upper = match tag_of(&range.1) {
+                Some(t) if t == tag => range.1.clone(),
+                _ if tag == u8::MAX => Bound::Unbounded,
+                _ => Bound::Excluded(vec![tag + 1]),
+            };
+            // Neighbouring tags of the same table are one part.
+            if let Some(previous) = out.last_mut() {
+                if previous.table == table && previous.last_tag + 1 == tag {
+                    previous.upper = upper;
+                    previous.last_tag = tag;
+                    continue;
+                }
+            }
+            (lower, upper)
+        };
+        out.push(Part {
+            table,
+            tag,
+            last_tag: tag,
+            lower,
+            upper,
+        });
+    }
+    out
+}
+
+/// A scan in progress: the parts left, and the rows read but not yet
+/// returned.
+struct Scan<'a> {
+    backend: &'a PgBackend,
+    parts: VecDeque<Part>,
+    reverse: bool,
+    buffer: VecDeque<(Bytes, Bytes)>,
+    page: i64,
+    failed: bool,
+}
+
+impl Scan<'_> {
+    /// Reads the next page of the current part into the buffer; false when
+    /// the scan is over.
+    fn fill(&mut self) -> StoreResult<bool> {
+        while self.buffer.is_empty() {
+            let Some(part) = self.parts.front().cloned() else {
+                return Ok(false);
+            };
+            let (sql, params) = page_query(&part, self.reverse, self.page);
+            let rows = self.backend.with(|conn| {
+                let statement = prepared(&mut conn.client, &mut conn.statements, &sql)?;
+                let refs: Vec<&(dyn ToSql + Sync)> =
+                    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+                conn.client.query(&statement, &refs)
+            })?;
+            let full = rows.len() as i64 >= self.page;
+            let mut bytes = 0usize;
+            let mut last_stored: Option<Vec<u8>> = None;
+            for row in rows {
+                let (conversation, key, value): (Vec<u8>, Vec<u8>, Vec<u8>) = match part.table.shape
+                {
+                    Shape::Keyed => (row.get(0), row.get(1), row.get(2)),
+                    Shape::Single => (row.get(0), Vec::new(), row.get(1)),
+                    Shape::Global => (Vec::new(), row.get(0), row.get(1)),
+                };
+                bytes += value.len();
+                let mut stored = conversation.clone();
+                stored.extend_from_slice(&key);
+                let seam = seam_key(part.table, part.tag, &conversation, &key);
+                last_stored = Some(stored);
+                self.buffer
+                    .push_back((Bytes::from(seam), Bytes::from(value)));
+            }
+            if full {
+                // More may follow: continue after the last row read, with
+                // as many rows as make about PAGE_BYTES.
+                if let (Some(last), Some(front)) = (last_stored, self.parts.front_mut()) {
+                    if self.reverse {
+                        front.upper = Bound::Excluded(last);
+                    } else {
+                        front.lower = Bound::Excluded(last);
+                    }
+                }
+                let per_row = (bytes / self.page.max(1) as usize).max(1);
+                self.page = ((PAGE_BYTES / per_row) as i64).clamp(FIRST_PAGE / 4, LARGEST_PAGE);
+            } else {
+                self.parts.pop_front();
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl Iterator for Scan<'_> {
+    type Item = StoreResult<(Bytes, Bytes)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.fill() {
+            Ok(true) => self.buffer.pop_front().map(Ok),
+            Ok(false) => None,
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// A parameter of a page query.
+type Param = Vec<u8>;
+
+/// The query for the next page of `part`, and its parameters.
+fn page_query(part: &Part, reverse: bool, limit: i64) -> (String, Vec<Param>) {
+    let table = part.table;
+    let mut params: Vec<Param> = Vec::new();
+    let mut clauses: Vec<String> = Vec::new();
+    let order = if reverse { "DESC" } else { "ASC" };
+    let columns = match table.shape {
+        Shape::Keyed => "conversation_id, key, value",
+        Shape::Single => "conversation_id, value",
+        Shape::Global => "key, value",
+    };
+    let ordering = match table.shape {
+        Shape::Keyed => format!("conversation_id {order}, key {order}"),
+        Shape::Single => format!("conversation_id {order}"),
+        Shape::Global => format!("key {order}"),
+    };
+    match table.shape {
+        Shape::Global => {
+            bound_clause("key", &part.lower, true, &mut clauses, &mut params);
+            bound_clause("key", &part.upper, false, &mut clauses, &mut params);
+        }
+        Shape::Single => {
+            bound_clause(
+                "conversation_id",
+                &part.lower,
+                true,
+                &mut clauses,
+                &mut params,
+            );
+            bound_clause(
+                "conversation_id",
+                &part.upper,
+                false,
+                &mut clauses,
+                &mut params,
+            );
+        }
+        Shape::Keyed => keyed_clauses(&part.lower, &part.upper, &mut clauses, &mut params),
+    }
+    let filter = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", clauses.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT {columns} FROM {}{filter} ORDER BY {ordering} LIMIT {limit}",
+        table.name
+    );
+    (sql, params)
+}
+
+/// `column >= $n` (or `>`, `<`, `<=`) for a bound on a plain column.
+fn bound_clause(
+    column: &str,
+    bound: &Bound<Vec<u8>>,
+    lower: bool,
+    clauses: &mut Vec<String>,
+    params: &mut Vec<Param>,
+) {
+    let (op, value) = match (bound, lower) {
+        (Bound::Unbounded, _) => return,
+        (Bound::Included(v), true) => (">=", v),
+        (Bound::Excluded(v), true) => (">", v),
+        (Bound::Included(v), false) => ("<=", v),
+        (Bound::Excluded(v), false) => ("<", v),
+    };
+    params.push(value.clone());
+    clauses.push(format!("{column} {op} ${}", params.len()));
+}
+
+/// The smallest 16-byte-or-shorter string after every string that
+/// starts with `prefix` (`None`: there is none).
+fn after_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// The clauses of bounds on a keyed table's stored keys (conversation id,
+/// 16 bytes, then the key). A range inside one conversation becomes
+/// `conversation_id = $1` and bounds on `key`, so that it is a query of
+/// one conversation (one shard, distributed by it).
+fn keyed_clauses(
+    lower: &Bound<Vec<u8>>,
+    upper: &Bound<Vec<u8>>,
+    clauses: &mut Vec<String>,
+    params: &mut Vec<Param>,
+) {
+    let conversation_of = |b: &Bound<Vec<u8>>| match b {
+        Bound::Included(v) | Bound::Excluded(v) if v.len() >= 16 => Some(v[..16].to_vec()),
+        _ => None,
+    };
+    let lower_conversation = conversation_of(lower);
+    // One conversation: the lower bound names it, and the upper bound is
+    // in it or is the end of its keys.
+    if let Some(conversation) = &lower_conversation {
+        let upper_in_same = match upper {
+            Bound::Included(v) | Bound::Excluded(v) if v.len() >= 16 => {
+                if v[..16] == conversation[..] {
+                    Some(true)
+                } else {
+                    None
+                }
+            }
+            Bound::Excluded(v) => after_prefix(conversation)
+                .filter(|end| end == v)
+                .map(|_| false),
+            _ => None,
+        };
+        if let Some(has_key_bound) = upper_in_same {
+            params.push(conversation.clone());
+            clauses.push(format!("conversation_id = ${}", params.len()));
+            let key_bound = |b: &Bound<Vec<u8>>| match b {
+                Bound::Included(v) => Bound::Included(v[16..].to_vec()),
+                Bound::Excluded(v) => Bound::Excluded(v[16..].to_vec()),
+                Bound::Unbounded => Bound::Unbounded,
+            };
+            let lower_key = key_bound(lower);
+            // `key >= ''` holds for every key: leave it out.
+            if lower_key != Bound::Included(Vec::new()) {
+                bound_clause("key", &lower_key, true, clauses, params);
+            }
+            if has_key_bound {
+                bound_clause("key", &key_bound(upper), false, clauses, params);
+            }
+            return;
+        }
+    }
+    keyed_bound(lower, true, clauses, params);
+    keyed_bound(upper, false, clauses, params);
+}
+
+/// One bound on a keyed table's stored keys, in general.
+fn keyed_bound(
+    bound: &Bound<Vec<u8>>,
+    lower: bool,
+    clauses: &mut Vec<String>,
+    params: &mut Vec<Param>,
+) {
+    let (value, inclusive) = match bound {
+        Bound::Unbounded => return,
+        Bound::Included(v) => (v, true),
+        Bound::Excluded(v) => (v, false),
+    };
+    if value.len() < 16 {
+        // Shorter than an id: the id alone decides (an id starting with
+        // it is longer, so greater).
+        bound_clause("conversation_id", bound, lower, clauses, params);
+        return;
+    }
+    let op = match (lower, inclusive) {
+        (true, true) => ">=",
+        (true, false) => ">",
+        (false, true) => "<=",
+        (false, false) => "<",
+    };
+    params.push(value[..16].to_vec());
+    params.push(value[16..].to_vec());
+    clauses.push(format!(
+        "(conversation_id, key) {op} (${}, ${})",
+        params.len() - 1,
+        params.len()
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_left_out_of_messages() {
+        assert_eq!(
+            redact("postgres://me:secret@host/db"),
+            "postgres://me:***@host/db"
+        );
+        assert_eq!(redact("postgres://me@host/db"), "postgres://me@host/db");
+        assert_eq!(
+            redact("postgres:///db?host=/tmp&password=x&user=y"),
+            "postgres:///db?host=/tmp&password=***&user=y"
+        );
+    }
+
+    #[test]
+    fn a_range_inside_one_conversation_is_a_query_of_it() {
+        let id = [7u8; 16];
+        let mut start = vec![b'c'];
+        start.extend_from_slice(&id);
+        let range = super::super::prefixed(start);
+        let parts = parts(Keyspace::Main, &range);
+        assert_eq!(parts.len(), 1);
+        let (sql, params) = page_query(&parts[0], false, 10);
+        assert!(sql.contains("WHERE conversation_id = $1 ORDER BY"), "{sql}");
+        assert_eq!(params, vec![id.to_vec()]);
+    }
+
+    #[test]
+    fn whole_key_tables_are_bounded_by_their_tags() {
+        let parts = parts(Keyspace::Main, &(Bound::Unbounded, Bound::Unbounded));
+        let settings: Vec<&Part> = parts
+            .iter()
+            .filter(|p| p.table.name == "settings")
+            .collect();
+        // Runs of tags without a table of their own, between the others.
+        assert!(settings.len() > 1);
+        for part in settings {
+            let (sql, _) = page_query(part, false, 10);
+            assert!(sql.contains("key"), "{sql}");
+        }
+    }
+}
