@@ -109,10 +109,7 @@ fn alternatives(c: &mut Criterion) {
                 || tempfile::tempdir().expect("dir"),
                 |dir| {
                     let store = Store::open(dir.path().join("db")).expect("open");
-                    let options = AppendOptions {
-                        no_sync: true,
-                        ..AppendOptions::default()
-                    };
+                    let options = AppendOptions::new().unsynced(true);
                     let id = store.create_conversation(None).expect("create");
                     for batch in data.chunks(10_000) {
                         store.append(&id, batch, &options).expect("append");

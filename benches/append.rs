@@ -42,10 +42,7 @@ fn events(n: usize) -> Vec<Event> {
 }
 
 fn no_sync() -> AppendOptions {
-    AppendOptions {
-        no_sync: true,
-        ..AppendOptions::default()
-    }
+    AppendOptions::new().unsynced(true)
 }
 
 fn append(c: &mut Criterion) {

@@ -80,10 +80,7 @@ fn updates(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("append_turn", n), |b| {
             b.iter_batched(
                 || {
-                    let options = AppendOptions {
-                        no_sync: true,
-                        ..AppendOptions::default()
-                    };
+                    let options = AppendOptions::new().unsynced(true);
                     store.append(&id, &turn, &options).expect("append");
                 },
                 |()| views::refresh(&store, &id, "v", None).expect("refresh"),

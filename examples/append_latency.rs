@@ -30,10 +30,7 @@ fn main() {
 
     let store = Store::open(dir.join("db")).expect("open the store");
     let id = store.create_conversation(None).expect("create");
-    let batch = AppendOptions {
-        no_sync: true,
-        ..AppendOptions::default()
-    };
+    let batch = AppendOptions::new().unsynced(true);
     for start in (0..events).step_by(10_000) {
         let chunk: Vec<Event> = (start..events.min(start + 10_000)).map(event).collect();
         store.append(&id, &chunk, &batch).expect("fill");

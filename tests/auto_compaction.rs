@@ -101,10 +101,7 @@ fn auto_compaction_keeps_the_view_under_the_window() {
         store.pin(&id, a, b).unwrap();
     }
     let config = config("heavy");
-    let options = AppendOptions {
-        no_sync: true,
-        ..AppendOptions::default()
-    };
+    let options = AppendOptions::new().unsynced(true);
     let mut compactions = 0;
     let mut folds = 0;
     for i in 0..turn_count() {

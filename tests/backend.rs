@@ -266,10 +266,7 @@ fn race(a: &Arc<Store>, b: &Arc<Store>) {
     assert_eq!(texts.len(), 240);
     // Racing with an expected head: exactly one wins.
     let head = a.info(&id).unwrap().head;
-    let options = AppendOptions {
-        expect_head: Some(head),
-        no_sync: false,
-    };
+    let options = AppendOptions::new().expecting(Some(head));
     a.append(&id, &[user("first")], &options).unwrap();
     match b.append(&id, &[user("second")], &options) {
         Err(StoreError::HeadMismatch { actual, .. }) => assert_ne!(actual, head),

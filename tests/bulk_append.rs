@@ -78,10 +78,7 @@ fn database(dir: &tempfile::TempDir, format: u32) -> PathBuf {
     db
 }
 
-const NO_SYNC: AppendOptions = AppendOptions {
-    expect_head: None,
-    no_sync: true,
-};
+const NO_SYNC: AppendOptions = AppendOptions::new().unsynced(true);
 
 /// Pushed in pieces, invisible until the commit, then the same log (and
 /// head) as one append of the same events, in every format; on a
@@ -277,10 +274,7 @@ fn a_bulk_append_that_is_not_committed_leaves_nothing() {
     assert!(files(&db, ".bulk").is_empty());
 
     // Checked at the start: expect_head, the name, the event size.
-    let wrong = AppendOptions {
-        expect_head: Some(convstore_store::Address::ROOT),
-        no_sync: false,
-    };
+    let wrong = AppendOptions::new().expecting(Some(convstore_store::Address::ROOT));
     assert!(matches!(
         store.begin_bulk(BulkTarget::Existing(id), &wrong),
         Err(StoreError::HeadMismatch { .. })

@@ -28,10 +28,7 @@ fn threads_on_different_conversations_lose_nothing() {
                     let id = store.create_conversation(Some(&format!("c{t}"))).unwrap();
                     for i in 0..50 {
                         let batch = vec![user(format!("{t}-{i}-a")), user(format!("{t}-{i}-b"))];
-                        let options = AppendOptions {
-                            no_sync: i % 2 == 0,
-                            ..AppendOptions::default()
-                        };
+                        let options = AppendOptions::new().unsynced(i % 2 == 0);
                         store.append(&id, &batch, &options).unwrap();
                     }
                     id
@@ -69,10 +66,7 @@ fn racing_appends_with_expect_head_report_every_conflict() {
                     let (mut won, mut conflicts) = (0u64, 0u64);
                     while won < 20 {
                         let head = store.info(&id).unwrap().head;
-                        let options = AppendOptions {
-                            expect_head: Some(head),
-                            no_sync: true,
-                        };
+                        let options = AppendOptions::new().expecting(Some(head)).unsynced(true);
                         match store.append(&id, &[user(format!("{t}-{won}"))], &options) {
                             Ok(_) => won += 1,
                             Err(StoreError::HeadMismatch { expected, actual }) => {
@@ -142,10 +136,7 @@ fn reads_racing_small_appends_and_settles_see_a_consistent_log() {
         let store = Arc::clone(&store);
         let done_reads = Arc::clone(&done_reads);
         std::thread::spawn(move || {
-            let options = AppendOptions {
-                no_sync: true,
-                ..AppendOptions::default()
-            };
+            let options = AppendOptions::new().unsynced(true);
             for i in 0..600 {
                 while done_reads.load(std::sync::atomic::Ordering::SeqCst) < i / 50 {
                     std::thread::yield_now();

@@ -22,10 +22,7 @@ fn open_placing(dir: &Place, in_segments: bool) -> Store {
 }
 
 fn fast() -> AppendOptions {
-    AppendOptions {
-        no_sync: true,
-        ..AppendOptions::default()
-    }
+    AppendOptions::new().unsynced(true)
 }
 
 fn scan_all(
@@ -244,10 +241,7 @@ fn expect_head_appends_only_on_a_match() {
                 &AppendOptions::default(),
             )
             .unwrap();
-        let stale = AppendOptions {
-            expect_head: Some(Address::ROOT),
-            no_sync: false,
-        };
+        let stale = AppendOptions::new().expecting(Some(Address::ROOT));
         let err = store
             .append(&id, std::slice::from_ref(&event), &stale)
             .unwrap_err();
@@ -256,10 +250,7 @@ fn expect_head_appends_only_on_a_match() {
             "{err}"
         );
         assert_eq!(store.info(&id).unwrap().len, 1);
-        let current = AppendOptions {
-            expect_head: Some(first.head),
-            no_sync: false,
-        };
+        let current = AppendOptions::new().expecting(Some(first.head));
         let second = store
             .append(&id, std::slice::from_ref(&event), &current)
             .unwrap();

@@ -199,6 +199,32 @@ Examples:
   convstore salvage broken.db recovered.db
   convstore salvage broken.db recovered.db --json")]
     Salvage(SalvageArgs),
+    /// Copy a database, or some of its conversations, into another one, on
+    /// any backend (a directory or postgres://...), and check that every
+    /// head is identical on both sides.
+    #[command(after_help = "\
+FROM and TO are database locations: a directory (sled) or a PostgreSQL URL.
+TO is created if it does not exist (a new directory, or the schema in an
+empty PostgreSQL database). Each conversation appears in TO whole or not at
+all; one TO already holds with the same head is skipped, so a copy cut
+short can be run again. A fork is copied with the parents it shares
+records with.
+
+Examples:
+  convstore copy chats.db postgres://me@db.internal/convstore
+  convstore copy postgres://me@db.internal/convstore laptop.db --conv chat
+  convstore copy old.db new.db --json")]
+    Copy(CopyArgs),
+    /// Create or upgrade the schema of a PostgreSQL database (--db
+    /// postgres://...).
+    #[command(after_help = "\
+Commands that create (append, import, gen, demo) set up an empty database
+themselves; a database of an older schema is refused until it is migrated.
+
+Examples:
+  convstore --db postgres://me@localhost/convstore migrate
+  CONVSTORE_DB=postgres:///convstore?host=/run/postgresql convstore migrate")]
+    Migrate,
     /// List conversations.
     #[command(after_help = "\
 Examples:
@@ -881,6 +907,22 @@ pub struct BackupArgs {
     /// Where the copy goes: a new database directory (it must not exist,
     /// or be empty).
     pub dest: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `copy`
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// The database copied from (only read).
+    pub from: PathBuf,
+    /// The database copied into (created if it does not exist).
+    pub to: PathBuf,
+    /// Only this conversation (name, id or id prefix in FROM); repeat for
+    /// more.
+    #[arg(long = "conv", value_name = "CONV")]
+    pub conversations: Vec<String>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

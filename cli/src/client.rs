@@ -37,7 +37,12 @@ pub(crate) struct Client {
 pub(crate) fn target(cli: &Cli) -> Result<Option<Client>> {
     if matches!(
         cli.command,
-        Command::Serve(_) | Command::Salvage(_) | Command::Completions { .. }
+        Command::Serve(_)
+            | Command::Salvage(_)
+            | Command::Copy(_)
+            | Command::Migrate
+            | Command::Tools(_)
+            | Command::Completions { .. }
     ) {
         return Ok(None);
     }

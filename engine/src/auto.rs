@@ -262,10 +262,9 @@ pub fn run(
         provenance.insert("recall_hints".into(), json!(true));
     }
     compaction.info = Some(Json::from_value(&Value::Object(provenance.clone())));
-    let options = AppendOptions {
-        expect_head: Some(info.head),
-        no_sync,
-    };
+    let options = AppendOptions::new()
+        .expecting(Some(info.head))
+        .unsynced(no_sync);
     store.append(
         id,
         &[Event::new(

@@ -289,10 +289,7 @@ pub fn compact(
             }
             c.info = Some(Json::from_value(&Value::Object(provenance.clone())));
         }
-        let options = AppendOptions {
-            expect_head: Some(info.head),
-            no_sync: false,
-        };
+        let options = AppendOptions::new().expecting(Some(info.head));
         let head = store.append(id, &[stored], &options)?.head;
         // A manual compaction that succeeds lets automatic ones summarize
         // again after a summarizer failure.

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 /// summarizers. Shareable between threads (`&Engine` is enough for every
 /// operation); one process at a time may have a database directory open.
 pub struct Engine {
-    store: Store,
+    store: Arc<Store>,
     config: Config,
     secrets: Secrets,
     /// The search index, opened when first needed.
@@ -36,10 +36,21 @@ pub struct Engine {
     /// (the write itself stood).
     index_error: Mutex<Option<String>>,
     /// Who is told of each write ([`Engine::subscribe`]).
-    listeners: Mutex<Vec<Sender<ConversationId>>>,
+    listeners: Arc<Mutex<Vec<Sender<ConversationId>>>>,
+    /// Whether writes by other processes sharing the backend are passed
+    /// on to the listeners (started with the first subscriber).
+    remote: std::sync::Once,
     /// Whether [`Engine::after_write`] brings the search index up to date.
     index_on_write: bool,
+    /// Where derived data of a database without a directory of its own
+    /// (PostgreSQL) is kept: its search index, under `search/ID`.
+    cache_dir: Option<std::path::PathBuf>,
 }
+
+/// A write that leaves the search index more records behind than this
+/// leaves the catch-up to the next search (or `reindex`): an import of a
+/// million events is not made to wait for tantivy.
+pub const INDEX_ON_WRITE_MAX: u64 = 50_000;
 
 /// What `verify` found: the report, the number of stored views checked,
 /// or the first failure.
@@ -67,13 +78,40 @@ impl Engine {
     /// An engine over a store opened already.
     pub fn from_store(store: Store) -> Engine {
         Engine {
-            store,
+            store: Arc::new(store),
             config: Config::default(),
             secrets: Secrets::none(),
             search: Mutex::new(None),
             index_error: Mutex::new(None),
-            listeners: Mutex::new(Vec::new()),
+            listeners: Arc::new(Mutex::new(Vec::new())),
+            remote: std::sync::Once::new(),
             index_on_write: true,
+            cache_dir: None,
+        }
+    }
+
+    /// With `dir` for derived data of a database that has no directory of
+    /// its own (PostgreSQL): its search index goes to `dir/search/ID`, ID
+    /// being the database's id. Without it such an index is kept in
+    /// memory, built again by each process.
+    #[must_use]
+    pub fn with_cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Engine {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Where the search index is kept: `search/` in the database
+    /// directory, else under the cache directory, else nowhere (memory).
+    pub fn index_dir(&self) -> Result<Option<std::path::PathBuf>> {
+        if let Some(path) = self.store.path() {
+            return Ok(Some(path.join(search::DIR)));
+        }
+        match &self.cache_dir {
+            Some(cache) => {
+                let id = self.store.database_id()?;
+                Ok(Some(cache.join(search::DIR).join(id.to_string())))
+            }
+            None => Ok(None),
         }
     }
 
@@ -142,10 +180,15 @@ impl Engine {
         // panic in the index library, becomes a note.
         let updated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if !self.index_on_write {
-                return Ok(search::CaughtUp::default());
+                return Ok(None);
             }
-            self.search_index()
-                .and_then(|index| index.catch_up(&self.store, Some(id)))
+            let index = self.search_index()?;
+            if index.behind(&self.store, id)? > INDEX_ON_WRITE_MAX {
+                return Ok(None);
+            }
+            // Another process updating the index indexes this write too,
+            // or the next write or search does.
+            index.catch_up_within(&self.store, Some(id), std::time::Duration::from_millis(200))
         }))
         .unwrap_or_else(|_| Err(Error::Search("the index library panicked".to_owned())));
         if let Err(e) = updated {
@@ -165,8 +208,42 @@ impl Engine {
     }
 
     /// A channel told the id of every conversation written through this
-    /// engine, once the write is committed.
+    /// engine, once the write is committed, and, on a backend shared with
+    /// other processes (PostgreSQL), of the conversations they append to,
+    /// as the backend hears of it (a hint: every conversation is named
+    /// again after hints may have been missed).
     pub fn subscribe(&self) -> Receiver<ConversationId> {
+        self.remote.call_once(|| {
+            let Some(changes) = self.store.backend().changes() else {
+                return;
+            };
+            // Weak: the thread ends with the engine.
+            let store = Arc::downgrade(&self.store);
+            let listeners = Arc::downgrade(&self.listeners);
+            let _ = std::thread::Builder::new()
+                .name("convstore-changes".to_owned())
+                .spawn(move || {
+                    while let Ok(change) = changes.recv() {
+                        let (Some(store), Some(listeners)) = (store.upgrade(), listeners.upgrade())
+                        else {
+                            return;
+                        };
+                        let ids = match change {
+                            convstore_store::backend::Change::Appended { id, .. } => vec![id],
+                            convstore_store::backend::Change::Unknown => store
+                                .conversations()
+                                .map(|all| all.into_iter().map(|c| c.id).collect())
+                                .unwrap_or_default(),
+                        };
+                        let Ok(mut listeners) = listeners.lock() else {
+                            return;
+                        };
+                        for id in ids {
+                            listeners.retain(|l| l.send(id).is_ok());
+                        }
+                    }
+                });
+        });
         let (sender, receiver) = std::sync::mpsc::channel();
         if let Ok(mut listeners) = self.listeners.lock() {
             listeners.push(sender);
@@ -184,7 +261,7 @@ impl Engine {
         if let Some(index) = &*slot {
             return Ok(Arc::clone(index));
         }
-        let index = Arc::new(SearchIndex::open(self.store.path())?);
+        let index = Arc::new(SearchIndex::open(self.index_dir()?.as_deref())?);
         *slot = Some(Arc::clone(&index));
         Ok(index)
     }
@@ -209,7 +286,7 @@ impl Engine {
             .lock()
             .map_err(|_| Error::Search("a thread panicked with it".to_owned()))?;
         *slot = None;
-        let (index, done) = search::rebuild(self.store.path(), &self.store)?;
+        let (index, done) = search::rebuild(self.index_dir()?.as_deref(), &self.store)?;
         *slot = Some(Arc::new(index));
         Ok(done)
     }
@@ -217,8 +294,8 @@ impl Engine {
     /// Compares the search index with the logs (see [`SearchIndex::check`]).
     /// A database without an index has nothing to compare (`None`).
     pub fn check_index(&self, id: Option<&ConversationId>) -> Result<Option<IndexCheck>> {
-        let exists = match self.store.path() {
-            Some(db) => SearchIndex::exists(db),
+        let exists = match self.index_dir()? {
+            Some(dir) => SearchIndex::exists(&dir),
             // An index in memory exists once it was opened.
             None => self.search.lock().is_ok_and(|slot| slot.is_some()),
         };

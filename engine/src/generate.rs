@@ -145,10 +145,7 @@ pub fn generate_shaped(
     }
     let mut at = at.into_iter().peekable();
 
-    let no_sync = AppendOptions {
-        no_sync: true,
-        ..AppendOptions::default()
-    };
+    let no_sync = AppendOptions::new().unsynced(true);
     let mut id = None;
     let mut bulk = if batch_size == BATCH {
         Some(store.begin_bulk(

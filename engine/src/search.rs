@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use convstore_projection::{resolve, Resolution, Summary, ToolPolicy};
 use convstore_store::event::ReasoningPolicy;
@@ -30,12 +31,15 @@ use convstore_store::{
 };
 use serde::{Deserialize, Serialize};
 use tantivy::collector::TopDocs;
+use tantivy::directory::error::LockError;
 use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, RangeQuery, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, Value, FAST, INDEXED, STORED, STRING, TEXT,
 };
 use tantivy::snippet::SnippetGenerator;
-use tantivy::{DocSet as _, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    DocSet as _, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, TantivyError, Term,
+};
 
 use crate::error::{Error, Result};
 use crate::pipeline;
@@ -49,6 +53,24 @@ const LAYOUT: u32 = 1;
 /// Records indexed before the writer is committed and emptied, in a large
 /// catch-up (bounds the writer's memory).
 const COMMIT_EVERY: u64 = 200_000;
+
+/// How long a search or `reindex` waits for another process that is
+/// updating the index.
+pub const WRITER_WAIT: Duration = Duration::from_secs(60);
+
+/// What a catch-up has to do (see [`SearchIndex::plan`]).
+#[derive(Default)]
+struct Work {
+    todo: Vec<(ConversationId, u64, u64, bool)>,
+    gone: Vec<String>,
+    new_markers: bool,
+}
+
+impl Work {
+    fn is_empty(&self) -> bool {
+        self.todo.is_empty() && self.gone.is_empty() && !self.new_markers
+    }
+}
 
 fn err(e: impl std::fmt::Display) -> Error {
     Error::Search(e.to_string())
@@ -162,13 +184,13 @@ pub struct CaughtUp {
 }
 
 impl SearchIndex {
-    /// Opens the index of the database at `db` (its `search/` directory),
-    /// creating an empty one if there is none; for `None` (a store without
-    /// a directory, such as one on a memory backend) an empty index in
-    /// memory. An index of another layout, or one that does not open, is
-    /// an error naming `convstore reindex`.
-    pub fn open(db: Option<&Path>) -> Result<SearchIndex> {
-        let dir = db.map(|db| db.join(DIR));
+    /// Opens the index in directory `dir` (a database directory's
+    /// `search/`, or a cache directory for a database without one),
+    /// creating an empty one if there is none; for `None` an empty index
+    /// in memory. An index of another layout, or one that does not open,
+    /// is an error naming `convstore reindex`.
+    pub fn open(dir: Option<&Path>) -> Result<SearchIndex> {
+        let dir = dir.map(Path::to_path_buf);
         let (schema, fields) = schema();
         let shown = dir.as_ref().map_or_else(
             || "the search index".to_owned(),
@@ -221,9 +243,9 @@ impl SearchIndex {
         self.dir.as_deref()
     }
 
-    /// Whether the database at `db` has an index on disk.
-    pub fn exists(db: &Path) -> bool {
-        db.join(DIR).join("meta.json").exists()
+    /// Whether directory `dir` holds an index.
+    pub fn exists(dir: &Path) -> bool {
+        dir.join("meta.json").exists()
     }
 
     fn payload(&self) -> Result<Payload> {
@@ -248,7 +270,9 @@ impl SearchIndex {
             .collect())
     }
 
-    fn writer(&self, large: bool) -> Result<IndexWriter> {
+    /// The index's writer: `None` if another process held it for all of
+    /// `wait` (tantivy's lock file admits one writer at a time).
+    fn writer(&self, large: bool, wait: Duration) -> Result<Option<IndexWriter>> {
         let threads = if large {
             std::thread::available_parallelism()
                 .map_or(1, usize::from)
@@ -256,27 +280,36 @@ impl SearchIndex {
         } else {
             1
         };
-        let per_thread = if large { 128 << 20 } else { 16 << 20 };
-        self.index
-            .writer_with_num_threads(threads, threads * per_thread)
-            .map_err(err)
+        let per_thread = if large { 64 << 20 } else { 16 << 20 };
+        let started = Instant::now();
+        loop {
+            match self
+                .index
+                .writer_with_num_threads(threads, threads * per_thread)
+            {
+                Ok(writer) => return Ok(Some(writer)),
+                Err(TantivyError::LockFailure(LockError::LockBusy, _)) => {
+                    if started.elapsed() >= wait {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(err(e)),
+            }
+        }
     }
 
-    /// Indexes what the conversations (`only` one, or all) gained since
-    /// their markers, and drops the documents of conversations the store
-    /// no longer has. One commit, markers with it.
-    pub fn catch_up(&self, store: &Store, only: Option<&ConversationId>) -> Result<CaughtUp> {
-        let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
-        let mut payload = self.payload()?;
-        payload.layout = LAYOUT;
-        let infos = match only {
-            Some(id) => vec![store.info(id)?],
-            None => store.conversations()?,
-        };
-        // What each conversation needs: (id, from, to, whether its old
-        // documents go).
-        let mut work: Vec<(ConversationId, u64, u64, bool)> = Vec::new();
-        for info in &infos {
+    /// What each conversation needs, from `payload`'s markers: (id, from,
+    /// to, whether its old documents go), the indexed conversations the
+    /// store no longer has (when `all`), and whether markers are missing.
+    fn plan(
+        store: &Store,
+        payload: &Payload,
+        infos: &[convstore_store::ConversationInfo],
+        all: bool,
+    ) -> Work {
+        let mut work = Work::default();
+        for info in infos {
             let own_start = info.fork.map_or(0, |f| f.at);
             let marker = payload.conversations.get(&info.id.hex());
             let sound = marker.is_some_and(|m| {
@@ -291,40 +324,85 @@ impl SearchIndex {
             });
             match (marker, sound) {
                 (Some(m), true) if m.len == info.len => {}
-                (Some(m), true) => work.push((info.id, m.len, info.len, false)),
-                (Some(_), false) => work.push((info.id, own_start, info.len, true)),
+                (Some(m), true) => work.todo.push((info.id, m.len, info.len, false)),
+                (Some(_), false) => work.todo.push((info.id, own_start, info.len, true)),
                 (None, _) if info.len > own_start => {
-                    work.push((info.id, own_start, info.len, false));
+                    work.todo.push((info.id, own_start, info.len, false));
                 }
-                (None, _) => {
-                    payload.conversations.insert(
-                        info.id.hex(),
-                        Marker {
-                            len: info.len,
-                            head: None,
-                        },
-                    );
-                }
+                (None, _) => work.new_markers = true,
             }
         }
-        let mut gone = Vec::new();
-        if only.is_none() {
+        if all {
             let known: std::collections::HashSet<String> =
                 infos.iter().map(|i| i.id.hex()).collect();
-            gone = payload
+            work.gone = payload
                 .conversations
                 .keys()
                 .filter(|k| !known.contains(*k))
                 .cloned()
                 .collect();
         }
+        work
+    }
+
+    /// Records `id` has that the index does not.
+    pub fn behind(&self, store: &Store, id: &ConversationId) -> Result<u64> {
+        let info = store.info(id)?;
+        let payload = self.payload()?;
+        let indexed = payload
+            .conversations
+            .get(&id.hex())
+            .map_or(info.fork.map_or(0, |f| f.at), |m| m.len);
+        Ok(info.len.saturating_sub(indexed))
+    }
+
+    /// Indexes what the conversations (`only` one, or all) gained since
+    /// their markers, and drops the documents of conversations the store
+    /// no longer has. One commit, markers with it. While another process
+    /// updates the index, waits up to [`WRITER_WAIT`] for it, then fails.
+    pub fn catch_up(&self, store: &Store, only: Option<&ConversationId>) -> Result<CaughtUp> {
+        self.catch_up_within(store, only, WRITER_WAIT)?
+            .ok_or_else(|| {
+                err("another process kept the search index busy; try again when it is done")
+            })
+    }
+
+    /// [`SearchIndex::catch_up`], waiting at most `wait` for another
+    /// process's writer: `None` if it was still busy (its catch-up, or the
+    /// next one, indexes what this one would have).
+    pub fn catch_up_within(
+        &self,
+        store: &Store,
+        only: Option<&ConversationId>,
+        wait: Duration,
+    ) -> Result<Option<CaughtUp>> {
+        let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
+        let infos = match only {
+            Some(id) => vec![store.info(id)?],
+            None => store.conversations()?,
+        };
         let mut done = CaughtUp::default();
-        let new_markers = payload.conversations.len() != infos.len();
-        if work.is_empty() && gone.is_empty() && !new_markers {
-            return Ok(done);
+        let first = Self::plan(store, &self.payload()?, &infos, only.is_none());
+        if first.is_empty() {
+            return Ok(Some(done));
         }
-        let total: u64 = work.iter().map(|w| w.2 - w.1).sum();
-        let mut writer = self.writer(total > 10_000)?;
+        let total: u64 = first.todo.iter().map(|w| w.2 - w.1).sum();
+        let Some(mut writer) = self.writer(total > 10_000, wait)? else {
+            return Ok(None);
+        };
+        // Another process may have indexed some of it while this one
+        // waited: plan again from the markers as they are now.
+        let mut payload = self.payload()?;
+        payload.layout = LAYOUT;
+        let Work {
+            todo: work,
+            gone,
+            new_markers,
+        } = Self::plan(store, &payload, &infos, only.is_none());
+        if work.is_empty() && gone.is_empty() && !new_markers {
+            self.reader.reload().map_err(err)?;
+            return Ok(Some(done));
+        }
         for key in gone {
             writer.delete_term(Term::from_field_text(self.fields.conv, &key));
             payload.conversations.remove(&key);
@@ -382,7 +460,7 @@ impl SearchIndex {
         commit(&mut writer, &payload)?;
         writer.wait_merging_threads().map_err(err)?;
         self.reader.reload().map_err(err)?;
-        Ok(done)
+        Ok(Some(done))
     }
 
     fn add(&self, writer: &IndexWriter, id: &ConversationId, record: &LogRecord) -> Result<()> {
@@ -515,6 +593,8 @@ impl SearchIndex {
     /// in the log, a snippet, and whether the view shows it.
     pub fn search(&self, store: &Store, query: &SearchQuery) -> Result<Vec<Hit>> {
         let f = &self.fields;
+        // Another process may have committed since this one last looked.
+        self.reader.reload().map_err(err)?;
         let searcher = self.reader.searcher();
         let mut parser = QueryParser::for_index(&self.index, vec![f.text]);
         parser.set_conjunction_by_default();
@@ -687,15 +767,15 @@ fn commit(writer: &mut IndexWriter, payload: &Payload) -> Result<()> {
     Ok(())
 }
 
-/// Deletes the index of the database at `db` and builds it again from
-/// every conversation's log (for `None`, builds one in memory).
-pub fn rebuild(db: Option<&Path>, store: &Store) -> Result<(SearchIndex, CaughtUp)> {
-    if let Some(dir) = db.map(|db| db.join(DIR)) {
+/// Deletes the index in `dir` and builds it again from every
+/// conversation's log (for `None`, builds one in memory).
+pub fn rebuild(dir: Option<&Path>, store: &Store) -> Result<(SearchIndex, CaughtUp)> {
+    if let Some(dir) = dir {
         if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
+            std::fs::remove_dir_all(dir)?;
         }
     }
-    let index = SearchIndex::open(db)?;
+    let index = SearchIndex::open(dir)?;
     let done = index.catch_up(store, None)?;
     Ok((index, done))
 }

@@ -452,7 +452,7 @@ impl Service {
                         if events.is_empty() {
                             return Err(convstore_engine::Error::Invalid("no events to append".to_owned()));
                         }
-                        let options = AppendOptions { expect_head: expect, no_sync: false };
+                        let options = AppendOptions::new().expecting(expect);
                         let store = engine.store();
                         let (id, appended) = match store.find_exact(&conv)? {
                             Some(id) => (id, store.append(&id, &events, &options)?),

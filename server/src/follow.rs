@@ -73,6 +73,16 @@ impl Notifier {
         }
     }
 
+    /// The conversations someone follows.
+    pub fn followed(&self) -> Vec<ConversationId> {
+        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        channels
+            .iter()
+            .filter(|(_, tx)| tx.receiver_count() > 0)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// A receiver of `id`'s durable length, starting at `len` or later.
     pub fn subscribe(&self, id: &ConversationId, len: u64) -> watch::Receiver<u64> {
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);

@@ -180,6 +180,7 @@ async fn run(
         in_flight: Arc::new(Semaphore::new(options.limits.max_in_flight)),
     });
     let app = router(Arc::clone(&state));
+    hear_other_writers(&state);
     if let Some(db) = &options.database {
         let url = format!("http://{addr}");
         discovery::write(
@@ -244,6 +245,46 @@ async fn run(
         discovery::remove(db, &instance);
     }
     Ok(())
+}
+
+/// How often followed conversations are read again on a database other
+/// processes write to, whatever the hints say.
+const RECHECK: Duration = Duration::from_secs(2);
+
+/// On a database other processes (other servers) write to, wakes the
+/// followers of what they append: on each hint the backend hears
+/// (PostgreSQL's NOTIFY), and every [`RECHECK`] for every followed
+/// conversation, since nothing may rely on a hint arriving. Followers
+/// read the log itself; a hint only says when.
+fn hear_other_writers(state: &Shared) {
+    let Some(changes) = state.engine.store().backend().changes() else {
+        return;
+    };
+    let state = Arc::downgrade(state);
+    let _ = std::thread::Builder::new()
+        .name("convstore-hints".to_owned())
+        .spawn(move || loop {
+            let change = changes.recv_timeout(RECHECK);
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            if *state.shutdown.borrow() {
+                return;
+            }
+            match change {
+                Ok(convstore_engine::store::backend::Change::Appended { id, len }) => {
+                    state.notify(&id, len);
+                }
+                Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    for id in state.notifier.followed() {
+                        if let Ok(info) = state.engine.store().info(&id) {
+                            state.notify(&id, info.len);
+                        }
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        });
 }
 
 /// SIGINT and SIGTERM.

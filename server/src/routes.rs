@@ -22,8 +22,8 @@ use convstore_engine::projection::bounds::{Bound, RangeError};
 use convstore_engine::projection::{Tokenizer, ViewEvent};
 use convstore_engine::store::event::{ReasoningPolicy, ToolCallPolicy};
 use convstore_engine::store::{
-    json as event_json, Address, AppendOptions, ConversationId, ConversationInfo, Event, Store,
-    StoreError, Timestamp, ID_MARKER,
+    json as event_json, Address, AppendOptions, ConversationId, ConversationInfo, Event,
+    IdempotencyKey, Store, StoreError, Timestamp, ID_MARKER,
 };
 use convstore_engine::views::{self, Refresh};
 use convstore_engine::{Engine, Error};
@@ -614,21 +614,44 @@ struct Appended {
     count: u64,
     head: Address,
     created: bool,
+    /// What an earlier request with the same idempotency key stored.
+    replayed: bool,
 }
 
 /// Applies an append (without a sync): to the conversation `conv` names
-/// exactly, or to a new one named so.
+/// exactly, or to a new one named so. With an idempotency key that an
+/// earlier append of the conversation stored (through this server before
+/// a restart, or another server on the same database), nothing is stored
+/// and that append is returned.
 fn apply_append(
     engine: &Engine,
     conv: &str,
     events: &[Event],
     expected_seq: Option<u64>,
     expect_head: Option<Address>,
+    idempotency: Option<IdempotencyKey>,
 ) -> Result<Appended> {
     let store = engine.store();
     for attempt in 0..2 {
         if let Some(id) = store.find_exact(conv)? {
             let info = store.info(&id)?;
+            let earlier = match &idempotency {
+                Some(key) => store
+                    .idempotent_append(&id, key)
+                    .map_err(idempotency_error)?,
+                None => None,
+            };
+            if let Some(earlier) = earlier {
+                return Ok(Appended {
+                    id,
+                    name: info.name,
+                    first_seq: earlier.first_seq,
+                    count: earlier.count,
+                    head: earlier.head,
+                    created: false,
+                    replayed: true,
+                });
+            }
             let mut expect = expect_head;
             if let Some(seq) = expected_seq {
                 if info.len != seq {
@@ -644,10 +667,10 @@ fn apply_append(
                 // The head at that length: the store checks it atomically.
                 expect = Some(expect.unwrap_or(info.head));
             }
-            let options = AppendOptions {
-                expect_head: expect,
-                no_sync: true,
-            };
+            let options = AppendOptions::new()
+                .expecting(expect)
+                .unsynced(true)
+                .idempotent(idempotency);
             return match store.append(&id, events, &options) {
                 Ok(appended) => Ok(Appended {
                     id,
@@ -656,7 +679,9 @@ fn apply_append(
                     count: appended.count,
                     head: appended.head,
                     created: false,
+                    replayed: appended.replayed,
                 }),
+                Err(e @ StoreError::IdempotencyKeyReused) => Err(idempotency_error(e)),
                 Err(e @ StoreError::HeadMismatch { .. }) => {
                     let now = store.info(&id)?;
                     let message = match expected_seq {
@@ -680,10 +705,7 @@ fn apply_append(
             }
             .into());
         }
-        let options = AppendOptions {
-            expect_head: None,
-            no_sync: true,
-        };
+        let options = AppendOptions::new().unsynced(true).idempotent(idempotency);
         match store.create_and_append(Some(conv), events, &options) {
             Ok((id, appended)) => {
                 return Ok(Appended {
@@ -693,6 +715,7 @@ fn apply_append(
                     count: appended.count,
                     head: appended.head,
                     created: true,
+                    replayed: false,
                 })
             }
             // Another request created it first: append to it.
@@ -703,6 +726,18 @@ fn apply_append(
     Err(internal(
         "the conversation was created and removed meanwhile",
     ))
+}
+
+/// The answer to a request whose idempotency key was used for another.
+fn idempotency_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::IdempotencyKeyReused => ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused",
+            "Idempotency-Key was used for another request; nothing was stored".to_owned(),
+        ),
+        other => other.into(),
+    }
 }
 
 pub(crate) async fn append(
@@ -745,7 +780,10 @@ pub(crate) async fn append(
     });
     let conv = nfc(&conv);
     // A request with a key already answered is answered again; one being
-    // handled is waited for.
+    // handled is waited for. The key is also stored with the append, so
+    // that a retry after a restart, or through another server, is
+    // answered again too.
+    let mut durable_key = None;
     let ticket = match &idempotency_key {
         Some(key) => {
             let mut hasher = blake3::Hasher::new();
@@ -756,6 +794,7 @@ pub(crate) async fn append(
             hasher.update(&[0]);
             hasher.update(&body);
             let fingerprint = hasher.finalize();
+            durable_key = Some(IdempotencyKey::new(key, *fingerprint.as_bytes()));
             loop {
                 match state.idempotency.claim(key, fingerprint) {
                     Claim::New(ticket) => break Some(ticket),
@@ -818,7 +857,14 @@ pub(crate) async fn append(
                     state
                         .committer
                         .apply(move |engine| {
-                            apply_append(engine, &conv2, &events, expected_seq, expect_head)
+                            apply_append(
+                                engine,
+                                &conv2,
+                                &events,
+                                expected_seq,
+                                expect_head,
+                                durable_key,
+                            )
                         })
                         .await
                 }
@@ -827,7 +873,14 @@ pub(crate) async fn append(
         } else {
             let applied = state
                 .blocking(move |engine| {
-                    apply_append(engine, &conv2, &parse()?, expected_seq, expect_head)
+                    apply_append(
+                        engine,
+                        &conv2,
+                        &parse()?,
+                        expected_seq,
+                        expect_head,
+                        durable_key,
+                    )
                 })
                 .await;
             match applied {
@@ -848,6 +901,27 @@ pub(crate) async fn append(
             }
         };
         let len = appended.first_seq + appended.count;
+        if appended.replayed {
+            // Stored by an earlier request with this key (before a restart,
+            // or through another server): its result, nothing stored now.
+            state
+                .metrics
+                .idempotent_replays
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let value = json!({
+                "id": appended.id.hex(),
+                "name": appended.name,
+                "first_seq": appended.first_seq,
+                "count": appended.count,
+                "head": appended.head.hex(),
+                "events": len,
+                "created": false,
+            });
+            if let Some(ticket) = ticket {
+                ticket.finish(StatusCode::OK, &value);
+            }
+            return Ok::<_, ApiError>((StatusCode::OK, value, true));
+        }
         state.notify(&appended.id, len);
         state
             .metrics
@@ -914,12 +988,17 @@ pub(crate) async fn append(
         if let Some(ticket) = ticket {
             ticket.finish(status, &value);
         }
-        Ok::<_, ApiError>((status, value))
+        Ok::<_, ApiError>((status, value, false))
     });
-    let (status, value) = task
+    let (status, value, replayed) = task
         .await
         .map_err(|e| internal(format!("the append task failed: {e}")))??;
     let mut response = (status, Json(value.clone())).into_response();
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotency-replay", HeaderValue::from_static("true"));
+    }
     if let Some(head) = value["head"].as_str() {
         if let Ok(etag) = HeaderValue::from_str(&format!("\"{head}\"")) {
             response.headers_mut().insert(header::ETAG, etag);

@@ -27,8 +27,10 @@ use crate::keys::{self, Space};
 use crate::staging::{Staged, Staging, SETTLE_BYTES};
 use crate::store::{ConversationMeta, Store};
 
-/// How to append.
+/// How to append: `AppendOptions::new()`, then what differs from the
+/// defaults (a durable, unconditional append).
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct AppendOptions {
     /// Append only if the conversation's head is this address (optimistic
     /// concurrency); otherwise fail with [`StoreError::HeadMismatch`] and
@@ -37,6 +39,74 @@ pub struct AppendOptions {
     /// Return before the batch is durable: a crash soon after may lose it
     /// (but never part of it).
     pub no_sync: bool,
+    /// Store the append once under this key: an append that repeats a key
+    /// already stored with the conversation stores nothing and returns
+    /// what the first one stored ([`Appended::replayed`]); with another
+    /// request's fingerprint it fails with
+    /// [`StoreError::IdempotencyKeyReused`].
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+impl AppendOptions {
+    /// A durable, unconditional append.
+    pub const fn new() -> AppendOptions {
+        AppendOptions {
+            expect_head: None,
+            no_sync: false,
+            idempotency: None,
+        }
+    }
+
+    /// Only if the head is `head` (see [`AppendOptions::expect_head`]).
+    #[must_use]
+    pub const fn expecting(mut self, head: Option<Address>) -> AppendOptions {
+        self.expect_head = head;
+        self
+    }
+
+    /// Without waiting for durability when `no_sync`.
+    #[must_use]
+    pub const fn unsynced(mut self, no_sync: bool) -> AppendOptions {
+        self.no_sync = no_sync;
+        self
+    }
+
+    /// Stored once under `key` (see [`AppendOptions::idempotency`]).
+    #[must_use]
+    pub const fn idempotent(mut self, key: Option<IdempotencyKey>) -> AppendOptions {
+        self.idempotency = key;
+        self
+    }
+}
+
+/// An append's idempotency key, kept with the conversation: the key's
+/// hash, and a fingerprint of the request it was first used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    /// blake3 of the key as the client gave it.
+    pub key: [u8; 32],
+    /// Whatever identifies the request (a hash of its body and options).
+    pub fingerprint: [u8; 32],
+}
+
+impl IdempotencyKey {
+    /// The key `key` for a request whose fingerprint is `fingerprint`.
+    pub fn new(key: &str, fingerprint: [u8; 32]) -> IdempotencyKey {
+        IdempotencyKey {
+            key: *blake3::hash(key.as_bytes()).as_bytes(),
+            fingerprint,
+        }
+    }
+}
+
+/// What is kept under an idempotency key: the request's fingerprint and
+/// what its append stored.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct Remembered {
+    fingerprint: [u8; 32],
+    first_seq: u64,
+    count: u64,
+    head: Address,
 }
 
 /// What an append stored.
@@ -48,9 +118,35 @@ pub struct Appended {
     pub count: u64,
     /// The conversation's new head.
     pub head: Address,
+    /// Whether this is what an earlier append with the same idempotency
+    /// key stored (nothing was stored now).
+    pub replayed: bool,
 }
 
 impl Store {
+    /// What an earlier append of `id` stored under the idempotency key
+    /// `key`, if any: `Ok(Some)` for the same request, an
+    /// [`StoreError::IdempotencyKeyReused`] for another.
+    pub fn idempotent_append(
+        &self,
+        id: &ConversationId,
+        key: &IdempotencyKey,
+    ) -> StoreResult<Option<Appended>> {
+        let Some(value) = self.get(&keys::idempotency(id, &key.key))? else {
+            return Ok(None);
+        };
+        let remembered: Remembered = crate::codec::decode(&value, "an idempotency key")?;
+        if remembered.fingerprint != key.fingerprint {
+            return Err(StoreError::IdempotencyKeyReused);
+        }
+        Ok(Some(Appended {
+            first_seq: remembered.first_seq,
+            count: remembered.count,
+            head: remembered.head,
+            replayed: true,
+        }))
+    }
+
     /// Appends `events` to a conversation, atomically.
     ///
     /// Fails with [`StoreError::EmptyAppend`] for no events and
@@ -72,12 +168,20 @@ impl Store {
         let mut backoff = Backoff::new();
         loop {
             let guard = self.lock_writes();
+            if let Some(key) = &options.idempotency {
+                if let Some(earlier) = self.idempotent_append(id, key)? {
+                    return Ok(earlier);
+                }
+            }
             let (meta, raw) = self.meta_and_bytes(id)?;
             check_head(options, &meta)?;
             let placement = self.place(id, &meta, &encoded)?;
             let mut writes = Writes::new(self);
             writes.require(keys::conversation(id), Some(raw));
             let appended = write_records(id, meta, &encoded, &placement, &mut writes)?;
+            if let Some(key) = &options.idempotency {
+                writes.remember(id, key, &appended);
+            }
             match self.commit(&encoded, writes) {
                 Err(StoreError::Conflict { .. }) => {
                     drop(guard);
@@ -116,6 +220,9 @@ impl Store {
         check_head(options, &meta)?;
         let placement = self.place(&id, &meta, &encoded)?;
         let appended = write_records(&id, meta, &encoded, &placement, &mut writes)?;
+        if let Some(key) = &options.idempotency {
+            writes.remember(&id, key, &appended);
+        }
         self.commit(&encoded, writes).map_err(|e| match (e, name) {
             (StoreError::Conflict { .. }, Some(name)) => StoreError::NameTaken {
                 name: name.to_owned(),
@@ -271,6 +378,22 @@ impl Writes {
     /// Applies only if `key` still holds `expected` (`None`: absent).
     pub(crate) fn require(&mut self, key: Vec<u8>, expected: Option<Vec<u8>>) {
         self.conditions.push(Condition { key, expected });
+    }
+
+    /// Keeps what `appended` stored under the idempotency key `key`, on
+    /// condition that no other append took the key first.
+    fn remember(&mut self, id: &ConversationId, key: &IdempotencyKey, appended: &Appended) {
+        let at = keys::idempotency(id, &key.key);
+        self.require(at.clone(), None);
+        self.batch.put(
+            at,
+            encode(&Remembered {
+                fingerprint: key.fingerprint,
+                first_seq: appended.first_seq,
+                count: appended.count,
+                head: appended.head,
+            }),
+        );
     }
 
     /// Adds a chunk of `records` records to store under `key`.
@@ -483,6 +606,7 @@ pub(crate) fn write_records(
         first_seq,
         count,
         head: parent,
+        replayed: false,
     })
 }
 

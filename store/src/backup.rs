@@ -26,18 +26,23 @@ use crate::ids::ConversationId;
 use crate::keys;
 use crate::store::{ConversationMeta, Store};
 
-/// What a backup copied.
+/// What a backup or a copy wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BackupReport {
     /// Conversations copied.
     pub conversations: u64,
     /// Records copied (a fork's shared records counted once, with their
     /// owner).
     pub records: u64,
-    /// Distinct blobs the copy holds.
+    /// Distinct blobs the copy holds (a backup; a copy into a database
+    /// that holds more does not count them).
     pub blobs: u64,
     /// Stored views copied.
     pub views: u64,
+    /// Conversations the destination held already, identical (same id,
+    /// same head): a copy run again skips them.
+    pub skipped: u64,
 }
 
 /// One conversation as the snapshot saw it.
@@ -46,6 +51,7 @@ struct Captured {
     meta: ConversationMeta,
     fork: Option<ForkPoint>,
     settings: Vec<(Vec<u8>, Bytes)>,
+    views: Vec<(Vec<u8>, Bytes)>,
 }
 
 impl Store {
@@ -67,12 +73,67 @@ impl Store {
     ) -> StoreResult<BackupReport> {
         let dest = dest.as_ref();
         let (destination, out) = Destination::create(dest)?;
-        let (captured, views) = self.capture(&out)?;
-        let mut report = BackupReport {
-            views,
-            ..BackupReport::default()
-        };
+        let mut report = self.copy_into(&out, None)?;
+        out.flush()?;
+        let verified = out.verify_all()?.map_err(|failure| StoreError::Corrupt {
+            what: format!("the backup does not verify: {failure}"),
+        })?;
+        report.blobs = verified.blobs;
+        check(&out).map_err(|problem| StoreError::Corrupt {
+            what: format!("the backup does not verify: {problem}"),
+        })?;
+        destination.publish(out)?;
+        Ok(report)
+    }
+
+    /// Copies conversations, as of one moment, into `out` (another
+    /// database, on any backend), record byte for record byte with their
+    /// ids, names, creation times, fork points, pins and stored views:
+    /// every conversation, or those of `only` with the parents their forks
+    /// share records with. Each conversation appears in `out` whole or not
+    /// at all; one `out` holds already with the same head is skipped, and
+    /// one whose id or name `out` holds otherwise is refused before
+    /// anything is written. Every copied conversation is then verified in
+    /// `out`, and its length and head compared with the snapshot's.
+    pub fn copy_into(
+        &self,
+        out: &Store,
+        only: Option<&[ConversationId]>,
+    ) -> StoreResult<BackupReport> {
+        let captured = self.capture(only)?;
+        let mut report = BackupReport::default();
+        let mut todo = Vec::new();
         for conversation in fork_order(&captured)? {
+            match out.meta(&conversation.id) {
+                Ok(there) if there.head == conversation.meta.head => {
+                    report.skipped += 1;
+                    continue;
+                }
+                Ok(_) => {
+                    return Err(StoreError::Destination {
+                        path: out.describe().into(),
+                        reason: format!(
+                            "it holds conversation {} with another history; nothing was copied",
+                            conversation.id
+                        ),
+                    })
+                }
+                Err(StoreError::NoSuchConversation { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            if let Some(name) = &conversation.meta.name {
+                if out.find_exact(name)?.is_some() {
+                    return Err(StoreError::Destination {
+                        path: out.describe().into(),
+                        reason: format!(
+                            "it holds another conversation named \"{name}\"; nothing was copied"
+                        ),
+                    });
+                }
+            }
+            todo.push(conversation);
+        }
+        for conversation in todo {
             let start = conversation.fork.map_or(0, |p| p.at);
             let who = Identity {
                 id: conversation.id,
@@ -80,7 +141,22 @@ impl Store {
                 created: conversation.meta.created,
                 fork: conversation.fork,
             };
-            let mut writer = ConversationWriter::new(&out, &who);
+            // The stored views first: nothing reads them before the
+            // conversation exists.
+            let mut batch = Batch::new();
+            for (key, value) in &conversation.views {
+                batch.put(key.as_slice(), value.to_vec());
+            }
+            out.kv.apply(batch)?;
+            report.views += conversation
+                .views
+                .iter()
+                .filter(|(k, _)| k.first() == Some(&keys::VIEW))
+                .count() as u64;
+            let mut writer = ConversationWriter::new(out, &who);
+            for (key, value) in &conversation.settings {
+                writer.setting(key.clone(), value.to_vec());
+            }
             for chunk in self.chunks(&conversation.id, start, conversation.meta.len)? {
                 let chunk = chunk?;
                 for (_, bytes) in chunk.raw_records(self, start, conversation.meta.len)? {
@@ -93,7 +169,16 @@ impl Store {
                     writer.push(RawRecord { bytes, blobs })?;
                 }
             }
-            let (len, head) = writer.finish()?;
+            let (len, head) = writer.finish().map_err(|e| match e {
+                StoreError::Conflict { .. } => StoreError::Destination {
+                    path: out.describe().into(),
+                    reason: format!(
+                        "conversation {} (or its name) was created there meanwhile",
+                        conversation.id
+                    ),
+                },
+                other => other,
+            })?;
             if (len, head) != (conversation.meta.len, conversation.meta.head) {
                 return Err(StoreError::Corrupt {
                     what: format!(
@@ -103,18 +188,10 @@ impl Store {
                     ),
                 });
             }
-            let mut batch = Batch::new();
-            for (key, value) in &conversation.settings {
-                batch.put(key.as_slice(), value.to_vec());
-            }
-            out.kv.apply(batch)?;
             report.conversations += 1;
             report.records += len - start;
         }
         out.flush()?;
-        let verified = out.verify_all()?.map_err(|failure| StoreError::Corrupt {
-            what: format!("the backup does not verify: {failure}"),
-        })?;
         for conversation in &captured {
             let copy = out.meta(&conversation.id)?;
             let original = &conversation.meta;
@@ -123,27 +200,39 @@ impl Store {
             {
                 return Err(StoreError::Corrupt {
                     what: format!(
-                        "the backup of conversation {} differs from the original",
+                        "the copy of conversation {} differs from the original",
                         conversation.id
                     ),
                 });
             }
+            if let Err(failure) = out.verify(&conversation.id)? {
+                return Err(StoreError::Corrupt {
+                    what: format!("the copy does not verify: {failure}"),
+                });
+            }
         }
-        report.blobs = verified.blobs;
-        check(&out).map_err(|problem| StoreError::Corrupt {
-            what: format!("the backup does not verify: {problem}"),
-        })?;
-        destination.publish(out)?;
         Ok(report)
     }
 
-    /// Under the write lock: every conversation's metadata, fork point,
-    /// pins and automatic compaction state, and its stored views copied
-    /// into `out`; returns them and the number of views.
-    fn capture(&self, out: &Store) -> StoreResult<(Vec<Captured>, u64)> {
+    /// Under the write lock, for a moment: every conversation's (or those
+    /// of `only`, and the parents they share records with) metadata, fork
+    /// point, settings and stored views. The records `0..len` of each are
+    /// then read without the lock: the log is append-only.
+    fn capture(&self, only: Option<&[ConversationId]>) -> StoreResult<Vec<Captured>> {
         let _guard = self.lock_writes();
+        let mut wanted: Option<HashSet<ConversationId>> =
+            only.map(|ids| ids.iter().copied().collect());
+        if let Some(wanted) = &mut wanted {
+            let mut pending: Vec<ConversationId> = wanted.iter().copied().collect();
+            while let Some(id) = pending.pop() {
+                if let Some(point) = self.fork_point(&id)? {
+                    if wanted.insert(point.parent) {
+                        pending.push(point.parent);
+                    }
+                }
+            }
+        }
         let mut captured = Vec::new();
-        let mut views = 0;
         for item in self.scan_prefix([keys::CONVERSATION]) {
             let (key, value) = item?;
             let id = key
@@ -153,6 +242,9 @@ impl Store {
                 .ok_or_else(|| StoreError::Corrupt {
                     what: "a conversation key is truncated".to_owned(),
                 })?;
+            if wanted.as_ref().is_some_and(|w| !w.contains(&id)) {
+                continue;
+            }
             let meta: ConversationMeta = decode(&value, &format!("metadata of conversation {id}"))?;
             let fork = self.fork_point(&id)?;
             let mut settings = Vec::new();
@@ -161,27 +253,24 @@ impl Store {
                     settings.push((key, value));
                 }
             }
-            let mut batch = Batch::new();
+            let mut views = Vec::new();
             for prefix in [keys::VIEW, keys::VIEW_BLOCK, keys::VIEW_CALLS] {
                 let mut start = vec![prefix];
                 start.extend_from_slice(id.as_bytes());
                 for item in self.scan_prefix(start) {
                     let (key, value) = item?;
-                    if prefix == keys::VIEW {
-                        views += 1;
-                    }
-                    batch.put(key.to_vec(), value.to_vec());
+                    views.push((key.to_vec(), value));
                 }
             }
-            out.kv.apply(batch)?;
             captured.push(Captured {
                 id,
                 meta,
                 fork,
                 settings,
+                views,
             });
         }
-        Ok((captured, views))
+        Ok(captured)
     }
 }
 

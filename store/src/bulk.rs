@@ -226,10 +226,9 @@ impl BulkAppend<'_> {
         let store = self.store;
         if self.spill.is_none() {
             let pending = std::mem::take(&mut self.pending);
-            let options = AppendOptions {
-                expect_head: Some(self.base.head),
-                no_sync: self.no_sync,
-            };
+            let options = AppendOptions::new()
+                .expecting(Some(self.base.head))
+                .unsynced(self.no_sync);
             return match &self.target {
                 Target::New { name } => {
                     store.create_and_append(name.as_deref(), &pending, &options)
@@ -302,6 +301,7 @@ impl BulkAppend<'_> {
             first_seq: self.base.len,
             count: meta.len - self.base.len,
             head: meta.head,
+            replayed: false,
         };
         // sled holds everything a batch replaces until the batch ends, so
         // one batch of a million events' keys costs several times their

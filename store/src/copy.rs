@@ -6,6 +6,13 @@
 //! chunked, indexed and placed (sled or segment files) as any append, all
 //! settled. Addresses are re-chained from the records' bytes, so a copy
 //! whose head equals the original's holds exactly its records.
+//!
+//! A conversation becomes visible at once, with its last batch: earlier
+//! batches write its chunks and their indexes only (keys nothing reads
+//! while the conversation's metadata is absent), and the last writes the
+//! metadata, name, lineage and settings, on condition that neither the id
+//! nor the name exists. A copy cut short leaves rows nothing refers to;
+//! the same copy again writes the same keys.
 
 use crate::append::{write_records, Placement, Writes};
 use crate::codec::{decode_record, encode, BodyRepr, EncodedRecord, TextRepr};
@@ -42,8 +49,9 @@ pub(crate) struct ConversationWriter<'s> {
     store: &'s Store,
     id: ConversationId,
     meta: ConversationMeta,
-    /// The keys the first batch writes besides the records (name, lineage).
-    first: Option<Writes>,
+    /// The keys the last batch writes besides the records (name, lineage,
+    /// settings), which make the conversation visible.
+    last: Writes,
     pending: Vec<RawRecord>,
     pending_bytes: usize,
 }
@@ -64,20 +72,21 @@ impl<'s> ConversationWriter<'s> {
             turns,
             kinds: [KindStats::default(); 10],
         };
-        let mut first = Writes::new(store);
+        let mut last = Writes::new(store);
+        last.require(keys::conversation(&who.id), None);
         if let Some(name) = &who.name {
-            first
-                .batch
+            last.require(keys::name(name), None);
+            last.batch
                 .put(keys::name(name), who.id.as_bytes().as_slice());
         }
         if let Some(point) = &who.fork {
-            first.batch.put(keys::lineage(&who.id), encode(point));
+            last.batch.put(keys::lineage(&who.id), encode(point));
         }
         ConversationWriter {
             store,
             id: who.id,
             meta,
-            first: Some(first),
+            last,
             pending: Vec::new(),
             pending_bytes: 0,
         }
@@ -89,19 +98,27 @@ impl<'s> ConversationWriter<'s> {
             record.bytes.len() + record.blobs.iter().map(|(_, t)| t.len()).sum::<usize>();
         self.pending.push(record);
         if self.pending.len() >= BATCH_RECORDS || self.pending_bytes >= BATCH_BYTES {
-            self.write()?;
+            self.write(false)?;
         }
         Ok(())
     }
 
-    /// Writes what is pending; returns the conversation's length and head.
+    /// Writes `key` = `value` with the last batch (a setting of the
+    /// conversation: pins, automatic compaction's state).
+    pub(crate) fn setting(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.last.batch.put(key, value);
+    }
+
+    /// Writes what is pending and makes the conversation visible; returns
+    /// its length and head. Fails with [`StoreError::Conflict`] (nothing
+    /// made visible) if its id or name exists meanwhile.
     pub(crate) fn finish(mut self) -> StoreResult<(u64, Address)> {
-        self.write()?;
+        self.write(true)?;
         Ok((self.meta.len, self.meta.head))
     }
 
-    fn write(&mut self) -> StoreResult<()> {
-        if self.pending.is_empty() && self.first.is_none() {
+    fn write(&mut self, last: bool) -> StoreResult<()> {
+        if self.pending.is_empty() && !last {
             return Ok(());
         }
         let records = std::mem::take(&mut self.pending);
@@ -151,7 +168,11 @@ impl<'s> ConversationWriter<'s> {
                 },
             )
             .collect();
-        let mut writes = self.first.take().unwrap_or_else(|| Writes::new(self.store));
+        let mut writes = if last {
+            std::mem::replace(&mut self.last, Writes::new(self.store))
+        } else {
+            Writes::new(self.store)
+        };
         let _guard = self.store.lock_writes();
         if encoded.is_empty() {
             writes
@@ -173,6 +194,12 @@ impl<'s> ConversationWriter<'s> {
             }
             self.meta.len += encoded.len() as u64;
             self.meta.head = appended.head;
+        }
+        if !last {
+            // Not visible yet: everything but the metadata.
+            let conversation = keys::conversation(&self.id);
+            writes.batch.ops.retain(|(_, key, _)| *key != conversation);
+            writes.batch.announced.clear();
         }
         self.store.commit(&encoded, writes)
     }

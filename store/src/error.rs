@@ -124,6 +124,9 @@ pub enum StoreError {
         /// The head found.
         actual: Address,
     },
+    /// An idempotency key was used before for another request.
+    #[error("the idempotency key was used for another request; nothing was stored")]
+    IdempotencyKeyReused,
     /// An event is larger than the store's limit; nothing was stored.
     #[error("event {index} of the append is {size} bytes, more than the limit of {limit} bytes")]
     EventTooLarge {

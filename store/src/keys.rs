@@ -7,6 +7,7 @@
 //! | key | value |
 //! |---|---|
 //! | `F` | format version, u32 big-endian |
+//! | `I` | the database's id (16 random bytes), made when first asked for |
 //! | `C` id(16) | conversation metadata |
 //! | `N` name | conversation id (16 bytes) |
 //! | `c` id(16) first_seq(8 BE) | a chunk of records |
@@ -21,6 +22,7 @@
 //! | `x` id(16) view(8) bucket(2 BE) | a view's call index: ids, names, orphan results |
 //! | `P` id(16) | a conversation's pinned turn ranges (automatic compaction never covers them) |
 //! | `A` id(16) | automatic compaction's state: whether a summarizer failed since the last manual compaction |
+//! | `K` id(16) key(32) | an append's idempotency key (blake3 of it): the request's fingerprint and what it stored |
 //! | `L` id(16) | a fork's lineage: parent id, records shared, base address and turn state |
 //! | `S` file(4 BE) | segment file `file` was written by a bulk append that committed (empty value; also in the blob tree, see `segments.rs`) |
 //!
@@ -37,6 +39,8 @@
 use crate::ids::ConversationId;
 
 pub(crate) const FORMAT: &[u8] = b"F";
+/// The database's id ([`crate::Store::database_id`]): 16 bytes.
+pub(crate) const DATABASE_ID: &[u8] = b"I";
 pub(crate) const CONVERSATION: u8 = b'C';
 pub(crate) const NAME: u8 = b'N';
 pub(crate) const CHUNK: u8 = b'c';
@@ -45,6 +49,7 @@ pub(crate) const OVERLAY: u8 = b'o';
 pub(crate) const OVERLAYS: u8 = b'O';
 pub(crate) const CALLS: u8 = b'k';
 pub(crate) const LINEAGE: u8 = b'L';
+pub(crate) const IDEMPOTENCY: u8 = b'K';
 pub(crate) const STAGING: u8 = b'T';
 pub(crate) const PINS: u8 = b'P';
 pub(crate) const AUTO: u8 = b'A';
@@ -83,6 +88,12 @@ pub(crate) fn pins(id: &ConversationId) -> Vec<u8> {
 
 pub(crate) fn auto(id: &ConversationId) -> Vec<u8> {
     prefixed(AUTO, id.as_bytes())
+}
+
+pub(crate) fn idempotency(id: &ConversationId, key: &[u8; 32]) -> Vec<u8> {
+    let mut k = prefixed(IDEMPOTENCY, id.as_bytes());
+    k.extend_from_slice(key);
+    k
 }
 
 pub(crate) fn lineage(id: &ConversationId) -> Vec<u8> {

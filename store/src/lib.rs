@@ -65,7 +65,7 @@ pub mod testing;
 mod verify;
 mod views;
 
-pub use append::{event_size, AppendOptions, Appended};
+pub use append::{event_size, AppendOptions, Appended, IdempotencyKey};
 pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget};
 pub use codec::{BlobRef, INLINE_MAX};

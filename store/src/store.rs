@@ -364,6 +364,38 @@ impl Store {
         }
     }
 
+    /// The database's id: 16 random bytes, made the first time it is
+    /// asked for and never changed (a copy made by `backup` or `copy` has
+    /// its own). Derived data kept outside the database (a search index
+    /// in a cache directory) is filed under it.
+    pub fn database_id(&self) -> StoreResult<ConversationId> {
+        if let Some(value) = self.get(keys::DATABASE_ID)? {
+            let bytes: [u8; 16] = value.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                what: format!("the database id is {} bytes, not 16", value.len()),
+            })?;
+            return Ok(ConversationId::from_bytes(bytes));
+        }
+        let id = ConversationId::generate();
+        let mut batch = Batch::new();
+        batch.put(keys::DATABASE_ID, id.as_bytes().to_vec());
+        let condition = Condition {
+            key: keys::DATABASE_ID.to_vec(),
+            expected: None,
+        };
+        if self.kv.apply_if(&[condition], batch)? {
+            self.sync()?;
+            return Ok(id);
+        }
+        // Another process made it first.
+        self.database_id()
+    }
+
+    /// Where the database is, for messages: its directory, or its URL
+    /// without a password.
+    pub fn describe(&self) -> String {
+        self.kv.describe()
+    }
+
     /// The backend the database is kept in.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.kv

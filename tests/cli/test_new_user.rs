@@ -161,9 +161,20 @@ fn read_commands_create_nothing_and_urls_are_not_paths() {
         assert!(!env.db().exists());
     }
     let run = env
+        .run(&["--db", "mysql://me@host/db", "append", "c", "--user", "x"])
+        .fails();
+    assert!(
+        run.stderr.contains("a URL, not a directory"),
+        "{}",
+        run.stderr
+    );
+    assert!(listing(env.path()).is_empty(), "{:?}", listing(env.path()));
+    // A PostgreSQL URL is a database server, never a directory: one that
+    // cannot be reached is an error naming it.
+    let run = env
         .run(&[
             "--db",
-            "postgres://me@host/db",
+            "postgres://me@no-such-host.invalid/db",
             "append",
             "c",
             "--user",
@@ -171,7 +182,8 @@ fn read_commands_create_nothing_and_urls_are_not_paths() {
         ])
         .fails();
     assert!(
-        run.stderr.contains("a URL, not a directory"),
+        run.stderr
+            .contains("cannot open the database at postgres://me@no-such-host.invalid/db"),
         "{}",
         run.stderr
     );

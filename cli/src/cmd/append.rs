@@ -198,17 +198,17 @@ pub(crate) fn events_from_flags(matches: &ArgMatches, now: Timestamp) -> Vec<Eve
 
 /// The append options the arguments give.
 fn append_options(args: &AppendArgs) -> Result<AppendOptions> {
-    Ok(AppendOptions {
-        expect_head: match &args.expect_head {
-            Some(hex) => Some(
-                Address::from_hex(&hex.to_ascii_lowercase()).with_context(|| {
-                    format!("--expect-head: \"{hex}\" is not a 64-digit hex address")
-                })?,
-            ),
-            None => None,
-        },
-        no_sync: args.no_sync,
-    })
+    let expect_head = match &args.expect_head {
+        Some(hex) => Some(
+            Address::from_hex(&hex.to_ascii_lowercase()).with_context(|| {
+                format!("--expect-head: \"{hex}\" is not a 64-digit hex address")
+            })?,
+        ),
+        None => None,
+    };
+    Ok(AppendOptions::new()
+        .expecting(expect_head)
+        .unsynced(args.no_sync))
 }
 
 /// Where the events go: the conversation the argument names exactly (a

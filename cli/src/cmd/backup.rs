@@ -176,3 +176,103 @@ fn describe(c: &convstore_store::SalvagedConversation) -> String {
     parts.extend(c.notes.iter().cloned());
     parts.join("; ")
 }
+
+/// `convstore copy FROM TO`: conversations into another database, on any
+/// backend, every head compared.
+pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -> Result<ExitCode> {
+    use convstore_engine::{Engine, Location, OpenOptions};
+    let from = Location::parse(&args.from.to_string_lossy())?;
+    let to = Location::parse(&args.to.to_string_lossy())?;
+    if from == to {
+        anyhow::bail!("FROM and TO are the same database ({from})");
+    }
+    let source = Engine::open(&from, &OpenOptions::existing())?;
+    let store = source.store();
+    let only = if args.conversations.is_empty() {
+        None
+    } else {
+        let mut ids = Vec::new();
+        for query in &args.conversations {
+            ids.push(store.resolve(query)?);
+        }
+        Some(ids)
+    };
+    let target = Engine::open(&to, &OpenOptions::create())?;
+    let report = store.copy_into(target.store(), only.as_deref())?;
+    // The copy's search index catches up at its first search.
+    drop(target);
+    let mut out = output::stdout();
+    if args.json {
+        let value = json!({
+            "ok": true,
+            "from": from.to_string(),
+            "to": to.to_string(),
+            "conversations": report.conversations,
+            "records": report.records,
+            "views": report.views,
+            "skipped": report.skipped,
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(
+            out,
+            "copied {}, {}, {} from {from} to {to}; every head is identical on both sides",
+            plural(report.conversations, "conversation"),
+            plural(report.records, "record"),
+            plural(report.views, "view"),
+        )?;
+        if report.skipped > 0 {
+            notes.say(&format!(
+                "{} {} there already, identical: skipped",
+                plural(report.skipped, "conversation"),
+                if report.skipped == 1 { "was" } else { "were" }
+            ));
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `convstore migrate`: a PostgreSQL database's schema created or brought
+/// up to date.
+pub(crate) fn migrate(cli: &crate::args::Cli) -> Result<ExitCode> {
+    use convstore_engine::store::backend::postgres::{self, SCHEMA_VERSION};
+    use convstore_engine::Location;
+    let location = crate::cmd::location(cli)?;
+    let mut out = output::stdout();
+    match location {
+        Location::Postgres(url) => {
+            let done = postgres::migrate(&url)?;
+            if done.from == done.to {
+                writeln!(
+                    out,
+                    "{}: schema version {SCHEMA_VERSION}, up to date",
+                    location_text(&url)
+                )?;
+            } else if done.from == 0 {
+                writeln!(
+                    out,
+                    "{}: created the convstore schema, version {SCHEMA_VERSION}",
+                    location_text(&url)
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "{}: migrated the schema from version {} to {SCHEMA_VERSION}",
+                    location_text(&url),
+                    done.from
+                )?;
+            }
+        }
+        other => writeln!(
+            out,
+            "{other}: a database directory has no schema to migrate (store formats 1 to 4 open as they are)"
+        )?,
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn location_text(url: &str) -> String {
+    convstore_engine::store::backend::postgres::redact(url)
+}

@@ -76,6 +76,8 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Verify(args) => verify::run(&read()?, args, &notes),
         Command::Backup(args) => backup::run(read()?.store(), args),
         Command::Salvage(args) => backup::salvage(args),
+        Command::Copy(args) => backup::copy(args, &notes),
+        Command::Migrate => backup::migrate(cli),
         Command::List(args) => stats::list(&read()?, args),
         Command::Stats(args) => stats::run(&read()?, args, &notes),
         Command::Serve(args) => serve::run(cli, args, &notes),
@@ -147,9 +149,12 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
     // is stored.
     let index_on_write =
         convstore_engine::store::address_space_limit().is_none_or(|limit| limit >= 1 << 30);
-    let engine = Engine::open(&location(cli)?, &options)?
+    let mut engine = Engine::open(&location(cli)?, &options)?
         .with_secrets(Secrets::from_fn(|name| std::env::var(name).ok()))
         .with_index_on_write(index_on_write);
+    if let Some(cache) = cache_dir() {
+        engine = engine.with_cache_dir(cache);
+    }
     for file in engine.store().discarded_snapshots() {
         Notes { quiet: cli.quiet }.say(&format!(
             "note: an unfinished sled snapshot was left by an earlier crash or failed open; \
@@ -158,6 +163,20 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
         ));
     }
     Ok(engine)
+}
+
+/// Where derived data of a database without a directory (PostgreSQL) is
+/// kept on this machine: `$CONVSTORE_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/convstore`, else `~/.cache/convstore`.
+pub(crate) fn cache_dir() -> Option<std::path::PathBuf> {
+    let from = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    from("CONVSTORE_CACHE_DIR")
+        .or_else(|| from("XDG_CACHE_HOME").map(|d| d.join("convstore")))
+        .or_else(|| from("HOME").map(|d| d.join(".cache").join("convstore")))
 }
 
 /// Prints the script that registers `convstore` for completion in `shell`:

@@ -57,7 +57,9 @@ pub(crate) fn run(cli: &Cli, args: &ServeArgs, notes: &Notes) -> Result<ExitCode
             follow_behind: args.follow_behind,
             ..Limits::default()
         },
-        database: Some(cli.db.clone()),
+        // The discovery file goes into a database directory; a database
+        // server has none (clients name the server with --url).
+        database: cmd::location(cli)?.path().map(std::path::Path::to_path_buf),
     };
     let db = cli.db.display().to_string();
     convstore_server::serve(engine, &options, |addr| {

@@ -105,6 +105,7 @@ fn main_table(tag: u8) -> Table {
         b'P' => table("pins", Shape::Single),
         b'A' => table("auto_state", Shape::Single),
         b'L' => table("lineage", Shape::Single),
+        b'K' => table("idempotency_keys", Shape::Keyed),
         b'c' => table("chunks", Shape::Keyed),
         b't' => table("turns", Shape::Keyed),
         b'k' => table("calls", Shape::Keyed),
@@ -131,6 +132,7 @@ pub const TABLES: &[&str] = &[
     "pins",
     "auto_state",
     "lineage",
+    "idempotency_keys",
     "chunks",
     "turns",
     "calls",
@@ -1130,13 +1132,12 @@ fn keyed_clauses(
     // in it or is the end of its keys.
     if let Some(conversation) = &lower_conversation {
         let upper_in_same = match upper {
-            Bound::Included(v) | Bound::Excluded(v) if v.len() >= 16 => {
-                if v[..16] == conversation[..] {
-                    Some(true)
-                } else {
-                    None
-                }
+            Bound::Included(v) | Bound::Excluded(v)
+                if v.len() >= 16 && v[..16] == conversation[..] =>
+            {
+                Some(true)
             }
+            // The first key after every key of the conversation.
             Bound::Excluded(v) => after_prefix(conversation)
                 .filter(|end| end == v)
                 .map(|_| false),

@@ -22,6 +22,13 @@ CREATE TABLE pins (conversation_id bytea PRIMARY KEY, value bytea NOT NULL);
 CREATE TABLE auto_state (conversation_id bytea PRIMARY KEY, value bytea NOT NULL);
 -- A fork's parent, fork point and base address.
 CREATE TABLE lineage (conversation_id bytea PRIMARY KEY, value bytea NOT NULL);
+-- An append's idempotency key (key: blake3 of it): the request's fingerprint and what it stored.
+CREATE TABLE idempotency_keys (
+    conversation_id bytea NOT NULL,
+    key bytea NOT NULL,
+    value bytea NOT NULL,
+    PRIMARY KEY (conversation_id, key)
+);
 -- A chunk of up to 1,024 records (key: first seq, 8 bytes big-endian).
 CREATE TABLE chunks (
     conversation_id bytea NOT NULL,
