@@ -1,22 +1,23 @@
 //! Latency of single-event durable appends, as percentiles.
 //!
 //! ```text
-//! cargo run --release --example append_latency -- [EVENTS] [APPENDS] [DIR]
+//! cargo run --release --example append_latency -- [EVENTS] [APPENDS] [DIR | postgres://...]
 //! ```
 //!
-//! Fills a store in `DIR` (default: a temporary directory) with `EVENTS`
-//! events (default 100,000) in batches, then times `APPENDS` (default
-//! 2,000) appends of one event each, durable when they return. Beside
-//! them, on the same file system in the same run, it times the floor any
-//! durable append pays there: a 300-byte `write` plus `fdatasync` on a
-//! plain file. Criterion reports means; the product's goal is a median,
-//! hence this harness.
+//! Fills a store in `DIR` (default: a temporary directory; or a
+//! PostgreSQL database, given by URL) with `EVENTS` events (default
+//! 100,000) in batches, then times `APPENDS` (default 2,000) appends of
+//! one event each, durable when they return. Beside them, on the same file
+//! system in the same run, it times the floor any durable append pays
+//! there: a 300-byte `write` plus `fdatasync` on a plain file. Criterion
+//! reports means; the product's goal is a median, hence this harness.
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use convstore_store::backend::postgres::{PgBackend, Setup};
 use convstore_store::{AppendOptions, Event, EventKind, Store, Timestamp};
 
 fn main() {
@@ -24,11 +25,19 @@ fn main() {
     let events: u64 = parse(args.next(), 100_000);
     let appends: usize = parse(args.next(), 2_000).max(1);
     let temporary = tempfile::tempdir().expect("temporary directory");
-    let dir = args
-        .next()
-        .map_or_else(|| temporary.path().to_path_buf(), Into::into);
-
-    let store = Store::open(dir.join("db")).expect("open the store");
+    let given = args.next();
+    let url = given.clone().filter(|g| g.starts_with("postgres"));
+    let dir = match (&given, &url) {
+        (Some(dir), None) => dir.into(),
+        _ => temporary.path().to_path_buf(),
+    };
+    let store = match &url {
+        Some(url) => Store::with_backend(std::sync::Arc::new(
+            PgBackend::connect(url, Setup::Create).expect("connect to PostgreSQL"),
+        ))
+        .expect("open the store"),
+        None => Store::open(dir.join("db")).expect("open the store"),
+    };
     let id = store.create_conversation(None).expect("create");
     let batch = AppendOptions::new().unsynced(true);
     for start in (0..events).step_by(10_000) {
@@ -60,7 +69,7 @@ fn main() {
 
     println!(
         "store of {events} events, {appends} single-event appends, in {}",
-        dir.display()
+        store.describe()
     );
     report("durable append", durable);
     report("  apply (no sync)", unsynced);

@@ -2,165 +2,21 @@
 //! port and these tests talk HTTP to it (ureq), and run the CLI through it.
 #![allow(clippy::format_collect)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::io::BufReader;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-
-const BIN: &str = env!("CARGO_BIN_EXE_convstore");
-
-/// A running `convstore serve`.
-struct Server {
-    child: Option<Child>,
-    url: String,
-    db: PathBuf,
-}
-
-impl Server {
-    fn start(db: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("--db")
-            .arg(db)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("convstore serve starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("the URL line");
-        assert!(line.starts_with("http://127.0.0.1:"), "{line:?}");
-        Server {
-            child: Some(child),
-            url: line.trim().to_owned(),
-            db: db.to_path_buf(),
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().map_or(0, |c| c.id() as i32)
-    }
-
-    /// SIGTERM, then the exit code and stderr.
-    fn stop(mut self) -> (Option<i32>, String) {
-        let mut child = self.child.take().expect("running");
-        unsafe_free_kill(child.id() as i32, libc::SIGTERM);
-        let status = child.wait().expect("exits");
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .expect("stderr")
-            .read_to_string(&mut err)
-            .ok();
-        (status.code(), err)
-    }
-
-    fn kill9(mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("kill -9");
-        child.wait().expect("reaped");
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// kill(2) through the `kill` command (the crate forbids unsafe code).
-fn unsafe_free_kill(pid: i32, signal: i32) {
-    Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("kill runs");
-}
-
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(60))
-        .build()
-}
-
-/// Status and JSON body of a request, errors included.
-fn answer(result: Result<ureq::Response, ureq::Error>) -> (u16, Value) {
-    match result {
-        Ok(r) => {
-            let status = r.status();
-            let text = r.into_string().expect("body");
-            (
-                status,
-                serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            )
-        }
-        Err(ureq::Error::Status(status, r)) => {
-            let text = r.into_string().expect("body");
-            let value: Value = serde_json::from_str(&text)
-                .unwrap_or_else(|_| panic!("error bodies are JSON: {status} {text:?}"));
-            (status, value)
-        }
-        Err(e) => panic!("transport: {e}"),
-    }
-}
-
-fn post(url: &str, body: &str) -> (u16, Value) {
-    answer(
-        agent()
-            .post(url)
-            .set("Content-Type", "application/x-ndjson")
-            .send_string(body),
-    )
-}
-
-fn get_text(url: &str) -> String {
-    agent()
-        .get(url)
-        .call()
-        .expect("200")
-        .into_string()
-        .expect("text")
-}
-
-fn cli(db: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    let mut child = Command::new(BIN)
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("CONVSTORE_URL")
-        .env_remove("CONVSTORE_DB")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("convstore runs");
-    let mut input = child.stdin.take().expect("stdin");
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).expect("stdin written");
-    }
-    drop(input);
-    let out = child.wait_with_output().expect("finishes");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::server::{agent, answer, cli, get_text, post, sse_events, Server, BIN};
 
 const TURN: &str = "{\"type\":\"turn_start\"}\n{\"type\":\"user\",\"text\":\"hello\"}\n{\"type\":\"reasoning\",\"text\":\"thinking about it\"}\n{\"type\":\"assistant\",\"text\":\"hi\"}\n";
 
 #[test]
 fn appends_reads_views_and_conflicts_over_http() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("db"), &[]);
+    let server = Server::start(dir.path().join("db"), &[]);
     let base = format!("{}/v1/conversations", server.url);
 
     // Created on first append (201), then appended to (200).
@@ -306,7 +162,7 @@ fn appends_reads_views_and_conflicts_over_http() {
 #[test]
 fn idempotency_keys_store_an_append_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("db"), &[]);
+    let server = Server::start(dir.path().join("db"), &[]);
     let url = format!("{}/v1/conversations/chat/events", server.url);
     let send = |key: &str, body: &str| {
         answer(
@@ -330,7 +186,7 @@ fn idempotency_keys_store_an_append_once() {
 #[test]
 fn concurrent_appends_with_expected_seq_lose_nothing_and_conflict_with_409() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("db"), &[]);
+    let server = Server::start(dir.path().join("db"), &[]);
     let url = format!("{}/v1/conversations/race/events", server.url);
     post(&url, "{\"type\":\"turn_start\"}\n");
     let (mut stored, mut conflicts) = (0, 0);
@@ -380,41 +236,10 @@ fn concurrent_appends_with_expected_seq_lose_nothing_and_conflict_with_409() {
     assert_eq!(verified["ok"], true);
 }
 
-/// Reads SSE events (`id`, `event`, `data`) from a stream, until `count`
-/// of them other than `behind`.
-fn sse_events(reader: &mut impl BufRead, count: usize) -> Vec<(Option<u64>, String, String)> {
-    let mut events: Vec<(Option<u64>, String, String)> = Vec::new();
-    let (mut id, mut event, mut data) = (None, String::new(), String::new());
-    let mut line = String::new();
-    while events.iter().filter(|e| e.1 != "behind").count() < count {
-        line.clear();
-        if reader.read_line(&mut line).expect("reads") == 0 {
-            break;
-        }
-        let line = line.trim_end_matches('\n');
-        if line.is_empty() {
-            if !event.is_empty() {
-                events.push((
-                    id.take(),
-                    std::mem::take(&mut event),
-                    std::mem::take(&mut data),
-                ));
-            }
-        } else if let Some(v) = line.strip_prefix("id: ") {
-            id = v.parse().ok();
-        } else if let Some(v) = line.strip_prefix("event: ") {
-            v.clone_into(&mut event);
-        } else if let Some(v) = line.strip_prefix("data: ") {
-            v.clone_into(&mut data);
-        }
-    }
-    events
-}
-
 #[test]
 fn follow_streams_the_log_and_the_view_and_resumes_from_last_event_id() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("db"), &[]);
+    let server = Server::start(dir.path().join("db"), &[]);
     let base = format!("{}/v1/conversations/live", server.url);
     post(&format!("{base}/events"), TURN);
     let stream = agent()
@@ -468,7 +293,7 @@ fn follow_streams_the_log_and_the_view_and_resumes_from_last_event_id() {
 #[test]
 fn a_follower_that_falls_behind_is_told_and_misses_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("db"), &["--follow-behind", "100"]);
+    let server = Server::start(dir.path().join("db"), &["--follow-behind", "100"]);
     let base = format!("{}/v1/conversations/slow", server.url);
     post(&format!("{base}/events"), "{\"type\":\"turn_start\"}\n");
     let stream = agent()
@@ -505,7 +330,7 @@ fn tokens_scopes_and_limits() {
     )
     .expect("token file");
     let server = Server::start(
-        &dir.path().join("db"),
+        dir.path().join("db"),
         &[
             "--token-file",
             tokens.to_str().expect("utf-8"),
@@ -574,7 +399,7 @@ fn tokens_scopes_and_limits() {
 
     // Beyond loopback only with a token file.
     let (code, _, err) = cli(
-        &dir.path().join("db2"),
+        dir.path().join("db2"),
         &["serve", "--listen", "0.0.0.0:0"],
         None,
     );
@@ -684,7 +509,7 @@ fn the_curl_examples_of_docs_server_md_run_as_written() {
     }
     assert!(script.lines().count() > 30, "{script}");
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("db"), &[]);
+    let server = Server::start(dir.path().join("db"), &[]);
     let out = Command::new("bash")
         .arg("-c")
         .arg(&script)
@@ -717,7 +542,7 @@ fn the_curl_examples_of_docs_server_md_run_as_written() {
 #[test]
 fn every_path_of_the_openapi_document_is_served() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("db"), &[]);
+    let server = Server::start(dir.path().join("db"), &[]);
     post(
         &format!("{}/v1/conversations/chat/events", server.url),
         TURN,

@@ -834,7 +834,10 @@ pub(crate) async fn append(
         let _permit = permit;
         let now = Timestamp::now();
         let max_event = limits.max_event_bytes;
-        let small = body.len() <= SMALL_APPEND;
+        // A database server makes each commit durable itself and runs
+        // writers in parallel: no commit thread, no flush to wait for.
+        let server_backend = state.engine.store().backend().is_server();
+        let small = body.len() <= SMALL_APPEND && !server_backend;
         let conv2 = conv.clone();
         let expected_seq = q.expected_seq;
         let parse = move || -> Result<Vec<Event>> {
@@ -884,6 +887,7 @@ pub(crate) async fn append(
                 })
                 .await;
             match applied {
+                Ok(appended) if server_backend => Ok(appended),
                 Ok(appended) => state.committer.durable().await.map(|()| appended),
                 Err(e) => Err(e),
             }

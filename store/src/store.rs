@@ -547,13 +547,24 @@ impl Store {
         self.kv.size_on_disk()
     }
 
-    pub(crate) fn lock_writes(&self) -> MutexGuard<'_, ()> {
+    /// Serialises the writes of this process, for a backend one process
+    /// holds (a lost race would otherwise be planned again); `None` for a
+    /// database server.
+    pub(crate) fn lock_writes(&self) -> Option<MutexGuard<'_, ()>> {
         self.kv.on_write();
+        // A database server serialises writers itself, where their
+        // conditions meet: writes to different conversations go on in
+        // parallel.
+        if self.kv.is_server() {
+            return None;
+        }
         // A panic while holding the lock cannot leave sled half-written
         // (writes are single batches), so a poisoned lock is still usable.
-        self.write_lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        Some(
+            self.write_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Creates an empty conversation, with a unique `name` if given.

@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod gen;
 pub mod postgres;
+pub mod server;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

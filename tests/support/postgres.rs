@@ -229,13 +229,32 @@ pub fn start() -> Result<Server, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    // The server runs as a child of a thread that lives as long as the
-    // process: when the process ends, the server gets SIGINT (a fast
-    // shutdown). fsync is off: a test cluster never outlives a power cut.
-    let log = std::fs::File::create(dir.join("log")).map_err(|e| e.to_string())?;
+    run(&dir)?;
+    let url = format!(
+        "postgres://postgres@{}/postgres",
+        dir.to_string_lossy().replace('/', "%2F")
+    );
+    Ok(Server {
+        url,
+        dir: Some(dir),
+    })
+}
+
+/// Runs the server of the cluster in `dir` and waits until it accepts
+/// connections. It runs as a child of a thread that lives as long as the
+/// process: when the process ends, the server gets SIGINT (a fast
+/// shutdown). fsync is off: a test cluster never outlives a power cut.
+fn run(dir: &Path) -> Result<(), String> {
+    let bindir = bindir().ok_or("no PostgreSQL server binaries found")?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("log"))
+        .map_err(|e| e.to_string())?;
     let mut command = as_cluster_user(&bindir.join("postgres"), true);
     command
-        .args(["-D", &data.to_string_lossy(), "-k", &dir.to_string_lossy()])
+        .args(["-D", &dir.join("data").to_string_lossy()])
+        .args(["-k", &dir.to_string_lossy()])
         .args(["-c", "listen_addresses=", "-c", "fsync=off"])
         .args(["-c", "max_connections=300", "-c", "shared_buffers=128MB"])
         .stdin(Stdio::null())
@@ -247,7 +266,8 @@ pub fn start() -> Result<Server, String> {
         .spawn(move || match command.spawn() {
             Ok(mut child) => {
                 let _ = tx.send(Ok(()));
-                let _ = child.wait();
+                let status = child.wait();
+                let _ = tx.send(Err(format!("the server exited ({status:?})")));
                 // Keep the thread (the server's parent) alive until the
                 // process ends.
                 loop {
@@ -260,10 +280,6 @@ pub fn start() -> Result<Server, String> {
         })
         .map_err(|e| e.to_string())?;
     rx.recv().map_err(|e| e.to_string())??;
-    let url = format!(
-        "postgres://postgres@{}/postgres",
-        dir.to_string_lossy().replace('/', "%2F")
-    );
     let started = Instant::now();
     loop {
         let ready = Command::new(bindir.join("pg_isready"))
@@ -271,7 +287,10 @@ pub fn start() -> Result<Server, String> {
             .status()
             .is_ok_and(|s| s.success());
         if ready {
-            break;
+            return Ok(());
+        }
+        if let Ok(Err(exited)) = rx.try_recv() {
+            return Err(exited);
         }
         if started.elapsed() > Duration::from_secs(30) {
             let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
@@ -279,8 +298,38 @@ pub fn start() -> Result<Server, String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(Server {
-        url,
-        dir: Some(dir),
-    })
+}
+
+impl Server {
+    /// Kills the server of a cluster this process started with SIGKILL
+    /// (its backends end when they notice), as a crash would.
+    pub fn kill9(&self) {
+        let dir = self.dir.as_ref().expect("a cluster of this process");
+        let pid = std::fs::read_to_string(dir.join("data/postmaster.pid"))
+            .ok()
+            .and_then(|text| text.lines().next().map(str::to_owned))
+            .expect("postmaster.pid");
+        Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status()
+            .expect("kill runs");
+    }
+
+    /// Starts the server of a cluster this process started again (after
+    /// [`Server::kill9`]): crash recovery, then connections.
+    pub fn restart(&self) {
+        let dir = self.dir.as_ref().expect("a cluster of this process");
+        let started = Instant::now();
+        // The killed server's backends may still hold its shared memory
+        // for a moment.
+        loop {
+            match run(dir) {
+                Ok(()) => return,
+                Err(e) if started.elapsed() > Duration::from_secs(30) => {
+                    panic!("PostgreSQL did not restart: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
 }

@@ -175,6 +175,14 @@ pub trait Backend: Send + Sync {
     /// waits for.
     fn sync(&self) -> StoreResult<()>;
 
+    /// Whether the backend is a database server: each batch is durable
+    /// once applied, and batches of different writers (threads, processes,
+    /// machines) are applied in parallel, serialised only where their
+    /// conditions meet. The store then takes no process-wide write lock.
+    fn is_server(&self) -> bool {
+        false
+    }
+
     /// Bytes the database occupies.
     fn size_on_disk(&self) -> StoreResult<u64>;
 

@@ -331,7 +331,17 @@ pub struct PgBackend {
     pool: r2d2::Pool<Manager>,
     config: postgres::Config,
     url: String,
+    /// Whether some process listens for announcements, and when that
+    /// was last looked up ([`PgBackend::anyone_listening`]).
+    listening: std::sync::Mutex<Option<(std::time::Instant, bool)>>,
 }
+
+/// The application name of the connections that listen for
+/// announcements.
+const LISTENER_NAME: &str = "convstore-listen";
+
+/// How long whether anyone listens is taken as known.
+const LISTENING_TTL: Duration = Duration::from_secs(1);
 
 impl PgBackend {
     /// Connects to the database at `url` (`postgres://USER@HOST/DB`; a
@@ -389,6 +399,7 @@ impl PgBackend {
             pool,
             config,
             url: shown,
+            listening: std::sync::Mutex::new(None),
         })
     }
 
@@ -411,56 +422,6 @@ impl PgBackend {
         f(&mut conn).map_err(|e| backend_error(&e))
     }
 
-    /// Writes `ops` (each key once) inside the transaction on `client`.
-    fn write(
-        client: &mut impl GenericClient,
-        cache: &mut HashMap<String, Statement>,
-        ops: &BTreeMap<RowKey, Option<Vec<u8>>>,
-    ) -> Result<(), postgres::Error> {
-        // Per table: the rows to upsert and the rows to delete.
-        let mut tables: BTreeMap<(&'static str, u8), TableWrites<'_>> = BTreeMap::new();
-        for (row, value) in ops {
-            let writes = tables.entry((row.table, row.shape_rank)).or_default();
-            if let Some(value) = value {
-                writes.put_conversations.push(&row.conversation);
-                writes.put_keys.push(&row.key);
-                writes.put_values.push(value);
-            } else {
-                writes.del_conversations.push(&row.conversation);
-                writes.del_keys.push(&row.key);
-            }
-        }
-        for ((name, rank), w) in tables {
-            let shape = shape_of_rank(rank);
-            if !w.put_keys.is_empty() {
-                let sql = upsert_sql(name, shape);
-                let statement = prepared(client, cache, &sql)?;
-                match shape {
-                    Shape::Keyed => client.execute(
-                        &statement,
-                        &[&w.put_conversations, &w.put_keys, &w.put_values],
-                    )?,
-                    Shape::Single => {
-                        client.execute(&statement, &[&w.put_conversations, &w.put_values])?
-                    }
-                    Shape::Global => client.execute(&statement, &[&w.put_keys, &w.put_values])?,
-                };
-            }
-            if !w.del_keys.is_empty() {
-                let sql = delete_sql(name, shape);
-                let statement = prepared(client, cache, &sql)?;
-                match shape {
-                    Shape::Keyed => {
-                        client.execute(&statement, &[&w.del_conversations, &w.del_keys])?
-                    }
-                    Shape::Single => client.execute(&statement, &[&w.del_conversations])?,
-                    Shape::Global => client.execute(&statement, &[&w.del_keys])?,
-                };
-            }
-        }
-        Ok(())
-    }
-
     /// The batch's writes by row, the last write of each key winning.
     fn rows(batch: &Batch) -> StoreResult<BTreeMap<RowKey, Option<Vec<u8>>>> {
         let mut rows = BTreeMap::new();
@@ -479,53 +440,79 @@ impl PgBackend {
         Ok(rows)
     }
 
-    /// Applies `batch` in one transaction if `conditions` hold; `Ok(false)`
-    /// when one does not, or when a concurrent transaction won.
+    /// Applies `batch` if `conditions` hold, as one statement (one round
+    /// trip, one implicit transaction): `Ok(false)` when a condition does
+    /// not hold, or a concurrent writer won (see [`write_statement`]).
     fn transact(&self, conditions: &[Condition], batch: &Batch) -> StoreResult<bool> {
         let rows = Self::rows(batch)?;
         let located = conditions
             .iter()
-            .map(|c| locate(Keyspace::Main, &c.key).map(|l| (c, l)))
+            .map(|c| {
+                locate(Keyspace::Main, &c.key).map(|(table, conversation, key)| Located {
+                    table,
+                    conversation,
+                    key,
+                    expected: c.expected.clone(),
+                })
+            })
             .collect::<StoreResult<Vec<_>>>()?;
+        let notices: Vec<String> = if batch.announced.is_empty() || !self.anyone_listening() {
+            Vec::new()
+        } else {
+            batch
+                .announced
+                .iter()
+                .filter_map(|change| match change {
+                    Change::Appended { id, len } => Some(format!("{id} {len}")),
+                    Change::Unknown => None,
+                })
+                .collect()
+        };
+        let (sql, params) = write_statement(&located, &rows, &notices);
         let mut conn = self.conn()?;
         let Connection { client, statements } = &mut *conn;
-        let result = (|| -> Result<bool, postgres::Error> {
-            let mut tx = client.transaction()?;
-            for (condition, (table, conversation, key)) in &located {
-                let table = *table;
-                if condition.expected.is_none() {
-                    // No row to lock: serialise the writers that expect
-                    // it absent on an advisory lock of the key instead.
-                    let lock = prepared(&mut tx, statements, "SELECT pg_advisory_xact_lock($1)")?;
-                    tx.execute(&lock, &[&advisory_key(&condition.key)])?;
-                }
-                let sql = select_sql(table, true);
-                let statement = prepared(&mut tx, statements, &sql)?;
-                let found = match table.shape {
-                    Shape::Keyed => tx.query_opt(&statement, &[&conversation, &key])?,
-                    Shape::Single => tx.query_opt(&statement, &[&conversation])?,
-                    Shape::Global => tx.query_opt(&statement, &[&key])?,
-                };
-                let value: Option<&[u8]> = found.as_ref().map(|row| row.get(0));
-                if value != condition.expected.as_deref() {
-                    return Ok(false);
-                }
-            }
-            Self::write(&mut tx, statements, &rows)?;
-            for change in &batch.announced {
-                if let Change::Appended { id, len } = change {
-                    let notify = prepared(&mut tx, statements, "SELECT pg_notify($1, $2)")?;
-                    tx.execute(&notify, &[&CHANNEL, &format!("{id} {len}")])?;
-                }
-            }
-            tx.commit()?;
-            Ok(true)
-        })();
+        let result = prepared(client, statements, &sql).and_then(|statement| {
+            let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
+            client.query_one(&statement, &refs)
+        });
         match result {
-            Ok(applied) => Ok(applied),
+            Ok(row) => Ok(row.get::<_, bool>(0)),
             Err(e) if lost_race(&e) => Ok(false),
             Err(e) => Err(backend_error(&e)),
         }
+    }
+
+    /// Whether any process listens for announcements (a server with
+    /// followers), looked up at most every [`LISTENING_TTL`]: a NOTIFY
+    /// takes a lock every commit of the database shares, so appends send
+    /// none while nobody listens. A listener that starts meanwhile misses
+    /// at most that much, and nothing relies on hearing a hint.
+    fn anyone_listening(&self) -> bool {
+        let mut known = self
+            .listening
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, listening)) = *known {
+            if at.elapsed() < LISTENING_TTL {
+                return listening;
+            }
+        }
+        let listening = self
+            .with(|conn| {
+                let statement = prepared(
+                    &mut conn.client,
+                    &mut conn.statements,
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+                     WHERE application_name = $1 AND datname = current_database())",
+                )?;
+                conn.client
+                    .query_one(&statement, &[&LISTENER_NAME])
+                    .map(|row| row.get::<_, bool>(0))
+            })
+            // Unknown: announce (a hint too many costs little).
+            .unwrap_or(true);
+        *known = Some((std::time::Instant::now(), listening));
+        listening
     }
 
     /// The database's URL, without its password.
@@ -535,7 +522,8 @@ impl PgBackend {
 
     /// Starts a thread that hears announcements on a connection of its own.
     fn listener(&self, sender: Sender<Change>) {
-        let config = self.config.clone();
+        let mut config = self.config.clone();
+        config.application_name(LISTENER_NAME);
         let spawned = std::thread::Builder::new()
             .name("convstore-listen".to_owned())
             .spawn(move || listen(&config, &sender));
@@ -544,14 +532,168 @@ impl PgBackend {
     }
 }
 
-/// What one table's part of a batch writes.
-#[derive(Default)]
-struct TableWrites<'a> {
-    put_conversations: Vec<&'a [u8]>,
-    put_keys: Vec<&'a [u8]>,
-    put_values: Vec<&'a [u8]>,
-    del_conversations: Vec<&'a [u8]>,
-    del_keys: Vec<&'a [u8]>,
+/// The conversation ids, keys and values of a table's rows.
+type Columns = (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+/// A condition of a batch, located in its table.
+struct Located {
+    table: Table,
+    conversation: Vec<u8>,
+    key: Vec<u8>,
+    expected: Option<Vec<u8>>,
+}
+
+/// A parameter of a write statement.
+enum Param {
+    Bytes(Vec<u8>),
+    Array(Vec<Vec<u8>>),
+    Texts(Vec<String>),
+}
+
+impl Param {
+    fn as_sql(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Param::Bytes(b) => b,
+            Param::Array(a) => a,
+            Param::Texts(t) => t,
+        }
+    }
+}
+
+/// The one statement that applies a batch: the rows its conditions name
+/// are locked and compared (`ok` holds a row when every condition holds),
+/// every write of the batch is a data-modifying CTE that writes only if
+/// `ok` has its row, and the notifications are sent only then too; the
+/// statement answers whether it wrote.
+///
+/// A condition that expects a value locks its row (`FOR UPDATE`): a
+/// writer that changed it first makes this statement see the changed row
+/// and write nothing. A key expected absent is inserted without `ON
+/// CONFLICT`, so of two writers inserting it one fails on the primary key
+/// (the other won: the batch is not applied).
+fn write_statement(
+    conditions: &[Located],
+    rows: &BTreeMap<RowKey, Option<Vec<u8>>>,
+    notices: &[String],
+) -> (String, Vec<Param>) {
+    let mut params: Vec<Param> = Vec::new();
+    let push = |param: Param, params: &mut Vec<Param>| {
+        params.push(param);
+        params.len()
+    };
+    let mut ctes: Vec<String> = Vec::new();
+    let mut checks: Vec<String> = Vec::new();
+    let mut absent: std::collections::HashSet<(&'static str, Vec<u8>, Vec<u8>)> =
+        std::collections::HashSet::new();
+    for (i, c) in conditions.iter().enumerate() {
+        let filter = match c.table.shape {
+            Shape::Keyed => {
+                let a = push(Param::Bytes(c.conversation.clone()), &mut params);
+                let b = push(Param::Bytes(c.key.clone()), &mut params);
+                format!("conversation_id = ${a} AND key = ${b}")
+            }
+            Shape::Single => {
+                let a = push(Param::Bytes(c.conversation.clone()), &mut params);
+                format!("conversation_id = ${a}")
+            }
+            Shape::Global => {
+                let a = push(Param::Bytes(c.key.clone()), &mut params);
+                format!("key = ${a}")
+            }
+        };
+        if let Some(value) = &c.expected {
+            ctes.push(format!(
+                "c{i} AS (SELECT value FROM {} WHERE {filter} FOR UPDATE)",
+                c.table.name
+            ));
+            let v = push(Param::Bytes(value.clone()), &mut params);
+            checks.push(format!("(SELECT value FROM c{i}) = ${v}"));
+        } else {
+            checks.push(format!(
+                "NOT EXISTS (SELECT 1 FROM {} WHERE {filter})",
+                c.table.name
+            ));
+            absent.insert((c.table.name, c.conversation.clone(), c.key.clone()));
+        }
+    }
+    let check = if checks.is_empty() {
+        "true".to_owned()
+    } else {
+        checks.join(" AND ")
+    };
+    ctes.push(format!("ok AS (SELECT 1 AS ok WHERE {check})"));
+    // Per table: rows to insert (expected absent), to upsert, to delete.
+    let mut writes: BTreeMap<(&'static str, u8, u8), Columns> = BTreeMap::new();
+    for (row, value) in rows {
+        let kind = match value {
+            None => 2,
+            Some(_) if absent.contains(&(row.table, row.conversation.clone(), row.key.clone())) => {
+                0
+            }
+            Some(_) => 1,
+        };
+        let entry = writes.entry((row.table, row.shape_rank, kind)).or_default();
+        entry.0.push(row.conversation.clone());
+        entry.1.push(row.key.clone());
+        entry.2.push(value.clone().unwrap_or_default());
+    }
+    for (n, ((name, rank, kind), (conversations, keys, values))) in writes.into_iter().enumerate() {
+        let shape = shape_of_rank(rank);
+        let (columns, pk, arrays) = match shape {
+            Shape::Keyed => (
+                "conversation_id, key",
+                "conversation_id, key",
+                vec![conversations, keys],
+            ),
+            Shape::Single => ("conversation_id", "conversation_id", vec![conversations]),
+            Shape::Global => ("key", "key", vec![keys]),
+        };
+        let mut slots = Vec::new();
+        for array in arrays {
+            slots.push(format!(
+                "${}::bytea[]",
+                push(Param::Array(array), &mut params)
+            ));
+        }
+        let cte = if kind == 2 {
+            format!(
+                "w{n} AS (DELETE FROM {name} WHERE ({pk}) IN (SELECT * FROM unnest({})) \
+                 AND EXISTS (SELECT 1 FROM ok))",
+                slots.join(", ")
+            )
+        } else {
+            slots.push(format!(
+                "${}::bytea[]",
+                push(Param::Array(values), &mut params)
+            ));
+            let conflict = if kind == 1 {
+                format!(" ON CONFLICT ({pk}) DO UPDATE SET value = excluded.value")
+            } else {
+                String::new()
+            };
+            format!(
+                "w{n} AS (INSERT INTO {name} ({columns}, value) SELECT * FROM unnest({}) \
+                 WHERE EXISTS (SELECT 1 FROM ok){conflict})",
+                slots.join(", ")
+            )
+        };
+        ctes.push(cte);
+    }
+    let notified = if notices.is_empty() {
+        String::new()
+    } else {
+        let channel = push(Param::Texts(vec![CHANNEL.to_owned()]), &mut params);
+        let payloads = push(Param::Texts(notices.to_vec()), &mut params);
+        ctes.push(format!(
+            "n AS (SELECT pg_notify((${channel}::text[])[1], p) FROM unnest(${payloads}::text[]) p, ok)"
+        ));
+        ", (SELECT count(*) FROM n)".to_owned()
+    };
+    let sql = format!(
+        "WITH {} SELECT EXISTS (SELECT 1 FROM ok){notified}",
+        ctes.join(", ")
+    );
+    (sql, params)
 }
 
 fn rank_of_shape(shape: Shape) -> u8 {
@@ -570,58 +712,18 @@ fn shape_of_rank(rank: u8) -> Shape {
     }
 }
 
-/// An advisory lock number for `key`.
-fn advisory_key(key: &[u8]) -> i64 {
-    let hash = blake3::hash(key);
-    let mut bytes = [0u8; 8];
-    bytes.copy_from_slice(&hash.as_bytes()[..8]);
-    i64::from_le_bytes(bytes)
-}
-
-fn upsert_sql(name: &str, shape: Shape) -> String {
-    match shape {
-        Shape::Keyed => format!(
-            "INSERT INTO {name} (conversation_id, key, value) \
-             SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) \
-             ON CONFLICT (conversation_id, key) DO UPDATE SET value = excluded.value"
-        ),
-        Shape::Single => format!(
-            "INSERT INTO {name} (conversation_id, value) \
-             SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
-             ON CONFLICT (conversation_id) DO UPDATE SET value = excluded.value"
-        ),
-        Shape::Global => format!(
-            "INSERT INTO {name} (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-        ),
-    }
-}
-
-fn delete_sql(name: &str, shape: Shape) -> String {
-    match shape {
-        Shape::Keyed => format!(
-            "DELETE FROM {name} WHERE (conversation_id, key) IN \
-             (SELECT * FROM unnest($1::bytea[], $2::bytea[]))"
-        ),
-        Shape::Single => {
-            format!("DELETE FROM {name} WHERE conversation_id = ANY($1::bytea[])")
-        }
-        Shape::Global => format!("DELETE FROM {name} WHERE key = ANY($1::bytea[])"),
-    }
-}
-
-fn select_sql(table: Table, for_update: bool) -> String {
-    let lock = if for_update { " FOR UPDATE" } else { "" };
+/// The query of one row's value.
+fn select_sql(table: Table) -> String {
     match table.shape {
         Shape::Keyed => format!(
-            "SELECT value FROM {} WHERE conversation_id = $1 AND key = $2{lock}",
+            "SELECT value FROM {} WHERE conversation_id = $1 AND key = $2",
             table.name
         ),
         Shape::Single => format!(
-            "SELECT value FROM {} WHERE conversation_id = $1{lock}",
+            "SELECT value FROM {} WHERE conversation_id = $1",
             table.name
         ),
-        Shape::Global => format!("SELECT value FROM {} WHERE key = $1{lock}", table.name),
+        Shape::Global => format!("SELECT value FROM {} WHERE key = $1", table.name),
     }
 }
 
@@ -775,7 +877,7 @@ impl Backend for PgBackend {
     fn get(&self, space: Keyspace, key: &[u8]) -> StoreResult<Option<Bytes>> {
         let (table, conversation, key) = locate(space, key)?;
         self.with(|conn| {
-            let sql = select_sql(table, false);
+            let sql = select_sql(table);
             let statement = prepared(&mut conn.client, &mut conn.statements, &sql)?;
             let row = match table.shape {
                 Shape::Keyed => conn.client.query_opt(&statement, &[&conversation, &key])?,
@@ -821,6 +923,10 @@ impl Backend for PgBackend {
     fn sync(&self) -> StoreResult<()> {
         // Every commit was durable when it was acknowledged.
         Ok(())
+    }
+
+    fn is_server(&self) -> bool {
+        true
     }
 
     fn size_on_disk(&self) -> StoreResult<u64> {
@@ -1028,12 +1134,12 @@ impl Iterator for Scan<'_> {
 }
 
 /// A parameter of a page query.
-type Param = Vec<u8>;
+type PageParam = Vec<u8>;
 
 /// The query for the next page of `part`, and its parameters.
-fn page_query(part: &Part, reverse: bool, limit: i64) -> (String, Vec<Param>) {
+fn page_query(part: &Part, reverse: bool, limit: i64) -> (String, Vec<PageParam>) {
     let table = part.table;
-    let mut params: Vec<Param> = Vec::new();
+    let mut params: Vec<PageParam> = Vec::new();
     let mut clauses: Vec<String> = Vec::new();
     let order = if reverse { "DESC" } else { "ASC" };
     let columns = match table.shape {
@@ -1087,7 +1193,7 @@ fn bound_clause(
     bound: &Bound<Vec<u8>>,
     lower: bool,
     clauses: &mut Vec<String>,
-    params: &mut Vec<Param>,
+    params: &mut Vec<PageParam>,
 ) {
     let (op, value) = match (bound, lower) {
         (Bound::Unbounded, _) => return,
@@ -1121,7 +1227,7 @@ fn keyed_clauses(
     lower: &Bound<Vec<u8>>,
     upper: &Bound<Vec<u8>>,
     clauses: &mut Vec<String>,
-    params: &mut Vec<Param>,
+    params: &mut Vec<PageParam>,
 ) {
     let conversation_of = |b: &Bound<Vec<u8>>| match b {
         Bound::Included(v) | Bound::Excluded(v) if v.len() >= 16 => Some(v[..16].to_vec()),
@@ -1171,7 +1277,7 @@ fn keyed_bound(
     bound: &Bound<Vec<u8>>,
     lower: bool,
     clauses: &mut Vec<String>,
-    params: &mut Vec<Param>,
+    params: &mut Vec<PageParam>,
 ) {
     let (value, inclusive) = match bound {
         Bound::Unbounded => return,
