@@ -649,3 +649,69 @@ fn kills_of_a_server_or_of_postgres_lose_nothing_acknowledged() {
         acknowledged.lock().unwrap().len()
     );
 }
+
+/// An import into PostgreSQL is one transaction: killed part-way, the
+/// conversation does not exist; run again, it holds every event.
+#[test]
+fn an_import_killed_part_way_stores_nothing() {
+    let Some(db) = database("an_import_killed_part_way_stores_nothing") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source.db");
+    let source = source.to_str().unwrap();
+    ok(
+        source,
+        &["gen", "big", "--events", "150000", "--compactions", "100"],
+        None,
+    );
+    let file = dir.path().join("big.ndjson");
+    ok(
+        source,
+        &[
+            "export",
+            "big",
+            "--format",
+            "ndjson",
+            "--output",
+            file.to_str().unwrap(),
+        ],
+        None,
+    );
+    let import = || {
+        std::process::Command::new(support::server::BIN)
+            .args([
+                "--db", &db, "import", "--format", "ndjson", "--name", "copy", "-q",
+            ])
+            .arg(&file)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    for delay in [150, 400, 800] {
+        let mut child = import();
+        std::thread::sleep(Duration::from_millis(delay));
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let (code, out, _) = cli(&db, &["log", "copy"], None);
+        if status.success() {
+            // Done before the kill: whole.
+            assert_eq!(out.lines().count(), 150_000);
+            return;
+        }
+        assert_eq!(
+            code,
+            1,
+            "after a kill at {delay} ms the import is all or nothing: {} records",
+            out.lines().count()
+        );
+    }
+    let mut child = import();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(ok(&db, &["log", "copy"], None).lines().count(), 150_000);
+    assert_eq!(
+        ok(&db, &["head", "copy"], None),
+        ok(source, &["head", "big"], None)
+    );
+}

@@ -166,6 +166,9 @@ impl Store {
         // of the metadata and the write, which is then not applied: plan
         // again from the new head (or, with an expected head, report it).
         let mut backoff = Backoff::new();
+        // Writers of this process take turns per conversation: only other
+        // processes' appends can make this one plan again.
+        let _turn = self.lock_conversation(id);
         loop {
             let guard = self.lock_writes();
             if let Some(key) = &options.idempotency {

@@ -92,6 +92,10 @@ pub struct BulkAppend<'s> {
     pending_bytes: u64,
     /// Once they are not: what was written to the segment files.
     spill: Option<Box<Spill>>,
+    /// On a database server, once they are not: a store over one
+    /// transaction, into which the events are appended as they come, and
+    /// what its last append returned (the commit commits it).
+    through: Option<(Store, Option<Appended>)>,
     /// Set once a write failed: the bulk append can only be dropped.
     failed: bool,
     /// Set once a commit batch was applied or tried: the files are then
@@ -136,6 +140,7 @@ impl Store {
             pending: Vec::new(),
             pending_bytes: 0,
             spill: None,
+            through: None,
             failed: false,
             applied: false,
         })
@@ -173,6 +178,22 @@ impl BulkAppend<'_> {
             },
             other => other,
         })?;
+        if store.kv.is_server() {
+            // A database server: past the limit, the events go into one
+            // transaction as they come (see `write_through`).
+            let bytes: u64 = encoded.iter().map(|r| r.size).sum();
+            self.pending.extend_from_slice(events);
+            self.pending_bytes += bytes;
+            self.count += events.len() as u64;
+            if self.pending_bytes >= store.bulk_memory_bytes() {
+                let written = self.write_through();
+                if written.is_err() {
+                    self.failed = true;
+                }
+                written?;
+            }
+            return Ok(());
+        }
         if self.spill.is_none() {
             let bytes: u64 = encoded.iter().map(|r| r.size).sum();
             let in_memory = self.pending_bytes + bytes;
@@ -189,6 +210,49 @@ impl BulkAppend<'_> {
         }
         added?;
         self.count += events.len() as u64;
+        Ok(())
+    }
+
+    /// Appends the events in memory to the conversation inside the bulk
+    /// append's transaction (begun by the first call), as ordinary appends
+    /// that nobody else sees before the commit. The first holds the
+    /// conversation's metadata row (an existing conversation's, locked; a
+    /// new one's, inserted), so another writer of it waits for the commit
+    /// and then finds it changed; a process that dies is rolled back by
+    /// the database.
+    fn write_through(&mut self) -> StoreResult<()> {
+        let store = self.store;
+        let events = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let options = AppendOptions::new().unsynced(true);
+        if let Some((inside, last)) = &mut self.through {
+            *last = Some(inside.append(&self.id, &events, &options)?);
+            return Ok(());
+        }
+        let backend = store
+            .kv
+            .begin_transaction()
+            .ok_or_else(|| StoreError::Corrupt {
+                what: "a database server without transactions".to_owned(),
+            })??;
+        let inside = Store::with_backend(backend)?;
+        inside.set_max_event_bytes(store.max_event_bytes());
+        inside.set_settle_records(store.settle_records());
+        let first = match &self.target {
+            Target::New { name } => {
+                let (id, appended) =
+                    inside.create_and_append(name.as_deref(), &events, &options)?;
+                self.id = id;
+                appended
+            }
+            Target::Existing => {
+                inside.append(&self.id, &events, &options.expecting(Some(self.base.head)))?
+            }
+        };
+        self.through = Some((inside, Some(first)));
         Ok(())
     }
 
@@ -224,6 +288,22 @@ impl BulkAppend<'_> {
             return Err(StoreError::EmptyAppend);
         }
         let store = self.store;
+        if self.through.is_some() {
+            self.write_through()?;
+            let Some((inside, Some(last))) = self.through.take() else {
+                return Err(failed());
+            };
+            inside.backend().commit_transaction()?;
+            return Ok((
+                self.id,
+                Appended {
+                    first_seq: self.base.len,
+                    count: last.first_seq + last.count - self.base.len,
+                    head: last.head,
+                    replayed: false,
+                },
+            ));
+        }
         if self.spill.is_none() {
             let pending = std::mem::take(&mut self.pending);
             let options = AppendOptions::new()

@@ -40,6 +40,9 @@ pub struct Store {
     /// files, 3 also stages small appends.
     pub(crate) format: u32,
     write_lock: Mutex<()>,
+    /// Appends of this process to one conversation take turns on one of
+    /// these (by the id's first byte), whatever the backend.
+    conversation_locks: [Mutex<()>; 64],
     max_event_bytes: AtomicU64,
     segment_min_bytes: AtomicU64,
     settle_records: AtomicU64,
@@ -355,6 +358,7 @@ impl Store {
             kv,
             format,
             write_lock: Mutex::new(()),
+            conversation_locks: std::array::from_fn(|_| Mutex::new(())),
             max_event_bytes: AtomicU64::new(DEFAULT_MAX_EVENT_BYTES),
             segment_min_bytes: AtomicU64::new(DEFAULT_SEGMENT_MIN_BYTES),
             settle_records: AtomicU64::new(crate::staging::SETTLE_RECORDS),
@@ -545,6 +549,16 @@ impl Store {
     /// Bytes the database occupies on disk.
     pub fn size_on_disk(&self) -> StoreResult<u64> {
         self.kv.size_on_disk()
+    }
+
+    /// Serialises this process's appends to `id` (and to the conversations
+    /// that share its lock): a database server would otherwise make all
+    /// but one of them plan again.
+    pub(crate) fn lock_conversation(&self, id: &ConversationId) -> MutexGuard<'_, ()> {
+        let stripe = usize::from(id.as_bytes()[0]) % self.conversation_locks.len();
+        self.conversation_locks[stripe]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Serialises the writes of this process, for a backend one process

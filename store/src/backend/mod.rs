@@ -221,6 +221,21 @@ pub trait Backend: Send + Sync {
         &[]
     }
 
+    /// For a database server: a backend whose reads and writes all go
+    /// into one new transaction of this database, seen by no other reader
+    /// until [`Backend::commit_transaction`]; dropped without it, nothing
+    /// of it stays (a process that dies is rolled back too). `None` for a
+    /// backend without transactions.
+    fn begin_transaction(&self) -> Option<StoreResult<std::sync::Arc<dyn Backend>>> {
+        None
+    }
+
+    /// Commits the transaction this backend is (see
+    /// [`Backend::begin_transaction`]).
+    fn commit_transaction(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
     /// Hints of what other processes sharing the backend write, for a
     /// backend that can be shared (PostgreSQL: LISTEN/NOTIFY); `None` for
     /// one that a single process holds. Each call starts a new listener.

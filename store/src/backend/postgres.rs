@@ -27,6 +27,7 @@ use std::fmt;
 use std::ops::Bound;
 use std::str::FromStr;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -328,12 +329,21 @@ pub struct Migrated {
 
 /// A convstore database in PostgreSQL (see the module documentation).
 pub struct PgBackend {
-    pool: r2d2::Pool<Manager>,
+    source: Source,
     config: postgres::Config,
     url: String,
     /// Whether some process listens for announcements, and when that
     /// was last looked up ([`PgBackend::anyone_listening`]).
     listening: std::sync::Mutex<Option<(std::time::Instant, bool)>>,
+}
+
+/// Where a backend's statements run.
+enum Source {
+    /// On a connection from the pool, each in its own transaction.
+    Pool(r2d2::Pool<Manager>),
+    /// On one connection, in a transaction it began
+    /// ([`Backend::begin_transaction`]); `None` once it is committed.
+    Transaction(Box<std::sync::Mutex<Option<r2d2::PooledConnection<Manager>>>>),
 }
 
 /// The application name of the connections that listen for
@@ -396,30 +406,47 @@ impl PgBackend {
             .test_on_check_out(false)
             .build_unchecked(manager);
         Ok(PgBackend {
-            pool,
+            source: Source::Pool(pool),
             config,
             url: shown,
             listening: std::sync::Mutex::new(None),
         })
     }
 
-    /// A connection from the pool.
-    fn conn(&self) -> StoreResult<r2d2::PooledConnection<Manager>> {
-        self.pool.get().map_err(|e| {
-            StoreError::Backend(Box::new(PgError(format!(
-                "no connection to {}: {e}",
-                self.url
-            ))))
-        })
+    /// Runs `f` on a connection (one from the pool, or the transaction's);
+    /// the outer error: there is no connection, the inner: PostgreSQL's.
+    fn attempt<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, postgres::Error>,
+    ) -> StoreResult<Result<T, postgres::Error>> {
+        match &self.source {
+            Source::Pool(pool) => {
+                let mut conn = pool.get().map_err(|e| {
+                    StoreError::Backend(Box::new(PgError(format!(
+                        "no connection to {}: {e}",
+                        self.url
+                    ))))
+                })?;
+                Ok(f(&mut conn))
+            }
+            Source::Transaction(held) => {
+                let mut held = held
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let conn = held.as_mut().ok_or_else(|| {
+                    StoreError::Backend(Box::new(PgError("the transaction is over".to_owned())))
+                })?;
+                Ok(f(conn))
+            }
+        }
     }
 
-    /// Runs `f` on a pooled connection, mapping PostgreSQL's errors.
+    /// Runs `f` on a connection, mapping PostgreSQL's errors.
     fn with<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, postgres::Error>,
     ) -> StoreResult<T> {
-        let mut conn = self.conn()?;
-        f(&mut conn).map_err(|e| backend_error(&e))
+        self.attempt(f)?.map_err(|e| backend_error(&e))
     }
 
     /// The batch's writes by row, the last write of each key winning.
@@ -469,12 +496,12 @@ impl PgBackend {
                 .collect()
         };
         let (sql, params) = write_statement(&located, &rows, &notices);
-        let mut conn = self.conn()?;
-        let Connection { client, statements } = &mut *conn;
-        let result = prepared(client, statements, &sql).and_then(|statement| {
+        let result = self.attempt(|conn| {
+            let Connection { client, statements } = conn;
+            let statement = prepared(client, statements, &sql)?;
             let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
             client.query_one(&statement, &refs)
-        });
+        })?;
         match result {
             Ok(row) => Ok(row.get::<_, bool>(0)),
             Err(e) if lost_race(&e) => Ok(false),
@@ -954,7 +981,49 @@ impl Backend for PgBackend {
         })
     }
 
+    fn begin_transaction(&self) -> Option<StoreResult<Arc<dyn Backend>>> {
+        let Source::Pool(pool) = &self.source else {
+            return None;
+        };
+        let begun = (|| {
+            let mut conn = pool.get().map_err(|e| {
+                StoreError::Backend(Box::new(PgError(format!(
+                    "no connection to {}: {e}",
+                    self.url
+                ))))
+            })?;
+            conn.client
+                .batch_execute("BEGIN")
+                .map_err(|e| backend_error(&e))?;
+            Ok(Arc::new(PgBackend {
+                source: Source::Transaction(Box::new(std::sync::Mutex::new(Some(conn)))),
+                config: self.config.clone(),
+                url: self.url.clone(),
+                listening: std::sync::Mutex::new(None),
+            }) as Arc<dyn Backend>)
+        })();
+        Some(begun)
+    }
+
+    fn commit_transaction(&self) -> StoreResult<()> {
+        let Source::Transaction(held) = &self.source else {
+            return Ok(());
+        };
+        let mut held = held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut conn = held.take().ok_or_else(|| {
+            StoreError::Backend(Box::new(PgError("the transaction is over".to_owned())))
+        })?;
+        conn.client
+            .batch_execute("COMMIT")
+            .map_err(|e| backend_error(&e))
+    }
+
     fn changes(&self) -> Option<Receiver<Change>> {
+        if matches!(self.source, Source::Transaction(_)) {
+            return None;
+        }
         let (sender, receiver) = std::sync::mpsc::channel();
         self.listener(sender);
         Some(receiver)
@@ -966,6 +1035,23 @@ impl Backend for PgBackend {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+}
+
+impl Drop for PgBackend {
+    /// A transaction dropped without its commit is rolled back, so that
+    /// its connection goes back to the pool clean.
+    fn drop(&mut self) {
+        if let Source::Transaction(held) = &self.source {
+            let mut held = held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(mut conn) = held.take() {
+                // A connection that cannot roll back is broken, and the
+                // pool does not reuse it.
+                let _ = conn.client.batch_execute("ROLLBACK");
+            }
+        }
     }
 }
 
