@@ -47,7 +47,19 @@ use convstore_store::{
     json, Address, AppendOptions, ConversationId, Event, EventKind, Json, Store, Timestamp,
 };
 
+mod support;
+
 const CHILD_ENV: &str = "CONVSTORE_CRASH_CHILD";
+
+/// The database at `db`: a directory, or a PostgreSQL URL.
+fn open(db: &str) -> convstore_store::StoreResult<Store> {
+    if db.starts_with("postgres") {
+        use convstore_store::backend::postgres::{PgBackend, Setup};
+        Store::with_backend(Arc::new(PgBackend::connect(db, Setup::Create)?))
+    } else {
+        Store::open(db)
+    }
+}
 const CONVERSATION: &str = "crash";
 
 /// The size of batch `k`: 1 to 64 events.
@@ -124,8 +136,8 @@ fn whole_batches(len: u64) -> Option<u64> {
     (total == len).then_some(k)
 }
 
-fn child(db: &Path) {
-    let store = Store::open(db).expect("child: open");
+fn child(db: &str) {
+    let store = open(db).expect("child: open");
     let id = match store.find(CONVERSATION).expect("child: find") {
         Some(id) => id,
         None => store
@@ -217,8 +229,8 @@ fn check_forks_and_view(
     }
 }
 
-fn check(db: &Path, acked: Option<u64>, every_ack: &HashSet<u64>, iteration: u64) -> u64 {
-    let store = Store::open(db).unwrap_or_else(|e| panic!("iteration {iteration}: reopen: {e}"));
+fn check(db: &str, acked: Option<u64>, every_ack: &HashSet<u64>, iteration: u64) -> u64 {
+    let store = open(db).unwrap_or_else(|e| panic!("iteration {iteration}: reopen: {e}"));
     if !store.discarded_snapshots().is_empty() {
         // sled was killed while writing a snapshot; the open moved the
         // unfinished file away. Everything acknowledged must still be
@@ -427,7 +439,7 @@ fn import_kill(
 
 fn main() {
     if let Ok(db) = std::env::var(CHILD_ENV) {
-        child(Path::new(&db));
+        child(&db);
         return;
     }
     // `cargo test -- --list` and filters pass arguments; there is one test.
@@ -446,6 +458,7 @@ fn main() {
     println!("crash_recovery: {iterations} kills, seed {seed}");
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("db");
+    let db_text = db.to_string_lossy().into_owned();
     let exe = std::env::current_exe().expect("current exe");
     // The import every import kill interrupts, timed once uninterrupted.
     let import_file = dir.path().join("import.ndjson");
@@ -470,50 +483,7 @@ fn main() {
             import_kill(&db, &import_file, (import_head, took), seed, iteration);
             continue;
         }
-        let mut process = Command::new(&exe)
-            .env(CHILD_ENV, &db)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn child");
-        let stdout = process.stdout.take().expect("stdout");
-        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-        let reader = {
-            let lines = Arc::clone(&lines);
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    lines.lock().expect("lines").push(line);
-                }
-            })
-        };
-        // Most kills land while appends run; one in five during startup
-        // and recovery.
-        if seed % 5 != 0 {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while lines.lock().expect("lines").is_empty() && Instant::now() < deadline {
-                if let Ok(Some(status)) = process.try_wait() {
-                    let mut stderr = String::new();
-                    if let Some(mut e) = process.stderr.take() {
-                        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-                    }
-                    panic!("iteration {iteration}: child exited early ({status}): {stderr}");
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        std::thread::sleep(Duration::from_micros(splitmix(seed) % 40_000));
-        process.kill().expect("kill");
-        let _ = process.wait();
-        reader.join().expect("reader");
-        for line in lines.lock().expect("lines").iter() {
-            let k: u64 = line
-                .strip_prefix("ack ")
-                .and_then(|k| k.parse().ok())
-                .unwrap_or_else(|| panic!("iteration {iteration}: odd child output {line:?}"));
-            acked = Some(acked.map_or(k, |a| a.max(k)));
-            every_ack.insert(k);
-        }
-        let batches = check(&db, acked, &every_ack, iteration);
+        let batches = child_kill(&exe, &db_text, seed, iteration, &mut acked, &mut every_ack);
         if iteration % 10 == 0 {
             println!(
                 "  iteration {iteration}: {batches} batches stored, last acknowledged {acked:?}"
@@ -527,12 +497,87 @@ fn main() {
     let server_db = dir.path().join("server-db");
     for iteration in 0..server_kills {
         seed = splitmix(seed);
-        server_kill(&server_db, seed, iteration);
+        server_kill(&server_db.to_string_lossy(), seed, iteration);
+    }
+    // The same on PostgreSQL: a child killed mid-append, then a server.
+    let mut postgres = String::from("no PostgreSQL: skipped");
+    if let Some(url) = support::postgres::fresh_url() {
+        let kills = (iterations / 4).max(4);
+        let (mut acked, mut every_ack) = (None, HashSet::new());
+        for iteration in 0..kills {
+            seed = splitmix(seed);
+            child_kill(&exe, &url, seed, iteration, &mut acked, &mut every_ack);
+        }
+        let server_url = support::postgres::fresh_url().expect("a second schema");
+        for iteration in 0..(server_kills / 2).max(2) {
+            seed = splitmix(seed);
+            server_kill(&server_url, seed, iteration);
+        }
+        postgres = format!(
+            "{kills} kills and {} server kills on PostgreSQL",
+            (server_kills / 2).max(2)
+        );
     }
     println!(
-        "crash_recovery: {iterations} kills and {server_kills} server kills survived in {:.1}s; test result: ok. 1 passed; 0 failed",
+        "crash_recovery: {iterations} kills and {server_kills} server kills survived, {postgres}, in {:.1}s; test result: ok. 1 passed; 0 failed",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// One kill of a child appending to `db`: checks the database after it,
+/// records what the child acknowledged; returns the batches stored.
+fn child_kill(
+    exe: &Path,
+    db: &str,
+    seed: u64,
+    iteration: u64,
+    acked: &mut Option<u64>,
+    every_ack: &mut HashSet<u64>,
+) -> u64 {
+    let mut process = Command::new(&exe)
+        .env(CHILD_ENV, db)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let stdout = process.stdout.take().expect("stdout");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                lines.lock().expect("lines").push(line);
+            }
+        })
+    };
+    // Most kills land while appends run; one in five during startup
+    // and recovery.
+    if seed % 5 != 0 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lines.lock().expect("lines").is_empty() && Instant::now() < deadline {
+            if let Ok(Some(status)) = process.try_wait() {
+                let mut stderr = String::new();
+                if let Some(mut e) = process.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+                }
+                panic!("iteration {iteration}: child exited early ({status}): {stderr}");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    std::thread::sleep(Duration::from_micros(splitmix(seed) % 40_000));
+    process.kill().expect("kill");
+    let _ = process.wait();
+    reader.join().expect("reader");
+    for line in lines.lock().expect("lines").iter() {
+        let k: u64 = line
+            .strip_prefix("ack ")
+            .and_then(|k| k.parse().ok())
+            .unwrap_or_else(|| panic!("iteration {iteration}: odd child output {line:?}"));
+        *acked = Some(acked.map_or(k, |a| a.max(k)));
+        every_ack.insert(k);
+    }
+    check(db, *acked, every_ack, iteration)
 }
 
 /// Events a server client appends per batch.
@@ -546,7 +591,7 @@ fn server_text(c: usize, k: u64, j: u64) -> String {
 #[allow(clippy::format_collect)]
 /// One server kill: four clients append over HTTP until the server is
 /// killed; then every acknowledged batch must be in the database, whole.
-fn server_kill(db: &Path, seed: u64, iteration: u64) {
+fn server_kill(db: &str, seed: u64, iteration: u64) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_convstore"))
         .arg("--db")
         .arg(db)
@@ -612,7 +657,7 @@ fn server_kill(db: &Path, seed: u64, iteration: u64) {
     for client in clients {
         client.join().expect("client");
     }
-    let store = Store::open(db).expect("the database opens after kill -9");
+    let store = open(db).expect("the database opens after kill -9");
     for (c, acked) in acked.iter().enumerate() {
         let acked = acked.lock().expect("acked");
         let Ok(id) = store.resolve(&format!("server-{c}")) else {
