@@ -534,7 +534,7 @@ fn child_kill(
     acked: &mut Option<u64>,
     every_ack: &mut HashSet<u64>,
 ) -> u64 {
-    let mut process = Command::new(&exe)
+    let mut process = Command::new(exe)
         .env(CHILD_ENV, db)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
