@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use convstore_engine::store;
 use convstore_engine::AsOf;
 
 const EXAMPLES: &str = "\
@@ -418,7 +419,7 @@ pub struct ServeArgs {
 pub struct AppendArgs {
     /// Conversation name, full id or id:PREFIX. A name that does not exist
     /// is created; a bare id prefix is read as a name.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// Append a `user` event with this text (instead of reading stdin).
     #[arg(long, value_name = "TEXT")]
@@ -453,7 +454,7 @@ pub struct AppendArgs {
 #[derive(Debug, Args)]
 pub struct ProjectArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Ndjson)]
@@ -467,7 +468,7 @@ pub struct ProjectArgs {
     pub turns: Option<String>,
     /// Write to FILE (atomically: a temporary file renamed over it); `-` for
     /// stdout (the default).
-    #[arg(long, short, value_name = "FILE", value_parser = path)]
+    #[arg(long, short, value_name = "FILE", visible_alias = "out", value_parser = path)]
     pub output: Option<String>,
 }
 
@@ -501,7 +502,7 @@ impl From<Format> for convstore_engine::format::Format {
 pub struct CompactArgs {
     /// Conversation name, full id or id:PREFIX (a command that writes
     /// takes no bare id prefix).
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// Reasoning policy.
     #[arg(long, value_enum)]
@@ -602,7 +603,7 @@ pub struct ImportArgs {
     pub file: String,
     /// Name of the new conversation (default: the file name without its
     /// extension; none for stdin).
-    #[arg(long, value_parser = name)]
+    #[arg(long, value_parser = new_name)]
     pub name: Option<String>,
     /// Machine-readable report.
     #[arg(long)]
@@ -617,7 +618,7 @@ pub struct ImportArgs {
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// Output format.
     #[arg(long, value_enum)]
@@ -631,7 +632,7 @@ pub struct ExportArgs {
     pub as_of: Option<AsOf>,
     /// Write to FILE (atomically: a temporary file renamed over it); `-` for
     /// stdout (the default).
-    #[arg(long, short, value_name = "FILE", value_parser = path)]
+    #[arg(long, short, value_name = "FILE", visible_alias = "out", value_parser = path)]
     pub output: Option<String>,
 }
 
@@ -639,7 +640,7 @@ pub struct ExportArgs {
 #[derive(Debug, Args)]
 pub struct GenArgs {
     /// Name of the new conversation.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// How many events, compactions included.
     #[arg(long, default_value_t = 10_000)]
@@ -673,7 +674,7 @@ pub enum Shape {
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// Only records up to SEQ, or to the newest record at or before TIME
     /// (RFC 3339).
@@ -713,9 +714,47 @@ pub fn parse_turns(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> 
 /// A conversation name as typed, in Unicode NFC: names are stored so, and
 /// a name typed in another form (a decomposed `é`) finds them.
 #[allow(clippy::unnecessary_wraps)] // the shape clap's value parsers take
-fn name(text: &str) -> Result<String, String> {
+/// A conversation argument: a name, a full id or `id:PREFIX` (or a bare
+/// id prefix, which is a name too), in Unicode NFC. What cannot name a
+/// conversation is a usage error.
+fn conversation(text: &str) -> Result<String, String> {
     use unicode_normalization::UnicodeNormalization as _;
-    Ok(text.nfc().collect())
+    let text: String = text.nfc().collect();
+    let id = text.starts_with(store::ID_MARKER)
+        || (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()));
+    if id {
+        return Ok(text);
+    }
+    store::validate_conversation_name(&text)
+        .map(|()| text)
+        .map_err(|e| e.to_string())
+}
+
+/// A side of `diff`: a conversation, or `CONV@SEQ|TIME` (checked when
+/// the database is read: a name may hold `@`).
+fn side(text: &str) -> Result<String, String> {
+    use unicode_normalization::UnicodeNormalization as _;
+    let text: String = text.nfc().collect();
+    if text.is_empty() {
+        return Err("an empty side".to_owned());
+    }
+    Ok(text)
+}
+
+/// The name of a conversation a command creates.
+fn new_name(text: &str) -> Result<String, String> {
+    use unicode_normalization::UnicodeNormalization as _;
+    let text: String = text.nfc().collect();
+    store::validate_conversation_name(&text)
+        .map(|()| text)
+        .map_err(|e| e.to_string())
+}
+
+/// A view's name.
+fn view_name(text: &str) -> Result<String, String> {
+    store::validate_view_name(text)
+        .map(|()| text.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 fn turns(text: &str) -> Result<String, String> {
@@ -778,7 +817,7 @@ fn parse_as_of(text: &str) -> Result<AsOf, String> {
 #[derive(Debug, Args)]
 pub struct ForkArgs {
     /// The parent: name, id or id prefix.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// Share the parent's turns up to and including turn T.
     #[arg(long, value_name = "T", conflicts_with = "at_seq")]
@@ -787,7 +826,7 @@ pub struct ForkArgs {
     #[arg(long, value_name = "S")]
     pub at_seq: Option<u64>,
     /// Name of the new conversation.
-    #[arg(long, value_parser = name)]
+    #[arg(long, value_parser = new_name)]
     pub name: Option<String>,
     /// Then compact the fork's turns with a profile (default: `default`).
     #[arg(long, value_name = "PROFILE", num_args = 0..=1, require_equals = true, default_missing_value = "default")]
@@ -802,10 +841,10 @@ pub struct ForkArgs {
 pub struct ViewArgs {
     /// Conversation name, full id or id:PREFIX (a command that writes
     /// takes no bare id prefix).
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// The view's name: a conversation can have several.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", value_parser = view_name)]
     pub name: String,
     /// Compaction profile the view applies under the log's own overlays
     /// (set when the view is created).
@@ -834,7 +873,7 @@ pub struct ViewArgs {
 pub struct PinArgs {
     /// Conversation name, full id or id:PREFIX (a command that writes
     /// takes no bare id prefix).
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// The turns to pin: `A..B` (inclusive), `A..` (from A on, later turns included) or `N`.
     #[arg(long, value_name = "A..B", required_unless_present = "list", value_parser = turns)]
@@ -852,7 +891,7 @@ pub struct PinArgs {
 #[derive(Debug, Args)]
 pub struct UnpinArgs {
     /// Conversation name, full id or id:PREFIX.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// The turns to unpin: `A..B` (inclusive), `A..` or `N`.
     #[arg(long, value_name = "A..B", required_unless_present = "all", value_parser = turns)]
@@ -866,7 +905,7 @@ pub struct UnpinArgs {
 #[derive(Debug, Args)]
 pub struct HeadArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// Machine-readable output: id, name, head, events, turns.
     #[arg(long)]
@@ -877,7 +916,7 @@ pub struct HeadArgs {
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// The turn to explain.
     #[arg(long, value_name = "T")]
@@ -894,7 +933,7 @@ pub struct ExplainArgs {
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// Only this conversation (default: all).
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: Option<String>,
     /// Machine-readable output.
     #[arg(long)]
@@ -946,7 +985,7 @@ pub struct SalvageArgs {
 #[command(group(clap::ArgGroup::new("what").required(true).args(["target", "call", "summary_of", "tool_call"])))]
 pub struct RecallArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// A record's seq (`1234`) or a range of seqs, both included (`12..345`):
     /// the handle a recall hint gives.
@@ -983,7 +1022,7 @@ pub struct SearchArgs {
     pub query: String,
     /// Only this conversation (with the records a fork shares with its
     /// parents).
-    #[arg(long, add = conversations(), value_parser = name)]
+    #[arg(long, add = conversations(), value_parser = conversation)]
     pub conv: Option<String>,
     /// Only events of this kind (repeatable).
     #[arg(long, value_name = "KIND", value_parser = clap::builder::PossibleValuesParser::new(["user", "assistant", "reasoning", "tool_call", "tool_result", "system", "config", "extension", "compaction"]))]
@@ -1012,7 +1051,7 @@ fn since(text: &str) -> Result<convstore_engine::store::Timestamp, String> {
 #[derive(Debug, Args)]
 pub struct DiffArgs {
     /// The two sides: CONV, CONV@SEQ or CONV@TIME.
-    #[arg(required = true, value_name = "SIDE", action = clap::ArgAction::Append, add = conversations(), value_parser = name)]
+    #[arg(required = true, value_name = "SIDE", action = clap::ArgAction::Append, add = conversations(), value_parser = side)]
     pub sides: Vec<String>,
     /// Apply this profile to the side it follows (over every turn).
     #[arg(long, value_name = "P", action = clap::ArgAction::Append)]
@@ -1079,7 +1118,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Conversation name, id or id prefix.
-    #[arg(add = conversations(), value_parser = name)]
+    #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// How tokens are counted: chars4 (four characters a token), cl100k or
     /// o200k (exact, offline).

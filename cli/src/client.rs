@@ -73,6 +73,29 @@ pub(crate) fn target(cli: &Cli) -> Result<Option<Client>> {
     }
 }
 
+/// A server's message in the command line's words: the API's query and
+/// body fields it starts with (`turns 50..60: ...`, `at_turn 99: ...`)
+/// are named as the flags that set them.
+fn flags_for_fields(message: &str) -> String {
+    const FIELDS: &[(&str, &str)] = &[
+        ("turns ", "--turns "),
+        ("as_of ", "--as-of "),
+        ("at_turn ", "--at-turn "),
+        ("at_seq ", "--at-seq "),
+        ("from_turn ", "--from "),
+        ("to_turn ", "--to "),
+        ("keep_last ", "--keep-last "),
+        ("profile ", "--profile "),
+        ("expected_seq ", "--expect-head "),
+    ];
+    for (field, flag) in FIELDS {
+        if let Some(rest) = message.strip_prefix(field) {
+            return format!("{flag}{rest}");
+        }
+    }
+    message.to_owned()
+}
+
 /// A path segment, percent-encoded.
 fn segment(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -128,6 +151,7 @@ impl Client {
                 let message = serde_json::from_str::<Value>(&text)
                     .ok()
                     .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                    .map(|m| flags_for_fields(&m))
                     .unwrap_or_else(|| format!("the server answered {status}: {}", text.trim()));
                 Err(anyhow!(message))
             }
@@ -158,21 +182,31 @@ impl Client {
 }
 
 /// Copies an answer's body to `--output FILE` or stdout.
-fn copy_out(response: ureq::Response, output: Option<&str>) -> Result<()> {
+/// The file `--output` names (created before the request, so that a path
+/// that cannot be written fails before the server stores anything, a view
+/// say), or `None` for stdout.
+fn output_file(output: Option<&str>) -> Result<Option<output::OutputFile>> {
+    match output {
+        None | Some("-") => Ok(None),
+        Some(path) => Ok(Some(output::OutputFile::create(std::path::Path::new(
+            path,
+        ))?)),
+    }
+}
+
+fn copy_out(response: ureq::Response, file: Option<output::OutputFile>) -> Result<()> {
     let mut reader = response.into_reader();
     let mut copy = |out: &mut dyn Write| -> Result<()> {
         std::io::copy(&mut reader, out).context("reading the server's answer")?;
         Ok(())
     };
-    match output {
-        None | Some("-") => {
+    match file {
+        None => {
             let mut out = output::stdout();
             copy(&mut out)?;
             out.flush()?;
         }
-        Some(path) => {
-            output::OutputFile::create(std::path::Path::new(path))?.write_with(&mut copy)?;
-        }
+        Some(file) => file.write_with(&mut copy)?,
     }
     Ok(())
 }
@@ -213,7 +247,7 @@ pub(crate) fn dispatch(
                 text
             } else {
                 if output::stdin_has_input() {
-                    bail!("events on stdin and --user/--assistant/--system/--turn flags: give one or the other");
+                    return Err(crate::output::usage("events on stdin and --user/--assistant/--system/--turn flags: give one or the other"));
                 }
                 events
                     .iter()
@@ -276,6 +310,9 @@ pub(crate) fn dispatch(
                     number(&auto["tokens_after"]),
                 ));
             }
+            for warning in value["warnings"].as_array().into_iter().flatten() {
+                notes.warn(warning.as_str().unwrap_or_default());
+            }
             if let Some(warning) = value["warning"].as_str() {
                 notes.warn(warning.trim_start_matches("warning: "));
             }
@@ -313,6 +350,7 @@ pub(crate) fn dispatch(
             }
         }
         Command::Project(args) => {
+            let file = output_file(args.output.as_deref())?;
             let response = client.get(
                 &format!("{}/view", client.conversation(&args.conversation)),
                 &[
@@ -322,7 +360,7 @@ pub(crate) fn dispatch(
                 ],
             )?;
             drop(out);
-            return copy_out(response, args.output.as_deref()).map(|()| ExitCode::SUCCESS);
+            return copy_out(response, file).map(|()| ExitCode::SUCCESS);
         }
         Command::View(args) => {
             let path = client.conversation(&args.conversation);
@@ -357,6 +395,7 @@ pub(crate) fn dispatch(
                 )?;
                 notes.say(&format!("dropped view \"{}\"", args.name));
             } else {
+                let file = output_file(args.output.as_deref())?;
                 let response = client.get(
                     &format!("{path}/views/{}", segment(&args.name)),
                     &[
@@ -410,7 +449,7 @@ pub(crate) fn dispatch(
                     }
                 }
                 drop(out);
-                return copy_out(response, args.output.as_deref()).map(|()| ExitCode::SUCCESS);
+                return copy_out(response, file).map(|()| ExitCode::SUCCESS);
             }
         }
         Command::List(args) => {

@@ -5,7 +5,6 @@
 #![warn(missing_docs)]
 
 mod args;
-mod calls;
 mod client;
 mod cmd;
 mod interrupt;
@@ -131,8 +130,20 @@ pub fn run() -> ExitCode {
                 }
                 _ => {}
             }
+            let server_url = matches!(
+                error.downcast_ref::<convstore_engine::Error>(),
+                Some(convstore_engine::Error::UnsupportedLocation { scheme, .. })
+                    if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+            );
+            if server_url {
+                message.push_str(" (a convstore server is named with --url or CONVSTORE_URL)");
+            }
             output::line_to_stderr(&format!("error: {message}"));
-            ExitCode::FAILURE
+            if error.chain().any(|cause| cause.is::<output::Usage>()) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

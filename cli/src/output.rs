@@ -34,9 +34,21 @@ pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
 /// else: the exit code still says how the command went.
 pub(crate) fn line_to_stderr(text: &str) {
     use std::io::Write;
+    // One line, whatever a message quotes: control characters (a name
+    // typed with one, a newline inside a value) are written escaped.
+    let line: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
     let mut err = std::io::stderr().lock();
     let _ = err
-        .write_all(text.as_bytes())
+        .write_all(line.as_bytes())
         .and_then(|()| err.write_all(b"\n"));
 }
 
@@ -130,6 +142,13 @@ pub(crate) fn for_each_event(
 ) -> Result<()> {
     let mut block = LineBlock::default();
     let read = for_each_line(input, limit, |number, line| {
+        // A byte order mark (as some editors and shells write) before the
+        // first line is not part of it.
+        let line = if number == 1 {
+            line.strip_prefix('\u{feff}').unwrap_or(line)
+        } else {
+            line
+        };
         if !line.trim().is_empty() {
             block.push(number, line);
             if block.text.len() >= LineBlock::BYTES {
@@ -452,14 +471,21 @@ impl Progress {
         let (bar, template) = match total {
             Some(total) => (
                 indicatif::ProgressBar::new(total),
-                "{msg} [{bar:30}] {human_pos}/{human_len} records, {per_sec}, {eta} left",
+                "{msg} [{bar:30}] {human_pos}/{human_len} records, {rate}, {eta} left",
             ),
             None => (
                 indicatif::ProgressBar::no_length(),
-                "{msg}: {human_pos} so far, {per_sec}",
+                "{msg}: {human_pos} so far, {rate}",
             ),
         };
         if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+            // Whole records a second, with thousands separated.
+            let style = style.with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{}/s", indicatif::HumanCount(state.per_sec() as u64));
+                },
+            );
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_message(what.to_owned());
@@ -496,4 +522,23 @@ impl Drop for Progress {
     fn drop(&mut self) {
         self.finish();
     }
+}
+
+/// A mistake in how a command was called that parsing alone could not
+/// see (flags that exclude each other, a range inverted by its own
+/// numbers): like clap's errors, exit 2.
+#[derive(Debug)]
+pub(crate) struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// A [`Usage`] error.
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Usage(message.into()))
 }

@@ -179,7 +179,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub fn turns_note(turns: u64) -> String {
     match turns {
         0 => "the conversation has no turn".to_owned(),
-        1 => "the conversation has 1 turn, 0".to_owned(),
+        1 => "the conversation has 1 turn, turn 0".to_owned(),
         n => format!("the conversation has {n} turns, 0..{}", n - 1),
     }
 }

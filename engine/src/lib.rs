@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod auto;
+pub mod calls;
 pub mod compact;
 pub mod config_file;
 pub mod diff;

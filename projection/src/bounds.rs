@@ -134,7 +134,12 @@ impl Conversation {
             Bound::Turn(n) => Some(n),
             Bound::BeforeLast(n) => Some(last.checked_sub(n).ok_or_else(|| {
                 BoundError(format!(
-                    "{n} turns before the last is before the first turn (the last turn is {last})"
+                    "{} before the last is before the first turn (the last turn is {last})",
+                    if n == 1 {
+                        "1 turn".to_owned()
+                    } else {
+                        format!("{n} turns")
+                    }
                 ))
             })?),
             Bound::Last => Some(

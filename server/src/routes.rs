@@ -616,6 +616,23 @@ struct Appended {
     created: bool,
     /// What an earlier request with the same idempotency key stored.
     replayed: bool,
+    /// Results whose call id no call has, calls that reuse an id (stored
+    /// all the same, as the command line does).
+    warnings: Vec<String>,
+}
+
+/// The call id warnings of appending `events` to the first `len` records
+/// of `id` (`None`: a new conversation).
+fn call_warnings(
+    store: &Store,
+    log: Option<(&ConversationId, u64)>,
+    events: &[Event],
+) -> Result<Vec<String>> {
+    let mut check = convstore_engine::calls::CallCheck::default();
+    for (i, event) in events.iter().enumerate() {
+        check.observe(i + 1, event);
+    }
+    Ok(check.against(store, log, "event")?)
 }
 
 /// Applies an append (without a sync): to the conversation `conv` names
@@ -650,8 +667,10 @@ fn apply_append(
                     head: earlier.head,
                     created: false,
                     replayed: true,
+                    warnings: Vec::new(),
                 });
             }
+            let warnings = call_warnings(store, Some((&id, info.len)), events)?;
             let mut expect = expect_head;
             if let Some(seq) = expected_seq {
                 if info.len != seq {
@@ -680,6 +699,7 @@ fn apply_append(
                     head: appended.head,
                     created: false,
                     replayed: appended.replayed,
+                    warnings,
                 }),
                 Err(e @ StoreError::IdempotencyKeyReused) => Err(idempotency_error(e)),
                 Err(e @ StoreError::HeadMismatch { .. }) => {
@@ -716,6 +736,7 @@ fn apply_append(
                     head: appended.head,
                     created: true,
                     replayed: false,
+                    warnings: call_warnings(store, None, events)?,
                 })
             }
             // Another request created it first: append to it.
@@ -944,6 +965,9 @@ pub(crate) async fn append(
             "events": len,
             "created": appended.created,
         });
+        if !appended.warnings.is_empty() {
+            value["warnings"] = json!(appended.warnings);
+        }
         if q.auto == Some(true) {
             // The events are stored: a failure here is reported, not an
             // error (a retry would store them twice).

@@ -141,7 +141,7 @@ pub enum StoreError {
     #[error("nothing to append")]
     EmptyAppend,
     /// A requested record is past the end of the log.
-    #[error("record {seq} does not exist (the conversation has {len} records)")]
+    #[error("record {seq} does not exist (the conversation has {len} record{})", if *len == 1 { "" } else { "s" })]
     NoSuchRecord {
         /// The record asked for.
         seq: u64,
@@ -172,12 +172,23 @@ pub enum StoreError {
     },
 }
 
-/// A name as errors show it: at most 60 characters.
+/// A name as errors show it: at most 60 characters, control and
+/// invisible characters escaped (`\u{1}`), so that the message stays one
+/// readable line.
 fn shorten(name: &str) -> String {
+    let visible = |c: char| {
+        if c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
+        {
+            c.escape_unicode().to_string()
+        } else {
+            c.to_string()
+        }
+    };
     if name.chars().count() <= 60 {
-        name.to_owned()
+        name.chars().map(visible).collect()
     } else {
-        let head: String = name.chars().take(57).collect();
+        let head: String = name.chars().take(57).map(visible).collect();
         format!("{head}... ({} bytes)", name.len())
     }
 }

@@ -86,7 +86,7 @@ fn unknown_conversation_and_missing_database_are_errors() {
 #[test]
 fn invalid_names_and_expect_heads_are_errors() {
     let env = TestEnv::new();
-    env.run(&["append", " padded", "--user", "x"]).fails();
+    env.run(&["append", " padded", "--user", "x"]).usage();
     let run = env
         .run(&["append", "c", "--expect-head", "xyz", "--user", "x"])
         .usage();

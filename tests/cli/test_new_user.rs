@@ -83,7 +83,7 @@ fn append_to_a_hex_looking_name_never_falls_back_to_an_id_prefix() {
             &["import", "--format", "ndjson", "-", "--name", "id:x"],
             "{\"type\":\"user\",\"text\":\"x\"}\n",
         )
-        .fails();
+        .usage();
     assert!(
         run.stderr.contains("invalid conversation name"),
         "{}",
@@ -292,7 +292,7 @@ fn stdin_and_event_flags_together_are_an_error() {
             &["append", "chat", "--user", "x"],
             "{\"type\":\"user\",\"text\":\"from stdin\"}\n",
         )
-        .fails();
+        .usage();
     assert!(
         run.stderr.contains("give one or the other"),
         "{}",
@@ -963,7 +963,7 @@ fn names_that_look_alike_are_one_or_refused() {
     env.run(&["append", "cafe\u{301}", "--user", "y"]).ok();
     assert_eq!(conversations(&env).len(), 1);
     assert_eq!(events(&env, "caf\u{e9}"), 2);
-    let run = env.run(&["append", "a\u{200b}b", "--user", "x"]).fails();
+    let run = env.run(&["append", "a\u{200b}b", "--user", "x"]).usage();
     assert!(run.stderr.contains("invisible"), "{}", run.stderr);
 }
 
@@ -1068,4 +1068,54 @@ fn a_relative_summarizer_program_is_found_beside_the_configuration() {
         ])
         .ok();
     assert!(run.stdout.contains("status: stored"), "{}", run.stdout);
+}
+
+/// What a second new-user run found: each fixed through the binary.
+#[test]
+fn second_round_of_rough_edges() {
+    let env = TestEnv::new();
+    // A byte order mark before the first NDJSON line is not part of it.
+    env.run_with_stdin(
+        &["append", "bom"],
+        "\u{feff}{\"type\":\"user\",\"text\":\"marked\"}\n",
+    )
+    .ok();
+    assert_eq!(events(&env, "bom"), 1);
+    // A server URL given as --db says how servers are named.
+    let run = env.run(&["--db", "http://127.0.0.1:9/", "list"]).fails();
+    assert!(run.stderr.contains("--url"), "{}", run.stderr);
+    // `export --out` as `view --out`.
+    let out = env.path().join("out.ndjson");
+    env.run(&[
+        "export",
+        "bom",
+        "--format",
+        "ndjson",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .ok();
+    assert!(std::fs::read_to_string(&out).unwrap().contains("marked"));
+    // A fork says which records it shares, both ends included.
+    env.run(&["append", "bom", "--assistant", "two"]).ok();
+    env.run(&["fork", "bom", "--name", "f"]).ok();
+    let run = env.run(&["log", "f"]).ok();
+    assert!(
+        run.stderr.contains("records 0..1 are shared"),
+        "{}",
+        run.stderr
+    );
+    // Control characters in a name are shown escaped, on one line.
+    let run = env.run(&["append", "a\u{1}b", "--user", "x"]).usage();
+    assert!(run.stderr.contains("a\\u{1}b"), "{}", run.stderr);
+    // Counts in words.
+    env.run(&["append", "one", "--turn", "--user", "x"]).ok();
+    let run = env.run(&["compact", "one", "--to", "-1"]).fails();
+    assert!(
+        run.stderr.contains("1 turn before the last"),
+        "{}",
+        run.stderr
+    );
+    let run = env.run(&["recall", "bom", "5"]).fails();
+    assert!(run.stderr.contains("has 2 records"), "{}", run.stderr);
 }

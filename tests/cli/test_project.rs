@@ -332,7 +332,14 @@ fn compact_errors_store_nothing() {
     let env = seeded();
     for args in [
         &["compact", "chat"][..],
-        &[
+        &["compact", "chat", "--reasoning", "strip", "--from", "9"],
+        &["compact", "chat", "--reasoning", "strip", "--to", "-7"],
+    ] {
+        env.run(args).fails();
+    }
+    // Inverted by its own numbers: a usage error.
+    let run = env
+        .run(&[
             "compact",
             "chat",
             "--reasoning",
@@ -341,12 +348,9 @@ fn compact_errors_store_nothing() {
             "4",
             "--to",
             "2",
-        ],
-        &["compact", "chat", "--reasoning", "strip", "--from", "9"],
-        &["compact", "chat", "--reasoning", "strip", "--to", "-7"],
-    ] {
-        env.run(args).fails();
-    }
+        ])
+        .usage();
+    assert!(run.stderr.contains("inverted"), "{}", run.stderr);
     // A bound that does not parse is a usage error.
     env.run(&[
         "compact",

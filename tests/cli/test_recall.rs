@@ -309,7 +309,7 @@ fn search_refuses_bad_input_in_one_line() {
     );
     assert_eq!(answer["is_error"], true, "{answer}");
     env.run(&["diff", "chat"]).fails();
-    env.run(&["diff", "chat@nope", "chat"]).fails();
+    env.run(&["diff", "chat@nope", "chat"]).usage();
 }
 
 #[test]

@@ -66,4 +66,17 @@ fn the_readme_tour_runs_as_written() {
     let last = stdout.lines().last().unwrap_or_default();
     assert_eq!(last.len(), 64, "{last}");
     assert!(!stderr.contains("error:"), "{stderr}");
+    // And did what its comment says: no compaction of the tour is a
+    // no-op, the recall hint shows where the tour says it does, and the
+    // recalled result is the one stored.
+    assert!(
+        !stderr.contains("noop"),
+        "a tour compaction stored nothing: {stderr}"
+    );
+    assert!(
+        stdout.contains("[compacted] fs_read_file: success (recall 4)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("let path = &args[1];"), "{stdout}");
+    assert!(stderr.contains("auto-compaction: turns"), "{stderr}");
 }

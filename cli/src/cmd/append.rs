@@ -21,9 +21,9 @@ use convstore_engine::store::{
 use convstore_engine::Engine;
 
 use crate::args::{AppendArgs, Cli};
-use crate::calls::CallCheck;
 use crate::cmd;
 use crate::output::{self, Notes};
+use convstore_engine::calls::CallCheck;
 
 pub(crate) fn run(
     cli: &Cli,
@@ -92,9 +92,9 @@ pub(crate) fn run(
             Input::Bulk(pushed) => bulk = Some(*pushed),
         }
     } else if output::stdin_has_input() {
-        bail!(
-            "events on stdin and --user/--assistant/--system/--turn flags: give one or the other"
-        );
+        return Err(output::usage(
+            "events on stdin and --user/--assistant/--system/--turn flags: give one or the other",
+        ));
     }
     if events.is_empty() && bulk.as_ref().is_none_or(BulkAppend::is_empty) {
         bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
@@ -102,12 +102,12 @@ pub(crate) fn run(
     let engine = open()?;
     let store = engine.store();
     let target = target(store, args, &options)?;
-    if calls.needs_log() {
-        let log = match target {
-            BulkTarget::Existing(id) => Some(store.tool_names(&id, store.info(&id)?.len)?),
-            BulkTarget::New { .. } => None,
-        };
-        calls.report(log.as_ref(), "line", notes);
+    let log = match target {
+        BulkTarget::Existing(id) => Some((id, store.info(&id)?.len)),
+        BulkTarget::New { .. } => None,
+    };
+    for warning in calls.against(store, log.as_ref().map(|(id, len)| (id, *len)), "line")? {
+        notes.warn(&warning);
     }
     let (id, appended) = match (bulk, target) {
         (Some(bulk), _) => bulk.commit()?,

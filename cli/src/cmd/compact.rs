@@ -17,6 +17,16 @@ use crate::args::{CompactArgs, ReasoningArg, ToolCallsArg};
 use crate::output::{self, Notes};
 
 pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<ExitCode> {
+    // Two turn numbers in the wrong order are wrong whatever the log.
+    if let (Some(from), Some(to)) = (args.from.as_deref(), args.to.as_deref()) {
+        if let (Ok(Bound::Turn(a)), Ok(Bound::Turn(b))) = (Bound::parse(from), Bound::parse(to)) {
+            if a > b {
+                return Err(output::usage(format!(
+                    "--from {a} --to {b}: the range is inverted (from comes after to)"
+                )));
+            }
+        }
+    }
     let store = engine.store();
     let id = store.resolve_exact(&args.conversation)?;
     let info = store.info(&id)?;

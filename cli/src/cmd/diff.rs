@@ -25,8 +25,10 @@ fn side(engine: &Engine, text: &str, profile: Option<String>) -> Result<Side> {
         });
     }
     if let Some((conv, point)) = text.rsplit_once('@') {
-        let as_of = AsOf::parse(point).with_context(|| {
-            format!("{text}: \"{point}\" is neither a record seq nor an RFC 3339 time")
+        let as_of = AsOf::parse(point).ok_or_else(|| {
+            crate::output::usage(format!(
+                "{text}: \"{point}\" is neither a record seq nor an RFC 3339 time"
+            ))
         })?;
         let id = store.resolve(conv).with_context(|| text.to_owned())?;
         return Ok(Side {

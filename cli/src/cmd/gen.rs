@@ -18,17 +18,16 @@ pub(crate) fn run(cli: &Cli, args: &GenArgs, notes: &Notes) -> Result<ExitCode> 
     // The same checks as the generator's, in the flags' words, before a
     // database is opened.
     if args.batch == 0 {
-        anyhow::bail!("--batch must be at least 1");
+        return Err(output::usage("--batch must be at least 1"));
     }
     if args.events == 0 {
-        anyhow::bail!("--events must be at least 1");
+        return Err(output::usage("--events must be at least 1"));
     }
     if args.compactions > args.events {
-        anyhow::bail!(
+        return Err(output::usage(format!(
             "--compactions {} exceeds --events {}",
-            args.compactions,
-            args.events
-        );
+            args.compactions, args.events
+        )));
     }
     let engine = cmd::open(cli, true)?;
     let store = engine.store();

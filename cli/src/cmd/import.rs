@@ -24,9 +24,9 @@ use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
 use serde_json::{json, Value};
 
 use crate::args::{Cli, ImportArgs, InteropFormat};
-use crate::calls::CallCheck;
 use crate::cmd;
 use crate::output::{self, Notes};
+use convstore_engine::calls::CallCheck;
 
 /// Events pushed to the bulk append at a time in the second pass.
 const BATCH: usize = 10_000;
@@ -64,7 +64,9 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
         bail!("{}: no events to import", shown(&args.file));
     }
     checking.finish();
-    calls.report(None, "event", notes);
+    for warning in calls.warnings(None, "event") {
+        notes.warn(&warning);
+    }
     let name = match &args.name {
         Some(name) => Some(name.clone()),
         None => default_name(&args.file),

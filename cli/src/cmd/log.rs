@@ -35,11 +35,16 @@ pub(crate) fn run(engine: &Engine, args: &LogArgs, notes: &Notes) -> Result<Exit
     }
     if let Some(point) = store.fork_point(&id)? {
         let parent = store.info(&point.parent)?;
+        // Ranges are inclusive, as everywhere else.
+        let shared = match point.at {
+            0 => "no record is shared with it".to_owned(),
+            1 => "record 0 is shared with it".to_owned(),
+            n => format!("records 0..{} are shared with it", n - 1),
+        };
         notes.say(&format!(
-            "a fork of {} ({}): records 0..{} are shared with it",
+            "a fork of {} ({}): {shared}",
             parent.label(),
             point.parent,
-            point.at
         ));
     }
     let scope = Scope::as_of(store, &id, args.as_of).context("--as-of")?;

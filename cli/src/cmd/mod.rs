@@ -39,16 +39,28 @@ use crate::output::Notes;
 /// Runs the subcommand `cli` names.
 pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
     let notes = Notes { quiet: cli.quiet };
-    // Through a server: `--url`, or the one that holds the database.
-    if let Some(client) = crate::client::target(cli)? {
-        return crate::client::dispatch(cli, matches, &client, &notes);
-    }
-    location(cli)?;
     // An explicit configuration file must exist and parse, whatever the
-    // command (and before anything is written).
+    // command and wherever it runs (and before anything is written).
     if cli.config.is_some() {
         config(cli)?;
     }
+    // Through a server: `--url`, or the one that holds the database. A
+    // command that uses the configuration checks the local one too: the
+    // server applies its own, but a file that does not parse is a
+    // mistake to report before anything is stored.
+    if let Some(client) = crate::client::target(cli)? {
+        let configured = match &cli.command {
+            Command::Append(args) => args.auto,
+            Command::Compact(_) => true,
+            Command::Fork(args) => args.compact.is_some(),
+            _ => false,
+        };
+        if configured {
+            config(cli)?;
+        }
+        return crate::client::dispatch(cli, matches, &client, &notes);
+    }
+    location(cli)?;
     let read = || open(cli, false);
     let configured = || Ok::<_, anyhow::Error>(open(cli, false)?.with_config(config(cli)?));
     match &cli.command {
@@ -124,9 +136,14 @@ pub(crate) fn location(cli: &Cli) -> Result<Location> {
 }
 
 /// The configuration: `--config FILE`, else `convstore.toml` beside the
-/// database, else the defaults.
+/// database (in the current directory for a database server, which has
+/// no directory), else the defaults.
 pub(crate) fn config(cli: &Cli) -> Result<Config> {
-    Ok(config_file::load(cli.config.as_deref(), &cli.db)?)
+    let beside_db = match location(cli) {
+        Ok(Location::Path(_)) | Err(_) => cli.db.clone(),
+        Ok(_) => std::path::PathBuf::from(config_file::CONFIG_FILE),
+    };
+    Ok(config_file::load(cli.config.as_deref(), &beside_db)?)
 }
 
 /// Opens the database. Only commands that create (`append`, `import`,

@@ -5,14 +5,16 @@
 
 use std::collections::HashMap;
 
-use convstore_store::{Event, EventKind, ToolNames};
+use std::collections::HashSet;
 
-use crate::output::Notes;
+use convstore_store::{ConversationId, Event, EventKind, Store, ToolNames};
+
+use crate::error::Result;
 
 /// The tool calls and results of an input, in order, by position (an
 /// NDJSON line, an event index).
-#[derive(Default)]
-pub(crate) struct CallCheck {
+#[derive(Debug, Default)]
+pub struct CallCheck {
     /// Each call id of the input, with the position of its first call.
     calls: HashMap<String, usize>,
     /// Calls that reuse an id called earlier in the input.
@@ -26,7 +28,7 @@ const SHOWN: usize = 3;
 
 impl CallCheck {
     /// Notes the call or result `event` at `position`.
-    pub(crate) fn observe(&mut self, position: usize, event: &Event) {
+    pub fn observe(&mut self, position: usize, event: &Event) {
         match &event.kind {
             EventKind::ToolCall { id, .. } => {
                 if self.calls.contains_key(id) {
@@ -43,14 +45,25 @@ impl CallCheck {
     }
 
     /// Whether the log's calls are needed to finish the check.
-    pub(crate) fn needs_log(&self) -> bool {
+    pub fn needs_log(&self) -> bool {
         !self.calls.is_empty() || !self.unmatched.is_empty()
     }
 
-    /// Warns (`what` names a position: `line`, `event`) about results
+    /// The call ids of the input, and those its results name: what to
+    /// look up in the log.
+    pub fn ids(&self) -> HashSet<&str> {
+        self.calls
+            .keys()
+            .chain(self.unmatched.iter().map(|(_, id)| id))
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// The warnings (`what` names a position: `line`, `event`): results
     /// whose id was never called, in the input or in `log`, and calls that
-    /// reuse an id of the input or of `log`.
-    pub(crate) fn report(self, log: Option<&ToolNames>, what: &str, notes: &Notes) {
+    /// reuse an id of the input or of `log`; the first few of each, then
+    /// how many more.
+    pub fn warnings(self, log: Option<&ToolNames>, what: &str) -> Vec<String> {
         let in_log = |id: &str| log.is_some_and(|l| l.get(id).is_some());
         let mut repeated = self.repeated;
         repeated.extend(
@@ -65,22 +78,46 @@ impl CallCheck {
             .into_iter()
             .filter(|(_, id)| !self.calls.contains_key(id) && !in_log(id))
             .collect();
-        warn_each(&orphans, notes, |(at, id)| {
+        let mut out = Vec::new();
+        each(&orphans, &mut out, |(at, id)| {
             format!("{what} {at}: tool_result for call id \"{id}\", which no tool_call has")
         });
-        warn_each(&repeated, notes, |(at, id)| {
+        each(&repeated, &mut out, |(at, id)| {
             format!(
                 "{what} {at}: tool_call reuses the call id \"{id}\" (results name the latest call)"
             )
         });
+        out
+    }
+
+    /// [`CallCheck::warnings`] for an append of what was observed to the
+    /// first `len` records of `id` (`None`: a new conversation).
+    pub fn against(
+        self,
+        store: &Store,
+        log: Option<(&ConversationId, u64)>,
+        what: &str,
+    ) -> Result<Vec<String>> {
+        if !self.needs_log() {
+            return Ok(Vec::new());
+        }
+        let names = match log {
+            Some((id, len)) => Some(store.tool_names_of(id, len, &self.ids())?),
+            None => None,
+        };
+        Ok(self.warnings(names.as_ref(), what))
     }
 }
 
-fn warn_each(items: &[(usize, String)], notes: &Notes, say: impl Fn(&(usize, String)) -> String) {
+fn each(
+    items: &[(usize, String)],
+    out: &mut Vec<String>,
+    say: impl Fn(&(usize, String)) -> String,
+) {
     for item in items.iter().take(SHOWN) {
-        notes.warn(&say(item));
+        out.push(say(item));
     }
     if items.len() > SHOWN {
-        notes.warn(&format!("... and {} more like it", items.len() - SHOWN));
+        out.push(format!("... and {} more like it", items.len() - SHOWN));
     }
 }
