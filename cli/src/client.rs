@@ -150,8 +150,7 @@ impl Client {
                 let text = response.into_string().unwrap_or_default();
                 let message = serde_json::from_str::<Value>(&text)
                     .ok()
-                    .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                    .map(|m| flags_for_fields(&m))
+                    .and_then(|v| v["error"]["message"].as_str().map(flags_for_fields))
                     .unwrap_or_else(|| format!("the server answered {status}: {}", text.trim()));
                 Err(anyhow!(message))
             }

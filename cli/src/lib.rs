@@ -139,7 +139,7 @@ pub fn run() -> ExitCode {
                 message.push_str(" (a convstore server is named with --url or CONVSTORE_URL)");
             }
             output::line_to_stderr(&format!("error: {message}"));
-            if error.chain().any(|cause| cause.is::<output::Usage>()) {
+            if error.chain().any(<dyn std::error::Error>::is::<output::Usage>) {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE
