@@ -84,6 +84,13 @@ fn every_command_runs_on_postgres_and_schemas_are_versioned() {
     assert!(verified.starts_with("ok: 2 conversations"), "{verified}");
     let out = ok(&db, &["migrate"], None);
     assert!(out.contains("schema version 1, up to date"), "{out}");
+    // The MCP server on a database server: one engine for the session,
+    // closed cleanly when the client goes.
+    let (code, _, err) = cli(&db, &["mcp"], Some(""));
+    assert!(code <= 1 && !err.contains("panicked"), "{code}: {err}");
+    // TLS is not built in: said so, before connecting.
+    let err = fails(&format!("{db}&sslmode=verify-full"), &["list"]);
+    assert!(err.contains("TLS is not built into"), "{err}");
     // A schema of a newer convstore is refused, never misread.
     psql(
         &db,
@@ -164,6 +171,21 @@ fn processes_append_to_one_conversation_at_once_and_lose_nothing() {
         assert!(err.contains("conflict"), "{err}");
     }
     assert_eq!(ok(&db, &["log", "shared"], None).lines().count(), 92);
+    // Processes whose first append creates one name at once: one creates
+    // it, the others append to it.
+    let creators: Vec<_> = (0..6)
+        .map(|p| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                cli(&db, &["append", "fresh", "--user", &format!("p{p}")], None)
+            })
+        })
+        .collect();
+    for creator in creators {
+        let (code, _, err) = creator.join().unwrap();
+        assert_eq!(code, 0, "{err}");
+    }
+    assert_eq!(ok(&db, &["log", "fresh"], None).lines().count(), 6);
 }
 
 #[test]

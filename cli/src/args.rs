@@ -18,13 +18,15 @@ Examples:
 #[derive(Debug, Parser)]
 #[command(name = "convstore", version, after_help = EXAMPLES)]
 pub struct Cli {
-    /// The database directory.
+    /// The database: a directory (sled), or a PostgreSQL URL
+    /// (postgres://USER@HOST/DB).
     #[arg(
         long,
         global = true,
         env = "CONVSTORE_DB",
+        hide_env_values = true,
         default_value = "convstore.db",
-        value_name = "DIR",
+        value_name = "DIR|URL",
         help_heading = "Global options"
     )]
     pub db: PathBuf,

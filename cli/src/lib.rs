@@ -50,7 +50,7 @@ fn usage(e: &clap::Error) -> ExitCode {
                 .find_map(|l| l.trim().strip_prefix("Usage: "))
                 // A global option given by the environment is no part of
                 // the usage.
-                .map(|u| format!(" (usage: {})", u.replace("--db <DIR> ", "")))
+                .map(|u| format!(" (usage: {})", u.replace("--db <DIR|URL> ", "")))
                 .unwrap_or_default();
             output::line_to_stderr(&format!("{message}{usage}"));
             ExitCode::from(2)
@@ -120,8 +120,16 @@ pub fn run() -> ExitCode {
                 })
                 .or_else(|| error.downcast_ref::<convstore_engine::store::StoreError>());
             match store_error {
-                Some(convstore_engine::store::StoreError::NoDatabase { .. }) => {
-                    message.push_str(" (set --db or CONVSTORE_DB; `convstore append` creates one)");
+                Some(convstore_engine::store::StoreError::NoDatabase { path }) => {
+                    if path.to_string_lossy().contains("://") {
+                        message.push_str(
+                            " (`convstore migrate` sets one up, as does `convstore append`)",
+                        );
+                    } else {
+                        message.push_str(
+                            " (set --db or CONVSTORE_DB; `convstore append` creates one)",
+                        );
+                    }
                 }
                 Some(convstore_engine::store::StoreError::Locked { waited, .. })
                     if waited.is_zero() =>
@@ -139,7 +147,10 @@ pub fn run() -> ExitCode {
                 message.push_str(" (a convstore server is named with --url or CONVSTORE_URL)");
             }
             output::line_to_stderr(&format!("error: {message}"));
-            if error.chain().any(<dyn std::error::Error>::is::<output::Usage>) {
+            if error
+                .chain()
+                .any(<dyn std::error::Error>::is::<output::Usage>)
+            {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

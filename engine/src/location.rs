@@ -37,6 +37,15 @@ impl Location {
             {
                 return Ok(Location::Postgres(text.to_owned()));
             }
+            if is_scheme
+                && !rest.starts_with("//")
+                && (lower == "postgres" || lower == "postgresql")
+            {
+                return Err(Error::Invalid(format!(
+                    "{text}: a PostgreSQL URL starts with {lower}:// ({lower}:///{rest} names a \
+                     database on this machine's default socket)"
+                )));
+            }
             if is_scheme && (rest.starts_with("//") || known) {
                 return Err(Error::UnsupportedLocation {
                     location: text.to_owned(),
@@ -107,8 +116,11 @@ mod tests {
             Location::parse("postgresql:///db?host=/tmp").ok(),
             Some(Location::Postgres("postgresql:///db?host=/tmp".into()))
         );
+        assert!(matches!(
+            Location::parse("postgres:mydb"),
+            Err(Error::Invalid(_))
+        ));
         for url in [
-            "postgres:mydb",
             "sqlite:///x",
             "http://h",
             "x+y://z",

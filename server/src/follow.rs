@@ -98,6 +98,26 @@ impl Notifier {
     }
 }
 
+/// After a storage error (the database unreachable for now): says so in
+/// a comment and waits a moment; false if the follower or the server is
+/// gone meanwhile.
+async fn retry_later(tx: &mpsc::Sender<Bytes>, shutdown: &mut watch::Receiver<bool>) -> bool {
+    if tx
+        .send(Bytes::from_static(
+            b": the database cannot be read now; retrying\n\n",
+        ))
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(1)) => true,
+        () = tx.closed() => false,
+        _ = shutdown.changed() => false,
+    }
+}
+
 /// A record as `convstore log` prints it (one line, no newline).
 pub fn record_json(record: &LogRecord, out: &mut Vec<u8>) {
     let mut object = ObjectWriter::begin(out);
@@ -160,6 +180,14 @@ pub(crate) async fn raw(
                 .await;
             let (bytes, next) = match read {
                 Ok(read) => read,
+                Err(error) if error.code == "storage" => {
+                    // The database is unreachable for now: a follower
+                    // waits for it, late but never skipped.
+                    if !retry_later(&tx, &mut shutdown).await {
+                        return;
+                    }
+                    continue;
+                }
                 Err(error) => {
                     let _ = tx.send(sse("error", &error.body().to_string())).await;
                     return;
@@ -313,6 +341,14 @@ pub(crate) async fn view(
                         _ = shutdown.changed() => return,
                     }
                 }
+            }
+            Err(error) if error.code == "storage" => {
+                // Unreachable for now: the next change is the whole view.
+                first = true;
+                if !retry_later(&tx, &mut shutdown).await {
+                    return;
+                }
+                continue;
             }
             Err(error) => {
                 let _ = tx.send(sse("error", &error.body().to_string())).await;

@@ -141,19 +141,26 @@ impl Store {
                 created: conversation.meta.created,
                 fork: conversation.fork,
             };
+            // On a database server, each conversation is copied in a
+            // transaction of its own: a copy cut short leaves nothing.
+            let inside = match out.kv.begin_transaction() {
+                Some(begun) => Some(Store::with_backend(begun?)?),
+                None => None,
+            };
+            let target = inside.as_ref().unwrap_or(out);
             // The stored views first: nothing reads them before the
             // conversation exists.
             let mut batch = Batch::new();
             for (key, value) in &conversation.views {
                 batch.put(key.as_slice(), value.to_vec());
             }
-            out.kv.apply(batch)?;
+            target.kv.apply(batch)?;
             report.views += conversation
                 .views
                 .iter()
                 .filter(|(k, _)| k.first() == Some(&keys::VIEW))
                 .count() as u64;
-            let mut writer = ConversationWriter::new(out, &who);
+            let mut writer = ConversationWriter::new(target, &who);
             for (key, value) in &conversation.settings {
                 writer.setting(key.clone(), value.to_vec());
             }
@@ -179,6 +186,9 @@ impl Store {
                 },
                 other => other,
             })?;
+            if let Some(inside) = &inside {
+                inside.backend().commit_transaction()?;
+            }
             if (len, head) != (conversation.meta.len, conversation.meta.head) {
                 return Err(StoreError::Corrupt {
                     what: format!(

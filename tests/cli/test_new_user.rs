@@ -770,7 +770,7 @@ fn an_interrupted_gen_stores_nothing_and_the_retry_succeeds() {
 #[test]
 fn urls_without_slashes_and_dash_outputs() {
     let env = TestEnv::new();
-    for url in ["sqlite:conv.db", "postgres:mydb", "http:x"] {
+    for url in ["sqlite:conv.db", "http:x"] {
         let run = env
             .run(&["--db", url, "append", "x", "--user", "hi"])
             .fails();
@@ -780,6 +780,10 @@ fn urls_without_slashes_and_dash_outputs() {
             run.stderr
         );
     }
+    let run = env
+        .run(&["--db", "postgres:mydb", "append", "x", "--user", "hi"])
+        .fails();
+    assert!(run.stderr.contains("postgres:///mydb"), "{}", run.stderr);
     assert!(listing(env.path()).is_empty());
     chat(&env, 2);
     // `-` is stdout for every --output.

@@ -112,7 +112,19 @@ pub(crate) fn run(
     let (id, appended) = match (bulk, target) {
         (Some(bulk), _) => bulk.commit()?,
         (None, BulkTarget::Existing(id)) => (id, store.append(&id, &events, &options)?),
-        (None, BulkTarget::New { name }) => store.create_and_append(name, &events, &options)?,
+        (None, BulkTarget::New { name }) => {
+            match store.create_and_append(name, &events, &options) {
+                // Another process created it meanwhile: append to it, as if
+                // it had existed (the same options, an expected head too).
+                Err(StoreError::NameTaken { name }) => {
+                    let id = store
+                        .find_exact(&name)?
+                        .ok_or(StoreError::NameTaken { name })?;
+                    (id, store.append(&id, &events, &options)?)
+                }
+                other => other?,
+            }
+        }
     };
     if matches!(target, BulkTarget::New { .. }) {
         notes.say(&format!(

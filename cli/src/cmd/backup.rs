@@ -12,21 +12,25 @@ use serde_json::json;
 use crate::args::{BackupArgs, SalvageArgs};
 use crate::output::{self, plural};
 
-/// A destination directory: as `--db`, a value that looks like a URL is
-/// never taken for a path.
-fn directory(path: &std::path::Path) -> Result<&std::path::Path> {
+/// A directory `what` names (a backup's or salvage's destination, the
+/// database salvage reads): as `--db`, a value that looks like a URL is
+/// never taken for a path, and is shown without its password.
+fn directory<'p>(path: &'p std::path::Path, what: &str) -> Result<&'p std::path::Path> {
     let location = convstore_engine::Location::parse(&path.to_string_lossy())?;
     if location.path().is_none() {
-        anyhow::bail!(
-            "{}: a copy is written to a directory, not a URL",
-            path.display()
-        );
+        anyhow::bail!("{location}: {what}");
     }
     Ok(path)
 }
 
 pub(crate) fn run(store: &Store, args: &BackupArgs) -> Result<ExitCode> {
-    let report = store.backup_checked(directory(&args.dest)?, check_views)?;
+    let report = store.backup_checked(
+        directory(
+            &args.dest,
+            "a backup is written to a directory; `convstore copy` copies into a database server",
+        )?,
+        check_views,
+    )?;
     let mut out = output::stdout();
     if args.json {
         let value = json!({
@@ -75,8 +79,13 @@ fn check_views(copy: &Store) -> Result<(), String> {
 /// database; a line per conversation saying what was recovered, and where
 /// and why it stopped.
 pub(crate) fn salvage(args: &SalvageArgs) -> Result<ExitCode> {
-    let report =
-        convstore_engine::store::salvage(directory(&args.damaged)?, directory(&args.dest)?)?;
+    let report = convstore_engine::store::salvage(
+        directory(
+            &args.damaged,
+            "salvage reads a database directory (sled's files); a database server is copied with `convstore copy`",
+        )?,
+        directory(&args.dest, "salvage writes to a directory")?,
+    )?;
     let mut out = output::stdout();
     let whole = report.conversations.iter().filter(|c| c.is_whole()).count();
     let unknown = report
@@ -264,10 +273,15 @@ pub(crate) fn migrate(cli: &crate::args::Cli) -> Result<ExitCode> {
                 )?;
             }
         }
-        other => writeln!(
-            out,
-            "{other}: a database directory has no schema to migrate (store formats 1 to 4 open as they are)"
-        )?,
+        other => {
+            // A directory: there must be a convstore database there to
+            // say it needs nothing (not a typo'd or forgotten --db).
+            drop(crate::cmd::open(cli, false)?);
+            writeln!(
+                out,
+                "{other}: a database directory has no schema to migrate (store formats 1 to 4 open as they are)"
+            )?;
+        }
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -56,9 +56,7 @@ pub(crate) fn run(engine: &Engine, notes: &Notes) -> Result<ExitCode> {
         "stored the sample conversation as \"{name}\" ({}, {}) in {}",
         output::plural(info.len, "event"),
         output::plural(info.turns, "turn"),
-        store
-            .path()
-            .map_or_else(|| "memory".to_owned(), |p| p.display().to_string())
+        store.describe()
     ));
     let before = tally(store, &id, Scope { end: info.len }, None)?;
 

@@ -61,7 +61,8 @@ pub(crate) fn run(cli: &Cli, args: &ServeArgs, notes: &Notes) -> Result<ExitCode
         // server has none (clients name the server with --url).
         database: cmd::location(cli)?.path().map(std::path::Path::to_path_buf),
     };
-    let db = cli.db.display().to_string();
+    // As messages show a location: a URL without its password.
+    let db = cmd::location(cli)?.to_string();
     convstore_server::serve(engine, &options, |addr| {
         // The URL on stdout (for scripts: `--listen 127.0.0.1:0` picks a
         // port), the rest on stderr.

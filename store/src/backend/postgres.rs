@@ -236,6 +236,19 @@ fn lost_race(error: &postgres::Error) -> bool {
     })
 }
 
+/// Whether `error` says the server had ended the session before the
+/// statement that got it ran (an administrator's or a crash's shutdown,
+/// `pg_terminate_backend`): a pooled connection found dead, whose
+/// statement can be run again on another.
+fn session_ended(error: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    error.code().is_some_and(|code| {
+        *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW
+    })
+}
+
 /// `url` without its password, for messages.
 pub fn redact(url: &str) -> String {
     let mut out = url.to_owned();
@@ -258,6 +271,28 @@ pub fn redact(url: &str) -> String {
         out.replace_range(value..end, "***");
     }
     out
+}
+
+/// The client configuration of `url`. TLS is not built in: a URL that
+/// requires it is refused here, in words (`sslmode=prefer`, libpq's
+/// default, connects without it).
+fn parse_url(url: &str) -> Result<postgres::Config, String> {
+    let mode = url
+        .split(['?', '&', ' '])
+        .find_map(|part| part.strip_prefix("sslmode="));
+    if let Some(mode) = mode {
+        if matches!(mode, "require" | "verify-ca" | "verify-full") {
+            return Err(format!(
+                "sslmode={mode}: TLS is not built into this convstore; connect over a Unix socket, \
+                 to localhost or through a tunnel, without sslmode (or with sslmode=disable)"
+            ));
+        }
+    }
+    let mut config = postgres::Config::from_str(url).map_err(|e| message(&e))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    Ok(config)
 }
 
 /// A pooled connection: the client and the statements it has prepared.
@@ -285,22 +320,78 @@ struct Manager {
     config: postgres::Config,
 }
 
+/// How long a connection may take to be set up, whatever answers at the
+/// address (a server that accepts and then says nothing included).
+const CONNECT_DEADLINE: Duration = Duration::from_secs(15);
+
+/// A failure to set up a connection.
+#[derive(Debug)]
+enum ConnectError {
+    /// PostgreSQL's, or the client's.
+    Pg(postgres::Error),
+    /// Nothing came back within [`CONNECT_DEADLINE`].
+    Deadline,
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::Pg(e) => f.write_str(&message(e)),
+            ConnectError::Deadline => write!(
+                f,
+                "no PostgreSQL answered within {} s",
+                CONNECT_DEADLINE.as_secs()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// A client connected to `config`'s server, within [`CONNECT_DEADLINE`]
+/// (the client's own timeout covers reaching the address only), with
+/// the session settings every connection of convstore has.
+fn connect_client(config: &postgres::Config) -> Result<Client, ConnectError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let config = config.clone();
+    std::thread::Builder::new()
+        .name("convstore-connect".to_owned())
+        .spawn(move || {
+            let connected = config.connect(NoTls).and_then(|mut client| {
+                // Acknowledged means durable, whatever the server's
+                // default; a lock held elsewhere for a minute is an error,
+                // not a wait without end.
+                client.batch_execute("SET synchronous_commit = on; SET lock_timeout = '60s'")?;
+                Ok(client)
+            });
+            // A late client is closed here, not on the caller's thread.
+            if let Err(std::sync::mpsc::SendError(Ok(late))) = tx.send(connected) {
+                drop(late);
+            }
+        })
+        .map_err(|_| ConnectError::Deadline)?;
+    match rx.recv_timeout(CONNECT_DEADLINE) {
+        Ok(connected) => connected.map_err(ConnectError::Pg),
+        Err(_) => Err(ConnectError::Deadline),
+    }
+}
+
 impl r2d2::ManageConnection for Manager {
     type Connection = Connection;
-    type Error = postgres::Error;
+    type Error = ConnectError;
 
-    fn connect(&self) -> Result<Connection, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
-        // Acknowledged means durable, whatever the server's default.
-        client.batch_execute("SET synchronous_commit = on")?;
+    fn connect(&self) -> Result<Connection, ConnectError> {
         Ok(Connection {
-            client,
+            client: connect_client(&self.config)?,
             statements: HashMap::new(),
         })
     }
 
-    fn is_valid(&self, conn: &mut Connection) -> Result<(), postgres::Error> {
-        conn.client.simple_query("").map(|_| ())
+    fn is_valid(&self, conn: &mut Connection) -> Result<(), ConnectError> {
+        conn.client
+            .simple_query("")
+            .map(|_| ())
+            .map_err(ConnectError::Pg)
     }
 
     fn has_broken(&self, conn: &mut Connection) -> bool {
@@ -344,6 +435,19 @@ enum Source {
     /// On one connection, in a transaction it began
     /// ([`Backend::begin_transaction`]); `None` once it is committed.
     Transaction(Box<std::sync::Mutex<Option<r2d2::PooledConnection<Manager>>>>),
+    /// Being dropped.
+    Gone,
+}
+
+/// Closes a client, or a pool of them, on a thread of its own: closing
+/// waits for the connection on a runtime of the client's, which cannot
+/// start on a thread that runs an asynchronous runtime already (a server,
+/// the MCP server), where the last engine may be dropped.
+fn close_apart<T: Send + 'static>(closing: T) {
+    let _ = std::thread::Builder::new()
+        .name("convstore-close".to_owned())
+        .spawn(move || drop(closing))
+        .map(std::thread::JoinHandle::join);
 }
 
 /// The application name of the connections that listen for
@@ -365,10 +469,7 @@ impl PgBackend {
             path: shown.clone().into(),
             reason,
         };
-        let mut config = postgres::Config::from_str(url).map_err(|e| cannot(message(&e)))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
+        let mut config = parse_url(url).map_err(cannot)?;
         if config.get_application_name().is_none() {
             config.application_name("convstore");
         }
@@ -376,10 +477,23 @@ impl PgBackend {
             config: config.clone(),
         };
         let mut first =
-            r2d2::ManageConnection::connect(&manager).map_err(|e| cannot(message(&e)))?;
+            r2d2::ManageConnection::connect(&manager).map_err(|e| cannot(e.to_string()))?;
         let version = schema_version(&mut first.client).map_err(|e| cannot(message(&e)))?;
         match version {
-            Some(v) if v == SCHEMA_VERSION => {}
+            Some(v) if v == SCHEMA_VERSION => {
+                let missing = missing_tables(&mut first.client).map_err(|e| cannot(message(&e)))?;
+                if !missing.is_empty() {
+                    return Err(cannot(format!(
+                        "its convstore schema is damaged: {} missing (restore the database \
+                         from a backup)",
+                        if missing.len() == 1 {
+                            format!("table {} is", missing[0])
+                        } else {
+                            format!("tables {} are", missing.join(", "))
+                        }
+                    )));
+                }
+            }
             Some(v) if v > SCHEMA_VERSION => {
                 return Err(StoreError::UnsupportedSchema {
                     location: shown,
@@ -394,11 +508,28 @@ impl PgBackend {
                 )))
             }
             None if setup == Setup::Create => {
+                // Only an empty schema is set up unasked, as only an empty
+                // directory is: tables of something else are refused.
+                let others: i64 = first
+                    .client
+                    .query_one(
+                        "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()",
+                        &[],
+                    )
+                    .map_err(|e| cannot(message(&e)))?
+                    .get(0);
+                if others > 0 {
+                    return Err(cannot(format!(
+                        "it holds {others} other table{} and no convstore schema; \
+                         `convstore migrate` sets convstore's tables up beside them",
+                        if others == 1 { "" } else { "s" }
+                    )));
+                }
                 apply_migrations(&mut first.client).map_err(|e| cannot(message(&e)))?;
             }
             None => return Err(StoreError::NoDatabase { path: shown.into() }),
         }
-        drop(first);
+        close_apart(first);
         let pool = r2d2::Pool::builder()
             .max_size(16)
             .min_idle(Some(0))
@@ -417,17 +548,41 @@ impl PgBackend {
     /// the outer error: there is no connection, the inner: PostgreSQL's.
     fn attempt<T>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, postgres::Error>,
+        mut f: impl FnMut(&mut Connection) -> Result<T, postgres::Error>,
+    ) -> StoreResult<Result<T, postgres::Error>> {
+        self.attempt_as(false, &mut f)
+    }
+
+    /// [`PgBackend::attempt`]; `read` only reads, so that it is run again
+    /// on a new connection after any lost connection, not only after one
+    /// the server ended before it ran.
+    fn attempt_as<T>(
+        &self,
+        read: bool,
+        f: &mut dyn FnMut(&mut Connection) -> Result<T, postgres::Error>,
     ) -> StoreResult<Result<T, postgres::Error>> {
         match &self.source {
             Source::Pool(pool) => {
-                let mut conn = pool.get().map_err(|e| {
-                    StoreError::Backend(Box::new(PgError(format!(
-                        "no connection to {}: {e}",
-                        self.url
-                    ))))
-                })?;
-                Ok(f(&mut conn))
+                let get = || {
+                    pool.get().map_err(|e| {
+                        StoreError::Backend(Box::new(PgError(format!(
+                            "no connection to {}: {e}",
+                            self.url
+                        ))))
+                    })
+                };
+                let mut conn = get()?;
+                match f(&mut conn) {
+                    // The server ended this pooled session before the
+                    // statement ran (a restart, pg_terminate_backend):
+                    // nothing of it was done; run it on a new connection.
+                    Err(e) if session_ended(&e) || (read && conn.client.is_closed()) => {
+                        drop(conn);
+                        let mut conn = get()?;
+                        Ok(f(&mut conn))
+                    }
+                    other => Ok(other),
+                }
             }
             Source::Transaction(held) => {
                 let mut held = held
@@ -438,15 +593,27 @@ impl PgBackend {
                 })?;
                 Ok(f(conn))
             }
+            Source::Gone => Err(StoreError::Backend(Box::new(PgError(
+                "the database is closed".to_owned(),
+            )))),
         }
     }
 
     /// Runs `f` on a connection, mapping PostgreSQL's errors.
     fn with<T>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, postgres::Error>,
+        f: impl FnMut(&mut Connection) -> Result<T, postgres::Error>,
     ) -> StoreResult<T> {
         self.attempt(f)?.map_err(|e| backend_error(&e))
+    }
+
+    /// [`PgBackend::with`] for a read.
+    fn read<T>(
+        &self,
+        mut f: impl FnMut(&mut Connection) -> Result<T, postgres::Error>,
+    ) -> StoreResult<T> {
+        self.attempt_as(true, &mut f)?
+            .map_err(|e| backend_error(&e))
     }
 
     /// The batch's writes by row, the last write of each key winning.
@@ -769,6 +936,16 @@ fn schema_version(client: &mut Client) -> Result<Option<u32>, postgres::Error> {
     Ok(Some(version.unwrap_or(0).max(0) as u32))
 }
 
+/// convstore's tables the current schema lacks.
+fn missing_tables(client: &mut Client) -> Result<Vec<String>, postgres::Error> {
+    let names: Vec<String> = TABLES.iter().map(|t| (*t).to_owned()).collect();
+    let rows = client.query(
+        "SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NULL ORDER BY t",
+        &[&names],
+    )?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// Applies the migrations the database lacks, each in its own
 /// transaction, under an advisory lock so that two processes migrating
 /// at once apply each once; returns the version before.
@@ -821,11 +998,8 @@ pub fn migrate(url: &str) -> StoreResult<Migrated> {
         path: shown.clone().into(),
         reason,
     };
-    let mut config = postgres::Config::from_str(url).map_err(|e| cannot(message(&e)))?;
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(Duration::from_secs(10));
-    }
-    let mut client = config.connect(NoTls).map_err(|e| cannot(message(&e)))?;
+    let config = parse_url(url).map_err(cannot)?;
+    let mut client = connect_client(&config).map_err(|e| cannot(e.to_string()))?;
     if let Some(found) = schema_version(&mut client).map_err(|e| backend_error(&e))? {
         if found > SCHEMA_VERSION {
             return Err(StoreError::UnsupportedSchema {
@@ -848,7 +1022,7 @@ pub fn migrate(url: &str) -> StoreResult<Migrated> {
 fn listen(config: &postgres::Config, sender: &Sender<Change>) {
     let mut pause = Duration::from_millis(100);
     loop {
-        if let Ok(mut client) = config.connect(NoTls) {
+        if let Ok(mut client) = connect_client(config) {
             if client.batch_execute(&format!("LISTEN {CHANNEL}")).is_ok() {
                 pause = Duration::from_millis(100);
                 // Anything may have happened while no one listened.
@@ -903,7 +1077,7 @@ fn parse_change(payload: &str) -> Option<Change> {
 impl Backend for PgBackend {
     fn get(&self, space: Keyspace, key: &[u8]) -> StoreResult<Option<Bytes>> {
         let (table, conversation, key) = locate(space, key)?;
-        self.with(|conn| {
+        self.read(|conn| {
             let sql = select_sql(table);
             let statement = prepared(&mut conn.client, &mut conn.statements, &sql)?;
             let row = match table.shape {
@@ -1040,17 +1214,22 @@ impl Backend for PgBackend {
 
 impl Drop for PgBackend {
     /// A transaction dropped without its commit is rolled back, so that
-    /// its connection goes back to the pool clean.
+    /// its connection goes back to the pool clean; the pool's connections
+    /// are closed apart ([`close_apart`]).
     fn drop(&mut self) {
-        if let Source::Transaction(held) = &self.source {
-            let mut held = held
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(mut conn) = held.take() {
-                // A connection that cannot roll back is broken, and the
-                // pool does not reuse it.
-                let _ = conn.client.batch_execute("ROLLBACK");
+        match std::mem::replace(&mut self.source, Source::Gone) {
+            Source::Transaction(held) => {
+                let mut held = held
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(mut conn) = held.take() {
+                    // A connection that cannot roll back is broken, and
+                    // the pool does not reuse it.
+                    let _ = conn.client.batch_execute("ROLLBACK");
+                }
             }
+            Source::Pool(pool) => close_apart(pool),
+            Source::Gone => {}
         }
     }
 }
@@ -1157,7 +1336,7 @@ impl Scan<'_> {
                 return Ok(false);
             };
             let (sql, params) = page_query(&part, self.reverse, self.page);
-            let rows = self.backend.with(|conn| {
+            let rows = self.backend.read(|conn| {
                 let statement = prepared(&mut conn.client, &mut conn.statements, &sql)?;
                 let refs: Vec<&(dyn ToSql + Sync)> =
                     params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
