@@ -597,3 +597,131 @@ fn every_path_of_the_openapi_document_is_served() {
         }
     }
 }
+
+/// A read-only token reads stored views (kept current, as any read), but
+/// does not create one: that would store data.
+#[test]
+fn a_read_only_token_creates_no_view() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "read-only reader-token-0123456789\nread-write writer-token-0123456789\n",
+    )
+    .expect("token file");
+    let server = Server::start(
+        dir.path().join("db"),
+        &["--token-file", tokens.to_str().expect("utf-8")],
+    );
+    let base = format!("{}/v1/conversations/t", server.url);
+    let call = |method: &str, path: &str, token: &str| {
+        answer(
+            agent()
+                .request(method, &format!("{base}{path}"))
+                .set("Authorization", &format!("Bearer {token}"))
+                .set("Content-Type", "application/x-ndjson")
+                .send_string(TURN),
+        )
+    };
+    assert_eq!(call("POST", "/events", "writer-token-0123456789").0, 201);
+    let (status, body) = call("GET", "/views/made-by-reader", "reader-token-0123456789");
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (403, json!("forbidden")),
+        "{body}"
+    );
+    assert_eq!(
+        call("GET", "/views/shared", "writer-token-0123456789").0,
+        200
+    );
+    assert_eq!(
+        call("GET", "/views/shared", "reader-token-0123456789").0,
+        200
+    );
+    let (_, views) = call("GET", "/views", "reader-token-0123456789");
+    let names: Vec<&str> = views
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(names, ["shared"]);
+}
+
+/// `If-Match: *` appends to a conversation that exists, and stores
+/// nothing (412) where none does; a malformed If-Match says so once.
+#[test]
+fn if_match_star_needs_the_conversation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path().join("db"), &[]);
+    let events = |conv: &str, if_match: &str| {
+        answer(
+            agent()
+                .post(&format!("{}/v1/conversations/{conv}/events", server.url))
+                .set("If-Match", if_match)
+                .set("Content-Type", "application/x-ndjson")
+                .send_string(TURN),
+        )
+    };
+    let (status, body) = events("new", "*");
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (412, json!("precondition_failed"))
+    );
+    assert_eq!(
+        post(&format!("{}/v1/conversations/new/events", server.url), TURN).0,
+        201
+    );
+    assert_eq!(events("new", "*").0, 200);
+    let (status, body) = events("new", "\"abc\"");
+    assert_eq!(status, 400);
+    let message = body["error"]["message"].as_str().expect("message");
+    assert!(!message.contains("\"\""), "{message}");
+}
+
+/// Every error code the server's source can answer with is documented,
+/// in the OpenAPI document and in docs/server.md.
+#[test]
+fn every_error_code_is_documented() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let openapi: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/server/openapi.json")).expect("openapi.json"),
+    )
+    .expect("JSON");
+    let documented: Vec<&str> = openapi["components"]["schemas"]["Error"]["properties"]["error"]
+        ["properties"]["code"]["enum"]
+        .as_array()
+        .expect("an enum of codes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let guide = std::fs::read_to_string(format!("{root}/docs/server.md")).expect("server.md");
+    let mut found = 0;
+    for entry in std::fs::read_dir(format!("{root}/server/src")).expect("server/src") {
+        let source = std::fs::read_to_string(entry.expect("entry").path()).expect("source");
+        // `StatusCode::X, "code"` (on one line, or the next).
+        for piece in source.split("StatusCode::").skip(1) {
+            let after = piece
+                .split_once(',')
+                .map_or("", |(_, rest)| rest)
+                .trim_start();
+            let Some(code) = after
+                .strip_prefix('"')
+                .and_then(|rest| rest.split_once('"'))
+                .map(|(code, _)| code)
+            else {
+                continue;
+            };
+            if code.is_empty() || !code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                continue;
+            }
+            found += 1;
+            assert!(documented.contains(&code), "{code} is not in openapi.json");
+            assert!(
+                guide.contains(&format!("`{code}`")),
+                "{code} is not in docs/server.md"
+            );
+        }
+    }
+    assert!(found > 20, "the scan found {found} codes");
+}

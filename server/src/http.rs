@@ -396,7 +396,7 @@ async fn method_not_allowed() -> ApiError {
 }
 
 /// Tokens and the in-flight limit: runs before every handler.
-async fn admit(State(state): State<Shared>, request: Request, next: Next) -> Response {
+async fn admit(State(state): State<Shared>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path();
     let open = path == "/healthz";
     if let (Some(tokens), false) = (&state.tokens, open) {
@@ -422,6 +422,8 @@ async fn admit(State(state): State<Shared>, request: Request, next: Next) -> Res
             )
             .into_response();
         }
+        // For the reads that would write (creating a stored view).
+        request.extensions_mut().insert(scope);
     }
     let Ok(_permit) = Arc::clone(&state.in_flight).try_acquire_owned() else {
         state

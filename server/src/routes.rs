@@ -582,19 +582,34 @@ async fn write_permit(state: &Shared) -> Result<tokio::sync::OwnedSemaphorePermi
 }
 
 /// The address an `If-Match` header expects.
-fn if_match(headers: &HeaderMap) -> Result<Option<Address>> {
+/// `If-Match`: the head the append expects (an ETag, quoted or not), or
+/// `*`: any head, but the conversation must exist (RFC 9110: the
+/// condition holds if there is a current representation).
+fn if_match(headers: &HeaderMap) -> Result<Option<IfMatch>> {
     let Some(value) = headers.get(header::IF_MATCH) else {
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("").trim();
+    if text == "*" {
+        return Ok(Some(IfMatch::Exists));
+    }
     let bare = text.trim_start_matches("W/").trim_matches('"');
     Address::from_hex(&bare.to_ascii_lowercase())
-        .map(Some)
+        .map(|head| Some(IfMatch::Head(head)))
         .ok_or_else(|| {
             ApiError::bad_request(format!(
-                "If-Match: \"{text}\" is not a 64-digit hex address (the head, as an ETag)"
+                "If-Match: {text} is not a 64-digit hex address (the head, as an ETag) or *"
             ))
         })
+}
+
+/// What an `If-Match` header asks of an append.
+#[derive(Debug, Clone, Copy)]
+enum IfMatch {
+    /// This head.
+    Head(Address),
+    /// Any head of an existing conversation.
+    Exists,
 }
 
 /// A conflict answer: the head and length found.
@@ -646,6 +661,7 @@ fn apply_append(
     events: &[Event],
     expected_seq: Option<u64>,
     expect_head: Option<Address>,
+    must_exist: bool,
     idempotency: Option<IdempotencyKey>,
 ) -> Result<Appended> {
     let store = engine.store();
@@ -716,6 +732,13 @@ fn apply_append(
                 Err(e) => Err(e.into()),
             };
         }
+        if must_exist {
+            return Err(ApiError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "precondition_failed",
+                format!("If-Match: * and no conversation named \"{conv}\"; nothing was stored"),
+            ));
+        }
         let expects_records =
             expected_seq.is_some_and(|s| s > 0) || expect_head.is_some_and(|h| h != Address::ROOT);
         if names_an_id(conv) || expects_records {
@@ -768,7 +791,12 @@ pub(crate) async fn append(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    let expect_head = if_match(&headers)?;
+    let condition = if_match(&headers)?;
+    let expect_head = match condition {
+        Some(IfMatch::Head(head)) => Some(head),
+        _ => None,
+    };
+    let must_exist = matches!(condition, Some(IfMatch::Exists));
     let idempotency_key = match headers.get("idempotency-key") {
         Some(v) => {
             let key = v
@@ -810,8 +838,7 @@ pub(crate) async fn append(
             let mut hasher = blake3::Hasher::new();
             hasher.update(conv.as_bytes());
             hasher.update(&[0]);
-            hasher
-                .update(format!("{:?}|{:?}|{:?}", q.expected_seq, expect_head, q.auto).as_bytes());
+            hasher.update(format!("{:?}|{:?}|{:?}", q.expected_seq, condition, q.auto).as_bytes());
             hasher.update(&[0]);
             hasher.update(&body);
             let fingerprint = hasher.finalize();
@@ -887,6 +914,7 @@ pub(crate) async fn append(
                                 &events,
                                 expected_seq,
                                 expect_head,
+                                must_exist,
                                 durable_key,
                             )
                         })
@@ -903,6 +931,7 @@ pub(crate) async fn append(
                         &parse()?,
                         expected_seq,
                         expect_head,
+                        must_exist,
                         durable_key,
                     )
                 })
@@ -1353,13 +1382,26 @@ pub(crate) async fn read_view(
     State(state): State<Shared>,
     Path((conv, name)): Path<(String, String)>,
     Query(q): Query<ViewQuery>,
+    scope: Option<axum::Extension<crate::auth::Scope>>,
 ) -> Result<Response> {
     let format = parse_format(q.format.as_deref())?;
+    // A read-only token reads a stored view (and keeps it current, as
+    // any read does) but does not create one: that would store data.
+    let read_only = scope.is_some_and(|s| s.0 == crate::auth::Scope::ReadOnly);
     let (tx_meta, rx_meta) = oneshot::channel();
     let (body, _) = stream(
         &state,
         move |engine| {
             let id = resolve_write(engine.store(), &conv)?;
+            if read_only && engine.store().view_state(&id, &name)?.is_none() {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    format!(
+                        "the token is read-only: view \"{name}\" does not exist, and creating it writes"
+                    ),
+                ));
+            }
             let (view, refresh) = engine
                 .refresh_view(&id, &name, q.profile.as_deref())
                 .map_err(view_error)?;
