@@ -690,27 +690,7 @@ pub struct LogArgs {
 
 /// `A..B` (both inclusive), `A..`, `..B`, `A..=B` or `N`.
 pub fn parse_turns(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
-    let number = |s: &str| -> Result<u64, String> {
-        s.trim()
-            .parse()
-            .map_err(|_| format!("\"{s}\" is not a turn number"))
-    };
-    let range = if let Some((a, b)) = text.split_once("..") {
-        let a = if a.is_empty() { 0 } else { number(a)? };
-        let b = if b.is_empty() {
-            u64::MAX
-        } else {
-            number(b.trim_start_matches('='))?
-        };
-        a..=b
-    } else {
-        let n = number(text)?;
-        n..=n
-    };
-    if range.is_empty() {
-        return Err("the range is empty (from is after to)".to_owned());
-    }
-    Ok(range)
+    convstore_engine::turns::parse(text)
 }
 
 /// A conversation name as typed, in Unicode NFC: names are stored so, and

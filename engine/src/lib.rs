@@ -40,14 +40,18 @@ pub mod diff;
 mod engine;
 pub mod error;
 pub mod explain;
+pub mod export;
 pub mod fork;
 pub mod format;
 pub mod generate;
+pub mod import;
 mod location;
 pub mod pipeline;
 pub mod recall;
 pub mod search;
+pub mod stats;
 pub mod summarizers;
+pub mod turns;
 pub mod views;
 
 pub use engine::{parse_ndjson, Engine, Verification};

@@ -92,28 +92,8 @@ fn content_type(format: Format) -> &'static str {
 
 /// `A..B` (inclusive), `A..`, `..B`, `A..=B` or `N`.
 fn parse_turns(text: &str) -> Result<std::ops::RangeInclusive<u64>> {
-    let bad = |e: String| ApiError::bad_request(format!("turns {text}: {e}"));
-    let number = |s: &str| -> Result<u64> {
-        s.trim()
-            .parse()
-            .map_err(|_| bad(format!("\"{s}\" is not a turn number")))
-    };
-    let range = if let Some((a, b)) = text.split_once("..") {
-        let a = if a.is_empty() { 0 } else { number(a)? };
-        let b = if b.is_empty() {
-            u64::MAX
-        } else {
-            number(b.trim_start_matches('='))?
-        };
-        a..=b
-    } else {
-        let n = number(text)?;
-        n..=n
-    };
-    if range.is_empty() {
-        return Err(bad("the range is empty (from is after to)".to_owned()));
-    }
-    Ok(range)
+    convstore_engine::turns::parse(text)
+        .map_err(|e| ApiError::bad_request(format!("turns {text}: {e}")))
 }
 
 fn internal(message: impl Into<String>) -> ApiError {

@@ -281,25 +281,42 @@ fn read_ndjson<'s>(
     let mut events = Vec::new();
     let mut bulk: Option<BulkAppend<'s>> = None;
     let mut begin = Some(begin);
-    output::for_each_event(input, limit, now, |line, event| {
-        observe(line, &event);
-        events.push(event);
-        match &mut bulk {
-            Some(bulk) if events.len() == BATCH => {
-                bulk.push(&events)?;
-                events.clear();
+    // Opening the database for the bulk append fails in the command's own
+    // terms: kept aside while the reading stops.
+    let mut opening: Option<anyhow::Error> = None;
+    let read_all =
+        convstore_engine::import::for_each_ndjson_event(input, limit, now, |line, event| {
+            observe(line, &event);
+            events.push(event);
+            match &mut bulk {
+                Some(bulk) if events.len() == BATCH => {
+                    bulk.push(&events)?;
+                    events.clear();
+                }
+                None if read.get() > IN_MEMORY_BYTES => {
+                    let started = begin
+                        .take()
+                        .ok_or_else(|| anyhow::anyhow!("a bulk append begins once"))
+                        .and_then(|begin| begin());
+                    let mut started = match started {
+                        Ok(started) => started,
+                        Err(e) => {
+                            opening = Some(e);
+                            return Err(convstore_engine::Error::Invalid(String::new()));
+                        }
+                    };
+                    started.push(&events)?;
+                    events = Vec::new();
+                    bulk = Some(started);
+                }
+                Some(_) | None => {}
             }
-            None if read.get() > IN_MEMORY_BYTES => {
-                let begin = begin.take().context("a bulk append begins once")?;
-                let mut started = begin()?;
-                started.push(&events)?;
-                events = Vec::new();
-                bulk = Some(started);
-            }
-            Some(_) | None => {}
-        }
-        Ok(())
-    })?;
+            Ok(())
+        });
+    if let Some(e) = opening {
+        return Err(e);
+    }
+    read_all?;
     match bulk {
         Some(mut bulk) => {
             bulk.push(&events)?;

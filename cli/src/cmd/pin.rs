@@ -5,13 +5,12 @@ use std::io::Write;
 use std::ops::RangeInclusive;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use convstore_engine::store::{ConversationId, Store};
-use convstore_engine::Engine;
+use convstore_engine::{turns, Engine};
 use serde_json::{json, Value};
 
 use crate::args::{PinArgs, UnpinArgs};
-use crate::cmd::project::parse_turns;
 use crate::output;
 
 pub(crate) fn run(engine: &Engine, args: &PinArgs) -> Result<ExitCode> {
@@ -40,26 +39,12 @@ pub(crate) fn unpin(engine: &Engine, args: &UnpinArgs) -> Result<ExitCode> {
     print(&pins, false)
 }
 
-/// The turns `text` names that exist, refused when it names none; a range
-/// past the last turn ends there, but an open end (`A..`) also covers the
-/// turns appended later.
+/// The turns `text` names that exist (see [`turns::existing`]).
 fn existing_turns(store: &Store, id: &ConversationId, text: &str) -> Result<RangeInclusive<u64>> {
-    let range = parse_turns(text)?;
-    let turns = store.info(id)?.turns;
-    if *range.start() >= turns {
-        bail!(
-            "--turns {text}: names no turn ({})",
-            crate::cmd::project::turns_note(turns)
-        );
-    }
-    let end = match *range.end() {
-        u64::MAX => u64::MAX,
-        end => end.min(turns - 1),
-    };
-    Ok(*range.start()..=end)
+    Ok(turns::existing(store, id, "--turns", text)?)
 }
 
-fn print(pins: &[(u64, u64)], json: bool) -> Result<ExitCode> {
+pub(crate) fn print(pins: &[(u64, u64)], json: bool) -> Result<ExitCode> {
     let mut out = output::stdout();
     if json {
         let ranges: Vec<Value> = pins

@@ -1,0 +1,394 @@
+//! Conversations from other tools: NDJSON events, JP's `events.json`, or
+//! an OpenAI Chat Completions `messages` array (`convstore import`; the
+//! server's `/import`).
+//!
+//! Two passes over the input: [`check`] parses and checks every event
+//! (and counts them), so a malformed input stores nothing; [`write`]
+//! parses it again and pushes the events, in batches, to one bulk append
+//! (`Store::begin_bulk`), which makes the conversation visible whole at its
+//! commit: an import that fails or is killed part-way leaves no
+//! conversation. Neither pass holds the whole input: NDJSON is read line
+//! by line (a few MiB at a time, parsed on every core) and JP's array
+//! element by element.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+
+use convstore_store::interop::{jp, openai};
+use convstore_store::strict::StrictValue;
+use convstore_store::{
+    json, AppendOptions, BulkTarget, ConversationId, Event, EventType, Store, Timestamp,
+    TurnTracker,
+};
+use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
+use serde_json::Value;
+
+use crate::calls::CallCheck;
+use crate::error::{Error, Result};
+
+/// Events pushed to the bulk append at a time.
+const BATCH: usize = 10_000;
+
+/// What an input holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportFormat {
+    /// One event per line (SPEC §2).
+    Ndjson,
+    /// JP's `events.json`: an array of JP events.
+    Jp,
+    /// An OpenAI Chat Completions `messages` array, or an object with one.
+    Openai,
+}
+
+impl ImportFormat {
+    /// The format named `name` (`ndjson`, `jp`, `openai`).
+    pub fn named(name: &str) -> Option<ImportFormat> {
+        match name {
+            "ndjson" => Some(ImportFormat::Ndjson),
+            "jp" => Some(ImportFormat::Jp),
+            "openai" => Some(ImportFormat::Openai),
+            _ => None,
+        }
+    }
+}
+
+fn input_error(at: String, problem: impl std::fmt::Display) -> Error {
+    Error::Input {
+        at,
+        problem: problem.to_string(),
+    }
+}
+
+/// Calls `f` with each line of `input` and its number (from 1), without
+/// the line ending. A line longer than `limit` bytes is an error naming
+/// it, found without reading the rest of it into memory; so is one that
+/// is not UTF-8.
+pub fn for_each_line(
+    mut input: impl BufRead,
+    limit: u64,
+    mut f: impl FnMut(usize, &str) -> Result<()>,
+) -> Result<()> {
+    let mut buf = Vec::new();
+    for number in 1.. {
+        buf.clear();
+        let read = (&mut input)
+            .take(limit.saturating_add(2))
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| input_error(format!("line {number}"), format!("cannot read: {e}")))?;
+        if read == 0 {
+            break;
+        }
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+        }
+        if buf.len() as u64 > limit {
+            return Err(input_error(
+                format!("line {number}"),
+                format!("longer than the limit of {limit} bytes (--max-event-bytes)"),
+            ));
+        }
+        let line = std::str::from_utf8(&buf)
+            .map_err(|_| input_error(format!("line {number}"), "not UTF-8"))?;
+        f(number, line)?;
+    }
+    Ok(())
+}
+
+/// Calls `f` with each event of the NDJSON `input` and its line number, in
+/// order; blank lines, and a byte order mark before the first line, are
+/// skipped. Lines are read a block (about 4 MiB) at a time and the block's
+/// lines parsed side by side on rayon's threads; the error is the first
+/// bad line's, whichever thread met it, and no event after it reaches `f`.
+pub fn for_each_ndjson_event(
+    input: impl BufRead,
+    limit: u64,
+    now: Timestamp,
+    mut f: impl FnMut(usize, Event) -> Result<()>,
+) -> Result<()> {
+    let mut block = LineBlock::default();
+    let read = for_each_line(input, limit, |number, line| {
+        let line = if number == 1 {
+            line.strip_prefix('\u{feff}').unwrap_or(line)
+        } else {
+            line
+        };
+        if !line.trim().is_empty() {
+            block.push(number, line);
+            if block.text.len() >= LineBlock::BYTES {
+                block.drain(now, &mut f)?;
+            }
+        }
+        Ok(())
+    });
+    // The lines read before a read error come first.
+    block.drain(now, &mut f)?;
+    read
+}
+
+/// Lines of NDJSON waiting to be parsed: their text end to end, and each
+/// one's number and range in it.
+#[derive(Default)]
+struct LineBlock {
+    text: String,
+    lines: Vec<(usize, std::ops::Range<usize>)>,
+}
+
+impl LineBlock {
+    const BYTES: usize = 4 << 20;
+
+    fn push(&mut self, number: usize, line: &str) {
+        let start = self.text.len();
+        self.text.push_str(line);
+        self.lines.push((number, start..self.text.len()));
+    }
+
+    /// Parses the lines in parallel and hands the events to `f` in order.
+    /// The block is emptied first: after an error, from a line or from `f`,
+    /// no line of it is handed to `f` again.
+    fn drain(
+        &mut self,
+        now: Timestamp,
+        f: &mut impl FnMut(usize, Event) -> Result<()>,
+    ) -> Result<()> {
+        use rayon::prelude::*;
+        let mut text = std::mem::take(&mut self.text);
+        let mut lines = std::mem::take(&mut self.lines);
+        let parsed: Vec<_> = lines
+            .par_iter()
+            .map(|(_, range)| json::parse_event(&text[range.clone()], now))
+            .collect();
+        for ((number, _), event) in lines.iter().zip(parsed) {
+            let event = event.map_err(|e| input_error(format!("line {number}"), e))?;
+            f(*number, event)?;
+        }
+        // Keep the buffers for the next block.
+        text.clear();
+        lines.clear();
+        self.text = text;
+        self.lines = lines;
+        Ok(())
+    }
+}
+
+/// An event's place in its input, for messages: `line 3`, `event 12`,
+/// `message 4`.
+pub type Position = String;
+
+/// What [`for_each_event`] hands each event to: its position, the event,
+/// and the fields kept in `meta`.
+pub type EventSink<'a> = dyn FnMut(&Position, Event, Vec<String>) -> Result<()> + 'a;
+
+/// Calls `sink` with each event of the input, in order, its position and
+/// the fields the format had that no event field holds (kept in `meta`).
+/// An event over `limit` bytes is refused where it is read.
+pub fn for_each_event(
+    format: ImportFormat,
+    input: impl Read,
+    now: Timestamp,
+    limit: u64,
+    sink: &mut EventSink<'_>,
+) -> Result<()> {
+    let reader = BufReader::with_capacity(1 << 20, input);
+    // The store refuses an event over the limit when it is appended; here
+    // it is refused where it is read, with its position.
+    let fits = |event: &Event, at: &Position| -> Result<()> {
+        let size = convstore_store::event_size(event);
+        if size > limit {
+            return Err(input_error(
+                at.clone(),
+                format!(
+                    "the event is {size} bytes, more than the limit of {limit} bytes (--max-event-bytes)"
+                ),
+            ));
+        }
+        Ok(())
+    };
+    match format {
+        ImportFormat::Ndjson => for_each_ndjson_event(reader, limit, now, |line, event| {
+            let at = format!("line {line}");
+            fits(&event, &at)?;
+            sink(&at, event, Vec::new())
+        }),
+        ImportFormat::Jp => each_element(reader, &mut |index, value| {
+            let at = format!("event {index}");
+            let mut kept = Vec::new();
+            let event = jp::from_jp(value, &mut kept).map_err(|e| input_error(at.clone(), e))?;
+            fits(&event, &at)?;
+            sink(&at, event, kept)
+        }),
+        ImportFormat::Openai => {
+            let mut de = serde_json::Deserializer::from_reader(reader);
+            let value: Value = StrictValue
+                .deserialize(&mut de)
+                .and_then(|v| de.end().map(|()| v))
+                .map_err(|e| Error::Invalid(format!("invalid JSON: {e}")))?;
+            let mut ignored = Vec::new();
+            let shape = || {
+                Error::Invalid(
+                    "expected a messages array or an object with a `messages` array".to_owned(),
+                )
+            };
+            let messages = match value {
+                Value::Array(messages) => messages,
+                Value::Object(mut object) => match object.shift_remove("messages") {
+                    Some(Value::Array(messages)) => {
+                        ignored.extend(
+                            object
+                                .keys()
+                                .map(|k| format!("top-level {k} (not imported)")),
+                        );
+                        messages
+                    }
+                    _ => return Err(shape()),
+                },
+                _ => return Err(shape()),
+            };
+            for (index, message) in messages.into_iter().enumerate() {
+                let at = format!("message {index}");
+                let mut kept = std::mem::take(&mut ignored);
+                let events = openai::from_message(message, now, &mut kept)
+                    .map_err(|e| input_error(at.clone(), e))?;
+                let mut kept = Some(kept);
+                for event in events {
+                    fits(&event, &at)?;
+                    sink(&at, event, kept.take().unwrap_or_default())?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+type ElementSink<'a> = dyn FnMut(usize, Value) -> Result<()> + 'a;
+
+/// Reads a JSON array element by element. An error of `sink` is returned
+/// as it is (not as a JSON error at a line and column).
+fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
+    struct Each<'s, 'a>(&'s mut ElementSink<'a>, &'s mut Option<Error>);
+
+    impl<'de> DeserializeSeed<'de> for Each<'_, '_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Each<'_, '_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON array of events")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+            let mut index = 0;
+            while let Some(value) = seq.next_element_seed(StrictValue)? {
+                if let Err(e) = (self.0)(index, value) {
+                    *self.1 = Some(e);
+                    return Err(A::Error::custom("stopped"));
+                }
+                index += 1;
+            }
+            Ok(())
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let mut failed = None;
+    let read = Each(sink, &mut failed).deserialize(&mut de);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    read.map_err(|e| Error::Invalid(e.to_string()))?;
+    de.end().map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(())
+}
+
+/// What [`check`] found in a sound input.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Checked {
+    /// Events in it.
+    pub events: u64,
+    /// Turns they span.
+    pub turns: u64,
+    /// Events per kind, indexed by [`EventType::index`].
+    pub kinds: [u64; 10],
+    /// Fields the format had that no event field holds (kept in `meta`),
+    /// and how many events had each.
+    pub kept_in_meta: BTreeMap<String, u64>,
+    /// Results whose call id no call has, calls that reuse an id.
+    pub warnings: Vec<String>,
+}
+
+/// The first pass: parses and checks every event of `input`, counting
+/// them; `tick` is told of each.
+pub fn check(
+    format: ImportFormat,
+    input: impl Read,
+    now: Timestamp,
+    limit: u64,
+    tick: &mut dyn FnMut(),
+) -> Result<Checked> {
+    let mut checked = Checked::default();
+    let mut turns = TurnTracker::new();
+    let mut calls = CallCheck::default();
+    for_each_event(format, input, now, limit, &mut |_, event, kept| {
+        calls.observe(checked.events as usize, &event);
+        tick();
+        checked.kinds[event.kind.event_type().index()] += 1;
+        turns.next(event.kind.event_type());
+        checked.events += 1;
+        for note in kept {
+            *checked.kept_in_meta.entry(note).or_default() += 1;
+        }
+        Ok(())
+    })?;
+    if checked.events == 0 {
+        return Err(Error::Invalid("no events to import".to_owned()));
+    }
+    checked.turns = turns.turn_count(checked.events);
+    checked.warnings = calls.warnings(None, "event");
+    Ok(checked)
+}
+
+/// The second pass: the events of `input` (checked by [`check`], read
+/// again from its start) into a new conversation named `name`, visible
+/// whole at the end; `tick` is told of each event.
+pub fn write(
+    store: &Store,
+    format: ImportFormat,
+    input: impl Read,
+    now: Timestamp,
+    name: Option<&str>,
+    tick: &mut dyn FnMut(),
+) -> Result<ConversationId> {
+    let limit = store.max_event_bytes();
+    let mut bulk = store.begin_bulk(BulkTarget::New { name }, &AppendOptions::default())?;
+    let mut batch = Vec::with_capacity(BATCH);
+    for_each_event(format, input, now, limit, &mut |_, event, _| {
+        tick();
+        batch.push(event);
+        if batch.len() == BATCH {
+            bulk.push(&batch)?;
+            batch.clear();
+        }
+        Ok(())
+    })?;
+    bulk.push(&batch)?;
+    let (id, _) = bulk.commit()?;
+    Ok(id)
+}
+
+/// The counts per kind of a [`Checked`] input, as JSON (`kinds`).
+pub fn kinds_json(kinds: &[u64; 10]) -> serde_json::Map<String, Value> {
+    EventType::ALL
+        .iter()
+        .filter(|k| kinds[k.index()] > 0)
+        .map(|k| (k.as_str().to_owned(), Value::from(kinds[k.index()])))
+        .collect()
+}
