@@ -557,6 +557,24 @@ fn two_servers_on_one_database() {
     assert_eq!(again.header("idempotency-replay"), Some("true"));
     assert_eq!(again.into_json::<Value>().unwrap()["first_seq"], first_seq);
     assert_eq!(ok(&db, &["log", "own-4"], None).lines().count(), 26);
+    // Keys are per conversation, on every server alike; a replay of an
+    // append that created its conversation is answered as it was (201).
+    let create = |server: &str, conv: &str| {
+        agent()
+            .post(&format!("{server}/v1/conversations/{conv}/events"))
+            .set("Idempotency-Key", "one-key")
+            .send_string(body)
+            .unwrap()
+    };
+    assert_eq!(create(&servers[0], "keyed-a").status(), 201);
+    let replay = create(&servers[1], "keyed-a");
+    assert_eq!(
+        (replay.status(), replay.header("idempotency-replay")),
+        (201, Some("true"))
+    );
+    assert_eq!(create(&servers[1], "keyed-b").status(), 201);
+    assert_eq!(create(&servers[0], "keyed-b").status(), 201);
+    assert_eq!(ok(&db, &["log", "keyed-b"], None).lines().count(), 1);
     // A follower of server B hears an append made through server A.
     let stream = agent()
         .get(&format!(
@@ -736,4 +754,77 @@ fn an_import_killed_part_way_stores_nothing() {
         ok(&db, &["head", "copy"], None),
         ok(source, &["head", "big"], None)
     );
+}
+
+/// Sessions ended by the server (`pg_terminate_backend`, as a restart
+/// does) under appends and reads: a pooled connection found dead is
+/// replaced, a write whose answer was lost is read back, so every append
+/// reported stored is stored once and every one reported failed stored
+/// nothing; a server's reads go on.
+#[test]
+fn ended_sessions_neither_fail_reads_nor_misreport_writes() {
+    let Some(db) = database("ended_sessions_neither_fail_reads_nor_misreport_writes") else {
+        return;
+    };
+    ok(&db, &["append", "c", "--user", "start"], None);
+    let terminate = || {
+        psql(
+            &db,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name LIKE 'convstore%' AND pid <> pg_backend_pid()",
+        )
+    };
+    let server = Server::start(&db, &[]);
+    let read = |server: &str| {
+        agent()
+            .get(&format!("{server}/v1/conversations/c/events?limit=1"))
+            .call()
+            .map_or_else(
+                |e| match e {
+                    ureq::Error::Status(status, _) => status,
+                    ureq::Error::Transport(_) => 0,
+                },
+                |r| r.status(),
+            )
+    };
+    assert_eq!(read(&server.url), 200);
+    terminate();
+    for _ in 0..20 {
+        assert_eq!(read(&server.url), 200, "a read after the sessions ended");
+    }
+    // Writers while sessions end every 50 ms.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ender = {
+        let (stop, db) = (Arc::clone(&stop), db.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                psql(
+                    &db,
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE application_name LIKE 'convstore%' AND pid <> pg_backend_pid()",
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                (0..15)
+                    .filter(|i| {
+                        let text = format!("writer {w} append {i}");
+                        cli(&db, &["append", "c", "--user", &text], None).0 == 0
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let reported: usize = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    ender.join().unwrap();
+    let stored = ok(&db, &["log", "c"], None).lines().count() - 1;
+    assert_eq!(stored, reported, "appends reported stored, and stored");
+    ok(&db, &["verify"], None);
+    eprintln!("{reported} of 45 appends stored while sessions ended every 50 ms");
 }

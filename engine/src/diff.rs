@@ -32,7 +32,9 @@ pub struct Side {
 }
 
 /// What a view does with one raw record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Fate {
     /// Shown as it is.
     Shown,
@@ -61,7 +63,7 @@ impl Fate {
 
 /// A group of records of one turn and kind whose fates differ the same
 /// way.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Change {
     /// Their kind.
     pub kind: EventType,
@@ -78,7 +80,7 @@ pub struct Change {
 }
 
 /// The changes of one turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TurnDiff {
     /// The raw turn.
     pub turn: u64,
@@ -87,7 +89,7 @@ pub struct TurnDiff {
 }
 
 /// A summary injected in a side's view.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Injected {
     /// The seq it stands at (the first record it replaces).
     pub seq: u64,
@@ -98,7 +100,7 @@ pub struct Injected {
 }
 
 /// What a side is, resolved.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SideInfo {
     /// The conversation.
     pub conversation: ConversationId,
@@ -115,7 +117,7 @@ pub struct SideInfo {
 }
 
 /// Two views compared.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Diff {
     /// Side A.
     pub a: SideInfo,

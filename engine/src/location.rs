@@ -23,6 +23,25 @@ impl Location {
     /// is a URL, never a directory path, so `postgres://...` cannot become
     /// a directory named `postgres:`.
     pub fn parse(text: &str) -> Result<Location> {
+        // libpq's `key=value` connection strings are not taken for paths
+        // (nor echoed: they may hold a password).
+        let conninfo = [
+            "host=",
+            "hostaddr=",
+            "dbname=",
+            "user=",
+            "port=",
+            "password=",
+        ]
+        .iter()
+        .any(|key| text.trim_start().starts_with(key));
+        if conninfo && text.contains('=') {
+            return Err(Error::Invalid(
+                "a key=value connection string is not a location: give the database as a \
+                 postgres:// URL (postgres://USER@HOST/DB)"
+                    .to_owned(),
+            ));
+        }
         if let Some((scheme, rest)) = text.split_once(':') {
             let is_scheme = !scheme.is_empty()
                 && scheme.starts_with(|c: char| c.is_ascii_alphabetic())

@@ -813,7 +813,7 @@ pub struct SearchQuery {
 }
 
 /// Whether a record is in the current view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Visibility {
     /// In the view as it is.
     Visible,
@@ -888,7 +888,7 @@ pub fn disposition(
 }
 
 /// A search hit.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Hit {
     /// The conversation (the one searched, for a search limited to one).
     pub conversation: ConversationId,

@@ -661,7 +661,7 @@ fn apply_append(
                     first_seq: earlier.first_seq,
                     count: earlier.count,
                     head: earlier.head,
-                    created: false,
+                    created: earlier.created,
                     replayed: true,
                     warnings: Vec::new(),
                 });
@@ -693,7 +693,7 @@ fn apply_append(
                     first_seq: appended.first_seq,
                     count: appended.count,
                     head: appended.head,
-                    created: false,
+                    created: appended.created,
                     replayed: appended.replayed,
                     warnings,
                 }),
@@ -823,8 +823,10 @@ pub(crate) async fn append(
             hasher.update(&body);
             let fingerprint = hasher.finalize();
             durable_key = Some(IdempotencyKey::new(key, *fingerprint.as_bytes()));
+            // Keys are per conversation, as the store keeps them.
+            let scoped = format!("{conv}\u{0}{key}");
             loop {
-                match state.idempotency.claim(key, fingerprint) {
+                match state.idempotency.claim(&scoped, fingerprint) {
                     Claim::New(ticket) => break Some(ticket),
                     Claim::Replay(status, value) => {
                         state
@@ -949,12 +951,18 @@ pub(crate) async fn append(
                 "count": appended.count,
                 "head": appended.head.hex(),
                 "events": len,
-                "created": false,
+                "created": appended.created,
             });
+            // The first answer's status too.
+            let status = if appended.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
             if let Some(ticket) = ticket {
-                ticket.finish(StatusCode::OK, &value);
+                ticket.finish(status, &value);
             }
-            return Ok::<_, ApiError>((StatusCode::OK, value, true));
+            return Ok::<_, ApiError>((status, value, true));
         }
         state.notify(&appended.id, len);
         state

@@ -107,6 +107,7 @@ struct Remembered {
     first_seq: u64,
     count: u64,
     head: Address,
+    created: bool,
 }
 
 /// What an append stored.
@@ -121,6 +122,9 @@ pub struct Appended {
     /// Whether this is what an earlier append with the same idempotency
     /// key stored (nothing was stored now).
     pub replayed: bool,
+    /// Whether the append (the first, if replayed) created the
+    /// conversation.
+    pub created: bool,
 }
 
 impl Store {
@@ -144,6 +148,7 @@ impl Store {
             count: remembered.count,
             head: remembered.head,
             replayed: true,
+            created: remembered.created,
         }))
     }
 
@@ -222,7 +227,8 @@ impl Store {
         let (id, meta, mut writes) = self.new_conversation(name)?;
         check_head(options, &meta)?;
         let placement = self.place(&id, &meta, &encoded)?;
-        let appended = write_records(&id, meta, &encoded, &placement, &mut writes)?;
+        let mut appended = write_records(&id, meta, &encoded, &placement, &mut writes)?;
+        appended.created = true;
         if let Some(key) = &options.idempotency {
             writes.remember(&id, key, &appended);
         }
@@ -395,6 +401,7 @@ impl Writes {
                 first_seq: appended.first_seq,
                 count: appended.count,
                 head: appended.head,
+                created: appended.created,
             }),
         );
     }
@@ -610,6 +617,7 @@ pub(crate) fn write_records(
         count,
         head: parent,
         replayed: false,
+        created: false,
     })
 }
 

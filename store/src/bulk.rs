@@ -301,6 +301,7 @@ impl BulkAppend<'_> {
                     count: last.first_seq + last.count - self.base.len,
                     head: last.head,
                     replayed: false,
+                    created: matches!(self.target, Target::New { .. }),
                 },
             ));
         }
@@ -382,6 +383,7 @@ impl BulkAppend<'_> {
             count: meta.len - self.base.len,
             head: meta.head,
             replayed: false,
+            created: matches!(self.target, Target::New { .. }),
         };
         // sled holds everything a batch replaces until the batch ends, so
         // one batch of a million events' keys costs several times their

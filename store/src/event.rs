@@ -191,7 +191,7 @@ pub enum EventKind {
 
 /// The kind of an event without its fields: what `stats` counts by and what
 /// the JSON `type` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EventType {
     /// `turn_start`
     TurnStart,

@@ -5,9 +5,8 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use convstore_engine::export::{self, ExportFormat};
-use convstore_engine::pipeline::Scope;
 use convstore_engine::Engine;
 
 use crate::args::{ExportArgs, InteropFormat};
@@ -17,7 +16,7 @@ use crate::output::{self, Notes};
 pub(crate) fn run(engine: &Engine, args: &ExportArgs, notes: &Notes) -> Result<ExitCode> {
     let store = engine.store();
     let id = store.resolve(&args.conversation)?;
-    let scope = Scope::as_of(store, &id, args.as_of).context("--as-of")?;
+    let scope = crate::cmd::scope(store, &id, args.as_of)?;
     let file = match args.output.as_deref() {
         None | Some("-") => None,
         Some(path) => Some(output::OutputFile::create(Path::new(path))?),

@@ -3,8 +3,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
-use convstore_engine::pipeline::Scope;
+use anyhow::Result;
 use convstore_engine::store::json::{write_event_fields, ObjectWriter};
 use convstore_engine::Engine;
 use serde_json::json;
@@ -47,7 +46,7 @@ pub(crate) fn run(engine: &Engine, args: &LogArgs, notes: &Notes) -> Result<Exit
             point.parent,
         ));
     }
-    let scope = Scope::as_of(store, &id, args.as_of).context("--as-of")?;
+    let scope = crate::cmd::scope(store, &id, args.as_of)?;
     let mut line = Vec::with_capacity(1024);
     for record in store.scan(&id, 0..scope.end)? {
         let record = record?;

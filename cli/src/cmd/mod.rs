@@ -182,6 +182,20 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
     Ok(engine)
 }
 
+/// The records `as_of` leaves of `id` (all without it); an error names
+/// `--as-of` only when it was given.
+pub(crate) fn scope(
+    store: &convstore_engine::store::Store,
+    id: &convstore_engine::store::ConversationId,
+    as_of: Option<convstore_engine::AsOf>,
+) -> Result<convstore_engine::Scope> {
+    let scope = convstore_engine::Scope::as_of(store, id, as_of);
+    match as_of {
+        Some(_) => scope.context("--as-of"),
+        None => Ok(scope?),
+    }
+}
+
 /// Where derived data of a database without a directory (PostgreSQL) is
 /// kept on this machine: `$CONVSTORE_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/convstore`, else `~/.cache/convstore`.

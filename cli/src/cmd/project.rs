@@ -4,9 +4,9 @@ use std::io::Write;
 use std::ops::RangeInclusive;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use convstore_engine::format::{self, text_line, write_view_event, Dropped};
-use convstore_engine::pipeline::{self as view, Scope};
+use convstore_engine::pipeline::{self as view};
 use convstore_engine::projection::ViewEvent;
 use convstore_engine::Engine;
 
@@ -16,7 +16,7 @@ use crate::output::{self, Notes};
 pub(crate) fn run(engine: &Engine, args: &ProjectArgs, notes: &Notes) -> Result<ExitCode> {
     let store = engine.store();
     let id = store.resolve(&args.conversation)?;
-    let scope = Scope::as_of(store, &id, args.as_of).context("--as-of")?;
+    let scope = crate::cmd::scope(store, &id, args.as_of)?;
     let turns = match &args.turns {
         Some(text) => {
             let range = parse_turns(text)?;

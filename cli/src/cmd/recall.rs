@@ -6,7 +6,6 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use convstore_engine::pipeline::Scope;
 use convstore_engine::recall::{self, Target, ToolFormat};
 use convstore_engine::store::json::{write_event_fields, ObjectWriter};
 use convstore_engine::Engine;
@@ -43,7 +42,7 @@ pub(crate) fn run(engine: &Engine, args: &RecallArgs) -> Result<ExitCode> {
     } else {
         anyhow::bail!("give SEQ, FROM..TO, --call, --summary-of or --tool-call");
     };
-    let scope = Scope::as_of(store, &id, args.as_of).context("--as-of")?;
+    let scope = crate::cmd::scope(store, &id, args.as_of)?;
     let found = recall::recall(store, &id, scope, &target)?;
     let mut line = Vec::with_capacity(1024);
     for record in &found.records {

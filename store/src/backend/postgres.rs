@@ -236,6 +236,21 @@ fn lost_race(error: &postgres::Error) -> bool {
     })
 }
 
+/// Whether `error` is a unique key's violation.
+fn is_unique_violation(error: &postgres::Error) -> bool {
+    error.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION)
+}
+
+/// Whether a statement that failed with `error` may have been committed
+/// all the same: the connection was lost (no SQLSTATE), or the server's
+/// session ended around it.
+fn outcome_unknown(error: &postgres::Error) -> bool {
+    error.code().is_none_or(|code| {
+        let class = &code.code()[..2];
+        class == "08" || class == "57"
+    })
+}
+
 /// Whether `error` says the server had ended the session before the
 /// statement that got it ran (an administrator's or a crash's shutdown,
 /// `pg_terminate_backend`): a pooled connection found dead, whose
@@ -251,26 +266,64 @@ fn session_ended(error: &postgres::Error) -> bool {
 
 /// `url` without its password, for messages.
 pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return redact_parameters(url, ' ');
+    };
+    let start = scheme_end + 3;
+    // The user information ends at the last `@`: a password may hold `/`,
+    // `?` or `@`, which the parser accepts. (A query value holding `@`
+    // makes more of the URL hidden, never less.)
     let mut out = url.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let authority_start = scheme_end + 3;
-        let authority_end = out[authority_start..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| authority_start + i);
-        if let Some(at) = out[authority_start..authority_end].rfind('@') {
-            let userinfo = authority_start..authority_start + at;
-            if let Some(colon) = out[userinfo.clone()].find(':') {
-                out.replace_range(userinfo.start + colon + 1..userinfo.end, "***");
+    let mut rest_from = start;
+    if let Some(at) = url[start..].rfind('@').map(|i| start + i) {
+        if let Some(colon) = url[start..at].find(':') {
+            out = format!("{}***{}", &url[..=(start + colon)], &url[at..]);
+            rest_from = start + colon + 1 + 3;
+        } else {
+            rest_from = at;
+        }
+    }
+    match out[rest_from..].find('?').map(|i| rest_from + i) {
+        Some(q) => format!("{}{}", &out[..=q], redact_parameters(&out[q + 1..], '&')),
+        None => out,
+    }
+}
+
+/// `parameters` (`key=value` pairs split by `separator`) with the value of
+/// every `password` key hidden, however the key is spelt
+/// (percent-encoded, any case).
+fn redact_parameters(parameters: &str, separator: char) -> String {
+    parameters
+        .split(separator)
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if decoded(key).eq_ignore_ascii_case("password") => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(&separator.to_string())
+}
+
+/// `text` percent-decoded (bytes that do not decode stay as they are).
+fn decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = text
+            .get(i + 1..i + 3)
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
             }
         }
     }
-    // A password given as a parameter.
-    if let Some(start) = out.find("password=") {
-        let value = start + "password=".len();
-        let end = out[value..].find('&').map_or(out.len(), |i| value + i);
-        out.replace_range(value..end, "***");
-    }
-    out
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The client configuration of `url`. TLS is not built in: a URL that
@@ -534,7 +587,7 @@ impl PgBackend {
             .max_size(16)
             .min_idle(Some(0))
             .connection_timeout(Duration::from_secs(30))
-            .test_on_check_out(false)
+            .test_on_check_out(true)
             .build_unchecked(manager);
         Ok(PgBackend {
             source: Source::Pool(pool),
@@ -671,9 +724,60 @@ impl PgBackend {
         })?;
         match result {
             Ok(row) => Ok(row.get::<_, bool>(0)),
-            Err(e) if lost_race(&e) => Ok(false),
+            // A unique key taken first is a lost race only where the batch
+            // expected it absent; elsewhere it is a constraint of the
+            // database's own, which no retry satisfies.
+            Err(e) if lost_race(&e) && (!located.is_empty() || !is_unique_violation(&e)) => {
+                Ok(false)
+            }
+            Err(e) if outcome_unknown(&e) => self.applied_after_all(&located, &rows, &e),
             Err(e) => Err(backend_error(&e)),
         }
+    }
+
+    /// Whether a batch whose statement failed without an answer (the
+    /// connection lost after it was sent: the commit may have happened)
+    /// was applied, read back on another connection: the row a condition
+    /// names and the batch rewrites (a conversation's metadata) holds
+    /// either the batch's value (applied), or anything else (not applied:
+    /// the store plans the write again, or reports the conflict). Without
+    /// such a row the outcome stays unknown, an error.
+    fn applied_after_all(
+        &self,
+        conditions: &[Located],
+        rows: &BTreeMap<RowKey, Option<Vec<u8>>>,
+        error: &postgres::Error,
+    ) -> StoreResult<bool> {
+        for condition in conditions {
+            let key = RowKey {
+                table: condition.table.name,
+                shape_rank: rank_of_shape(condition.table.shape),
+                conversation: condition.conversation.clone(),
+                key: condition.key.clone(),
+            };
+            let Some(Some(written)) = rows.get(&key) else {
+                continue;
+            };
+            let sql = select_sql(condition.table);
+            let now: Option<Vec<u8>> = self.read(|conn| {
+                let statement = prepared(&mut conn.client, &mut conn.statements, &sql)?;
+                let row = match condition.table.shape {
+                    Shape::Keyed => conn
+                        .client
+                        .query_opt(&statement, &[&condition.conversation, &condition.key])?,
+                    Shape::Single => conn
+                        .client
+                        .query_opt(&statement, &[&condition.conversation])?,
+                    Shape::Global => conn.client.query_opt(&statement, &[&condition.key])?,
+                };
+                Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+            })?;
+            return Ok(now.as_ref() == Some(written));
+        }
+        Err(StoreError::Backend(Box::new(PgError(format!(
+            "{}; whether the write was applied is not known",
+            message(error)
+        )))))
     }
 
     /// Whether any process listens for announcements (a server with
@@ -1108,13 +1212,17 @@ impl Backend for PgBackend {
         if batch.is_empty() {
             return Ok(());
         }
-        loop {
+        // Without conditions only a deadlock or a serialisation failure
+        // loses: write again, a few times.
+        for attempt in 0..8u32 {
             if self.transact(&[], &batch)? {
                 return Ok(());
             }
-            // Only a concurrent insert of the same key loses here (an
-            // upsert racing an upsert): write again.
+            std::thread::sleep(Duration::from_millis(5 << attempt.min(6)));
         }
+        Err(StoreError::Backend(Box::new(PgError(
+            "a write kept losing to others (deadlocks); nothing was stored".to_owned(),
+        ))))
     }
 
     fn apply_if(&self, conditions: &[Condition], batch: Batch) -> StoreResult<bool> {
@@ -1584,6 +1692,26 @@ mod tests {
         assert_eq!(
             redact("postgres:///db?host=/tmp&password=x&user=y"),
             "postgres:///db?host=/tmp&password=***&user=y"
+        );
+        // Passwords with `/`, `?` or `@`, encoded keys, keys given twice,
+        // key=value strings.
+        assert_eq!(
+            redact("postgres://u:Xy/Secret@%2Ftmp/db"),
+            "postgres://u:***@%2Ftmp/db"
+        );
+        assert_eq!(redact("postgres://u:a?b@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact("postgres://u:a@b@h/db?x=1"),
+            "postgres://u:***@h/db?x=1"
+        );
+        assert!(!redact("postgres://u:pw@h/db?application_name=a@b").contains("pw"));
+        assert_eq!(
+            redact("postgres://u@h/db?pass%77ord=x&password=y"),
+            "postgres://u@h/db?pass%77ord=***&password=***"
+        );
+        assert_eq!(
+            redact("host=/tmp password=x user=u"),
+            "host=/tmp password=*** user=u"
         );
     }
 
