@@ -725,3 +725,97 @@ fn every_error_code_is_documented() {
     }
     assert!(found > 20, "the scan found {found} codes");
 }
+
+/// Every command that reads prints the same through a server as it does
+/// on the database itself, and the commands that write do through it
+/// what they do locally (the database held by the server all along).
+#[test]
+fn every_command_prints_the_same_through_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let long = "x".repeat(3000);
+    let setup: [(&[&str], Option<&str>); 5] = [
+        (&["append", "chat"], Some(TURN)),
+        (&["append", "chat", "--turn", "--user", "and the tests?"], None),
+        (
+            &["append", "chat"],
+            Some("{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":\"cargo_test\",\"arguments\":{}}\n{\"type\":\"tool_result\",\"id\":\"c1\",\"content\":\"ok\",\"is_error\":false}\n"),
+        ),
+        (&["compact", "chat", "--tool-calls", "strip", "--recall-hints", "--force"], None),
+        (&["append", "other", "--user", &long], None),
+    ];
+    for (args, stdin) in setup {
+        let (code, _, err) = cli(&db, args, stdin);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+    let reads: &[&[&str]] = &[
+        &["stats", "chat"],
+        &["stats", "chat", "--json"],
+        &["recall", "chat", "7"],
+        &["recall", "chat", "7", "--format", "text"],
+        &["recall", "chat", "--call", "c1"],
+        &["search", "tests", "--json"],
+        &["search", "hello"],
+        &["diff", "chat@4", "chat", "--json"],
+        &["diff", "chat", "chat", "--profile", "light"],
+        &["export", "chat", "--format", "jp"],
+        &["export", "chat", "--format", "openai", "--projected"],
+        &["export", "chat", "--format", "ndjson"],
+        &["pin", "chat", "--list", "--json"],
+    ];
+    let local: Vec<String> = reads
+        .iter()
+        .map(|args| {
+            let (code, out, err) = cli(&db, args, None);
+            assert_eq!(code, 0, "{args:?}: {err}");
+            out
+        })
+        .collect();
+    let server = Server::start(&db, &[]);
+    for (args, expected) in reads.iter().zip(&local) {
+        let (code, out, err) = cli(&db, args, None);
+        assert_eq!(code, 0, "{args:?} through the server: {err}");
+        assert_eq!(&out, expected, "{args:?} through the server");
+    }
+    // Writes through the server.
+    let (code, out, err) = cli(&db, &["pin", "chat", "--turns", "0", "--json"], None);
+    assert_eq!((code, out.as_str()), (0, "[[0,0]]\n"), "{err}");
+    let (code, out, _) = cli(&db, &["unpin", "chat", "--all"], None);
+    assert_eq!((code, out.as_str()), (0, ""));
+    let file = dir.path().join("in.ndjson");
+    std::fs::write(&file, "{\"type\":\"user\",\"text\":\"imported\"}\n").expect("input");
+    let (code, out, err) = cli(
+        &db,
+        &[
+            "import",
+            "--format",
+            "ndjson",
+            file.to_str().expect("utf-8"),
+            "--name",
+            "imp",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("imported 1 event in 1 turn into imp"),
+        "{out}"
+    );
+    let (code, out, err) = cli(&db, &["reindex"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("{\"conversations\":3,\"records\":"),
+        "{out}"
+    );
+    let copy = dir.path().join("copy.db");
+    let (code, out, err) = cli(&db, &["backup", copy.to_str().expect("utf-8")], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("backed up 3 conversations"), "{out}");
+    let (code, _, err) = cli(&db, &["gen", "g", "--events", "10"], None);
+    assert_eq!(code, 1);
+    assert!(err.contains("does not run through a server"), "{err}");
+    drop(server);
+    let (code, out, _) = cli(&copy, &["list"], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("imp"), "{out}");
+}

@@ -414,6 +414,10 @@ pub struct ServeArgs {
     /// A follower this many records behind the log is told so.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub follow_behind: u64,
+    /// Offer the MCP endpoint's (`/mcp`) `append` and `compact` tools
+    /// (read-write tokens then; without it read-only tokens may use it).
+    #[arg(long)]
+    pub mcp_allow_write: bool,
 }
 
 /// `append`
@@ -986,7 +990,7 @@ pub struct RecallArgs {
     pub tool_call: Option<String>,
     /// The answer's budget with --tool-call, in tokens (four characters a
     /// token): what does not fit is cut, and the answer says how to get it.
-    #[arg(long, value_name = "N", default_value_t = 4000, requires = "tool_call", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = convstore_engine::recall::DEFAULT_MAX_TOKENS, requires = "tool_call", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: u64,
     /// Output format (not with --tool-call).
     #[arg(long, value_enum, default_value_t = RecallFormat::Ndjson, conflicts_with = "tool_call")]

@@ -96,6 +96,16 @@ fn flags_for_fields(message: &str) -> String {
     message.to_owned()
 }
 
+/// Pinned ranges from a server's JSON (`[[A, B|null], ...]`).
+fn pins_of(value: &Value) -> Vec<(u64, u64)> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| Some((r[0].as_u64()?, r[1].as_u64().unwrap_or(u64::MAX))))
+        .collect()
+}
+
 /// A path segment, percent-encoded.
 fn segment(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -628,6 +638,187 @@ pub(crate) fn dispatch(
                 bail!(message);
             }
         }
+        Command::Stats(args) => {
+            drop(out);
+            let value = client.get_json(
+                &format!("{}/stats", client.conversation(&args.conversation)),
+                &[("tokenizer", Some(args.tokenizer.clone()))],
+            )?;
+            cmd::stats::render(&value, args.json)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Pin(args) => {
+            let path = format!("{}/pins", client.conversation(&args.conversation));
+            let value = match &args.turns {
+                Some(turns) => client.post_json(&path, &json!({ "turns": turns }))?,
+                None => client.get_json(&path, &[])?,
+            };
+            drop(out);
+            return cmd::pin::print(&pins_of(&value), args.json);
+        }
+        Command::Unpin(args) => {
+            let path = format!("{}/pins", client.conversation(&args.conversation));
+            let value: Value = client
+                .call(
+                    client
+                        .request("DELETE", &path, &[("turns", args.turns.clone())])
+                        .call(),
+                )?
+                .into_json()?;
+            drop(out);
+            return cmd::pin::print(&pins_of(&value), false);
+        }
+        Command::Recall(args) => {
+            let path = format!("{}/recall", client.conversation(&args.conversation));
+            if let Some(call) = &args.tool_call {
+                let text = if call == "-" {
+                    let mut text = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut text)
+                        .context("--tool-call -: reading stdin")?;
+                    text
+                } else {
+                    call.clone()
+                };
+                let answer: Value = client
+                    .call(
+                        client
+                            .request(
+                                "POST",
+                                &path,
+                                &[("max_tokens", Some(args.max_tokens.to_string()))],
+                            )
+                            .set("Content-Type", "application/json")
+                            .send_string(&text),
+                    )?
+                    .into_json()?;
+                writeln!(out, "{answer}")?;
+            } else {
+                let format = match args.format {
+                    crate::args::RecallFormat::Ndjson => "ndjson",
+                    crate::args::RecallFormat::Text => "text",
+                };
+                let response = client.get(
+                    &path,
+                    &[
+                        ("handle", args.target.clone()),
+                        ("call", args.call.clone()),
+                        ("summary_of", args.summary_of.map(|s| s.to_string())),
+                        ("as_of", as_of_text(args.as_of)),
+                        ("format", Some(format.to_owned())),
+                    ],
+                )?;
+                drop(out);
+                return copy_out(response, None).map(|()| ExitCode::SUCCESS);
+            }
+        }
+        Command::Search(args) => {
+            let value = client.get_json(
+                "/v1/search",
+                &[
+                    ("q", Some(args.query.clone())),
+                    ("conv", args.conv.clone()),
+                    ("kind", (!args.kind.is_empty()).then(|| args.kind.join(","))),
+                    ("since", args.since.map(|t| t.to_string())),
+                    ("limit", Some(args.limit.to_string())),
+                ],
+            )?;
+            let hits: Vec<convstore_engine::search::Hit> =
+                serde_json::from_value(value).context("the server's hits")?;
+            drop(out);
+            return cmd::search::render(&hits, args.json);
+        }
+        Command::Diff(args) => {
+            let sub = matches
+                .subcommand_matches("diff")
+                .context("diff: arguments missing")?;
+            let [a_profile, b_profile] = cmd::diff::sides(args, sub)?;
+            let value = client.get_json(
+                "/v1/diff",
+                &[
+                    ("a", Some(args.sides[0].clone())),
+                    ("b", Some(args.sides[1].clone())),
+                    ("a_profile", a_profile),
+                    ("b_profile", b_profile),
+                ],
+            )?;
+            let diff: convstore_engine::diff::Diff =
+                serde_json::from_value(value).context("the server's diff")?;
+            drop(out);
+            return cmd::diff::render(&diff, &args.sides, args.json);
+        }
+        Command::Export(args) => {
+            let file = output_file(args.output.as_deref())?;
+            let format = match args.format {
+                crate::args::InteropFormat::Ndjson => "ndjson",
+                crate::args::InteropFormat::Jp => "jp",
+                crate::args::InteropFormat::Openai => "openai",
+            };
+            let response = client.get(
+                &format!("{}/export", client.conversation(&args.conversation)),
+                &[
+                    ("format", Some(format.to_owned())),
+                    ("projected", args.projected.then(|| "true".to_owned())),
+                    ("as_of", as_of_text(args.as_of)),
+                ],
+            )?;
+            drop(out);
+            return copy_out(response, file).map(|()| ExitCode::SUCCESS);
+        }
+        Command::Import(args) => {
+            let format = match args.format {
+                crate::args::InteropFormat::Ndjson => "ndjson",
+                crate::args::InteropFormat::Jp => "jp",
+                crate::args::InteropFormat::Openai => "openai",
+            };
+            let mut body = Vec::new();
+            if args.file == "-" {
+                std::io::stdin()
+                    .read_to_end(&mut body)
+                    .context("cannot read stdin")?;
+            } else {
+                std::fs::File::open(&args.file)
+                    .and_then(|mut f| f.read_to_end(&mut body))
+                    .with_context(|| format!("cannot read {}", args.file))?;
+            }
+            let name = args
+                .name
+                .clone()
+                .or_else(|| cmd::import::default_name(&args.file));
+            let value: Value = client
+                .call(
+                    client
+                        .request(
+                            "POST",
+                            "/v1/import",
+                            &[("format", Some(format.to_owned())), ("name", name)],
+                        )
+                        .send_bytes(&body),
+                )
+                .with_context(|| cmd::import::shown(&args.file))?
+                .into_json()?;
+            for warning in value["warnings"].as_array().into_iter().flatten() {
+                notes.warn(warning.as_str().unwrap_or_default());
+            }
+            drop(out);
+            return cmd::import::report(&value, args.json, notes);
+        }
+        Command::Reindex(_) => {
+            let value = client.post_json("/v1/reindex", &json!({}))?;
+            notes.say(&format!(
+                "indexed {} of {}",
+                output::plural(value["records"].as_u64().unwrap_or(0), "record"),
+                output::plural(value["conversations"].as_u64().unwrap_or(0), "conversation"),
+            ));
+            writeln!(out, "{value}")?;
+        }
+        Command::Backup(args) => {
+            // The server writes the copy on its machine: an absolute path.
+            let dest = std::path::absolute(&args.dest).context("the destination")?;
+            let value = client.post_json("/v1/backup", &json!({ "dest": dest }))?;
+            drop(out);
+            return cmd::backup::report(&value, args.json);
+        }
         other => {
             let name = format!("{other:?}")
                 .split(['(', ' ', '{'])
@@ -635,7 +826,7 @@ pub(crate) fn dispatch(
                 .unwrap_or("")
                 .to_ascii_lowercase();
             bail!(
-                "convstore {name} does not run through a server yet (the server at {} holds the database); run it where no server holds the database",
+                "convstore {name} does not run through a server (the server at {} holds the database): it writes its own database directly",
                 client.base
             );
         }

@@ -31,6 +31,38 @@ pub struct Side {
     pub profile: Option<String>,
 }
 
+impl Side {
+    /// The side `text` names in `store`: a conversation, or `CONV@SEQ` /
+    /// `CONV@TIME` (as of a record or a time; a name that holds `@`
+    /// names its conversation), with `profile` over it.
+    pub fn resolve(store: &Store, text: &str, profile: Option<String>) -> Result<Side> {
+        if let Some(id) = store.find(text)? {
+            return Ok(Side {
+                conversation: id,
+                as_of: None,
+                profile,
+            });
+        }
+        if let Some((conv, point)) = text.rsplit_once('@') {
+            let as_of = AsOf::parse(point).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{text}: \"{point}\" is neither a record seq nor an RFC 3339 time"
+                ))
+            })?;
+            return Ok(Side {
+                conversation: store.resolve(conv)?,
+                as_of: Some(as_of),
+                profile,
+            });
+        }
+        Ok(Side {
+            conversation: store.resolve(text)?,
+            as_of: None,
+            profile,
+        })
+    }
+}
+
 /// What a view does with one raw record.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,

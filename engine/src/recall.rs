@@ -578,6 +578,9 @@ impl ToolAnswer {
 /// Answers a call of the `recall` tool on conversation `id` within
 /// `max_tokens`. A problem with the model's arguments, or a record that
 /// does not exist, is an answer with `is_error` (the model can correct
+/// The token budget of a `recall` tool call's answer when none is given.
+pub const DEFAULT_MAX_TOKENS: u64 = 4000;
+
 /// itself); a failing store is an error.
 pub fn answer_tool_call(
     store: &Store,

@@ -619,3 +619,21 @@ pub fn check(store: &Store, id: &ConversationId, state: &ViewState) -> Result<Op
     }
     Ok(None)
 }
+
+/// Every stored view of every conversation of `store` against a fresh
+/// projection of the head it records (what a backup checks in its copy):
+/// the first that differs, in words.
+pub fn check_all(store: &Store) -> std::result::Result<(), String> {
+    for conversation in store.conversations().map_err(|e| e.to_string())? {
+        for state in store.views(&conversation.id).map_err(|e| e.to_string())? {
+            let problem = check(store, &conversation.id, &state).map_err(|e| e.to_string())?;
+            if let Some(problem) = problem {
+                return Err(format!(
+                    "conversation {}: view \"{}\": {problem}",
+                    conversation.id, state.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}

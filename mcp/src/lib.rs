@@ -866,6 +866,39 @@ pub async fn serve_stdio(service: Service) -> Result<(), String> {
     Ok(())
 }
 
+/// The MCP server over streamable HTTP, for `convstore serve` to mount
+/// (at `/mcp`): a session per client, each over the server's one engine
+/// (writes through the server reach subscribers through
+/// [`Engine::subscribe`]). `any_host`: accept any `Host` header (a server
+/// listening beyond loopback, behind its tokens); otherwise loopback
+/// names only (DNS rebinding).
+pub fn http_service(
+    engine: Arc<Engine>,
+    allow_write: bool,
+    any_host: bool,
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    Service,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
+    use rmcp::transport::streamable_http_server::{
+        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let mut config = StreamableHttpServerConfig::default();
+    if any_host {
+        config = config.disable_allowed_hosts();
+    }
+    StreamableHttpService::new(
+        move || {
+            Ok(Service::new(
+                Engines::Shared(Arc::clone(&engine)),
+                allow_write,
+            ))
+        },
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}
+
 /// Runs the stdio server on a runtime of its own (for the command line).
 pub fn run_stdio(service_engines: Engines, allow_write: bool) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()

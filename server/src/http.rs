@@ -14,6 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use convstore_engine::store::ConversationId;
 use convstore_engine::Engine;
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -23,6 +24,7 @@ use tokio::sync::{watch, Semaphore};
 use tower_http::compression::CompressionLayer;
 
 use crate::auth::{Scope, Tokens};
+use crate::commands;
 use crate::commit::Committer;
 use crate::discovery::{self, Discovery};
 use crate::error::{ApiError, ServeError};
@@ -87,6 +89,9 @@ pub struct ServeOptions {
     /// The database directory, where the discovery file goes (none: no
     /// discovery file).
     pub database: Option<PathBuf>,
+    /// Whether the MCP endpoint (`/mcp`) offers the `append` and `compact`
+    /// tools.
+    pub mcp_allow_write: bool,
 }
 
 /// Serves `engine` until SIGINT or SIGTERM, then shuts down gracefully:
@@ -166,6 +171,7 @@ async fn run(
     })?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let instance = discovery::new_instance();
+    let written = start_indexer(&engine);
     let state: Shared = Arc::new(AppState {
         engine,
         committer,
@@ -178,6 +184,8 @@ async fn run(
         shutdown: shutdown_rx,
         writes: Arc::new(Semaphore::new(WRITE_PERMITS as usize)),
         in_flight: Arc::new(Semaphore::new(options.limits.max_in_flight)),
+        written: std::sync::Mutex::new(written),
+        mcp_allow_write: options.mcp_allow_write,
     });
     let app = router(Arc::clone(&state));
     hear_other_writers(&state);
@@ -245,6 +253,28 @@ async fn run(
         discovery::remove(db, &instance);
     }
     Ok(())
+}
+
+/// The thread that runs the engine's hook after writes the server
+/// answered ([`Engine::after_write`]: the search index catches up, the
+/// engine's subscribers such as MCP sessions are told), off the write's
+/// path; writes that arrive while it works are taken together, each
+/// conversation once. It ends when the server's state is gone.
+fn start_indexer(engine: &Arc<Engine>) -> std::sync::mpsc::Sender<ConversationId> {
+    let (tx, rx) = std::sync::mpsc::channel::<ConversationId>();
+    let engine = Arc::clone(engine);
+    let _ = std::thread::Builder::new()
+        .name("convstore-index".to_owned())
+        .spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut ids = std::collections::BTreeSet::from([first]);
+                ids.extend(rx.try_iter());
+                for id in ids {
+                    engine.after_write(&id);
+                }
+            }
+        });
+    tx
 }
 
 /// How often followed conversations are read again on a database other
@@ -349,6 +379,15 @@ pub(crate) fn router(state: Shared) -> Router {
             get(routes::read_view),
         )
         .route(&format!("{conversation}/explain"), get(routes::explain))
+        .route(&format!("{conversation}/stats"), get(commands::stats))
+        .route(&format!("{conversation}/pins"), get(commands::pins))
+        .route(
+            &format!("{conversation}/recall"),
+            get(commands::recall).post(commands::answer_tool_call),
+        )
+        .route(&format!("{conversation}/export"), get(commands::export))
+        .route("/v1/search", get(commands::search))
+        .route("/v1/diff", get(commands::diff))
         .route("/v1/verify", get(routes::verify))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -360,6 +399,13 @@ pub(crate) fn router(state: Shared) -> Router {
         .route(&format!("{conversation}/fork"), post(routes::fork))
         .route(&format!("{conversation}/compact"), post(routes::compact))
         .route(
+            &format!("{conversation}/pins"),
+            post(commands::pin).delete(commands::unpin),
+        )
+        .route("/v1/import", post(commands::import))
+        .route("/v1/reindex", post(commands::reindex))
+        .route("/v1/backup", post(commands::backup))
+        .route(
             &format!("{conversation}/views/{{name}}"),
             axum::routing::delete(routes::drop_view),
         );
@@ -369,10 +415,18 @@ pub(crate) fn router(state: Shared) -> Router {
             &format!("{conversation}/views/{{name}}/follow"),
             get(routes::follow_view),
         );
+    // The MCP server over streamable HTTP: any Host behind tokens (a
+    // server beyond loopback has them), loopback names otherwise.
+    let mcp = convstore_mcp::http_service(
+        Arc::clone(&state.engine),
+        state.mcp_allow_write,
+        state.tokens.is_some(),
+    );
     Router::new()
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .route("/v1/openapi.json", get(routes::openapi))
+        .route_service("/mcp", mcp)
         .merge(reads)
         .merge(writes)
         .merge(follows)
@@ -413,7 +467,11 @@ async fn admit(State(state): State<Shared>, mut request: Request, next: Next) ->
                 None => return unauthorized("the token is not valid"),
             },
         };
-        let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+        // Answering a model's recall tool call is a read sent as a POST;
+        // so is every MCP request while its tools cannot write.
+        let reads = matches!(*request.method(), Method::GET | Method::HEAD)
+            || (request.method() == Method::POST && path.ends_with("/recall"))
+            || (path == "/mcp" && !state.mcp_allow_write);
         if scope == Scope::ReadOnly && !reads {
             return ApiError::new(
                 StatusCode::FORBIDDEN,

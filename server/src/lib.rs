@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+mod commands;
 pub mod commit;
 pub mod discovery;
 mod error;

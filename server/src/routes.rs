@@ -42,22 +42,22 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 // ---------------------------------------------------------------- helpers
 
 /// A conversation argument as the command line reads it (Unicode NFC).
-fn nfc(text: &str) -> String {
+pub(crate) fn nfc(text: &str) -> String {
     use unicode_normalization::UnicodeNormalization as _;
     text.nfc().collect()
 }
 
 /// The conversation a read names (a bare id prefix too).
-fn resolve_read(store: &Store, query: &str) -> Result<ConversationId> {
+pub(crate) fn resolve_read(store: &Store, query: &str) -> Result<ConversationId> {
     Ok(store.resolve(&nfc(query))?)
 }
 
 /// The conversation a write names (a name, a full id or `id:PREFIX`).
-fn resolve_write(store: &Store, query: &str) -> Result<ConversationId> {
+pub(crate) fn resolve_write(store: &Store, query: &str) -> Result<ConversationId> {
     Ok(store.resolve_exact(&nfc(query))?)
 }
 
-fn parse_as_of(text: Option<&str>) -> Result<Option<AsOf>> {
+pub(crate) fn parse_as_of(text: Option<&str>) -> Result<Option<AsOf>> {
     text.map(|text| {
         AsOf::parse(text).ok_or_else(|| {
             ApiError::bad_request(format!(
@@ -96,7 +96,7 @@ fn parse_turns(text: &str) -> Result<std::ops::RangeInclusive<u64>> {
         .map_err(|e| ApiError::bad_request(format!("turns {text}: {e}")))
 }
 
-fn internal(message: impl Into<String>) -> ApiError {
+pub(crate) fn internal(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
 }
 
@@ -117,7 +117,7 @@ pub(crate) fn summary_json(c: &ConversationInfo) -> Value {
 /// of about 64 KiB (the channel is small: memory stays bounded whatever
 /// the size of the answer, and a client that does not read stops the
 /// writer).
-struct ChannelWriter {
+pub(crate) struct ChannelWriter {
     tx: mpsc::Sender<std::io::Result<Bytes>>,
     buf: Vec<u8>,
 }
@@ -172,7 +172,7 @@ fn channel_body(rx: mpsc::Receiver<std::io::Result<Bytes>>) -> Body {
 
 /// Streams what `write` writes, after `prepare` succeeded (its error is
 /// the answer otherwise). Both run on the blocking pool.
-async fn stream<P: Send + 'static>(
+pub(crate) async fn stream<P: Send + 'static>(
     state: &Shared,
     prepare: impl FnOnce(&Engine) -> Result<P> + Send + 'static,
     write: impl FnOnce(&Engine, P, &mut ChannelWriter) -> Result<()> + Send + 'static,
@@ -205,7 +205,7 @@ async fn stream<P: Send + 'static>(
     Ok((channel_body(rx), tx))
 }
 
-fn streamed(
+pub(crate) fn streamed(
     body: Body,
     content_type: &'static str,
     headers: &[(&'static str, String)],
@@ -548,7 +548,7 @@ pub(crate) fn too_large(limit: usize) -> ApiError {
     )
 }
 
-async fn write_permit(state: &Shared) -> Result<tokio::sync::OwnedSemaphorePermit> {
+pub(crate) async fn write_permit(state: &Shared) -> Result<tokio::sync::OwnedSemaphorePermit> {
     Arc::clone(&state.writes)
         .acquire_owned()
         .await

@@ -31,6 +31,12 @@ pub(crate) struct AppState {
     pub writes: Arc<Semaphore>,
     /// Requests being handled hold a permit (`--max-in-flight`).
     pub in_flight: Arc<Semaphore>,
+    /// Conversations written, for the thread that brings the search index
+    /// up to date and tells the engine's subscribers (MCP sessions) after
+    /// the writes are answered.
+    pub written: std::sync::Mutex<std::sync::mpsc::Sender<ConversationId>>,
+    /// Whether the MCP endpoint's tools may write.
+    pub mcp_allow_write: bool,
 }
 
 pub(crate) type Shared = Arc<AppState>;
@@ -56,8 +62,12 @@ impl AppState {
             })?
     }
 
-    /// Tells followers of `id` that it has `len` records, all durable.
+    /// Tells followers of `id` that it has `len` records, all durable,
+    /// and has the search index catch up with it.
     pub fn notify(&self, id: &ConversationId, len: u64) {
         self.notifier.notify(id, len);
+        if let Ok(written) = self.written.lock() {
+            let _ = written.send(*id);
+        }
     }
 }

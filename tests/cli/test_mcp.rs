@@ -55,6 +55,34 @@ fn the_python_sdk_uses_every_tool_and_resource_and_hears_of_writes() {
     );
 }
 
+/// The same client against `convstore serve`'s `/mcp` endpoint, over
+/// streamable HTTP: writes through the server (another process's
+/// `convstore append`, which finds the server) reach the subscribers.
+#[test]
+fn the_python_sdk_over_streamable_http_from_serve() {
+    let Some(python) = python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    env.run(&["append", "seed", "--turn", "--user", "hello"])
+        .ok();
+    let server = crate::support::server::Server::start(env.db(), &["--mcp-allow-write"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
+    let output = Command::new(python)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_convstore"))
+        .arg(env.db())
+        .arg(format!("{}/mcp", server.url))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("ok"),
+        "the MCP client failed over HTTP:\n{stdout}\n{stderr}"
+    );
+}
+
 #[test]
 fn mcp_on_a_missing_database_is_one_error_line() {
     let env = TestEnv::new();

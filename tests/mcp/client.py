@@ -1,11 +1,13 @@
 """convstore's MCP server driven by the official Python SDK (`mcp` on PyPI).
 
-Run by tests/cli/test_mcp.rs as `python client.py CONVSTORE DB`: starts
-`convstore --db DB mcp --allow-write` through the SDK's stdio client, once
-with the 2025 handshake (resources/subscribe) and once with the protocol the
-SDK negotiates on its own (subscriptions/listen), and checks every tool and
-resource, and that a write by another process is announced to subscribers.
-Prints `ok` at the end; any failed check raises (exit 1).
+Run by tests/cli/test_mcp.rs as `python client.py CONVSTORE DB [URL]`:
+starts `convstore --db DB mcp --allow-write` through the SDK's stdio
+client (or, given URL, talks to the `/mcp` endpoint of a `convstore serve
+--mcp-allow-write` over streamable HTTP), once with the 2025 handshake
+(resources/subscribe) and once with the protocol the SDK negotiates on its
+own (subscriptions/listen), and checks every tool and resource, and that a
+write by another process is announced to subscribers. Prints `ok` at the
+end; any failed check raises (exit 1).
 """
 
 import asyncio
@@ -19,8 +21,10 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 
 CONVSTORE, DB = sys.argv[1], sys.argv[2]
-SERVER = StdioServerParameters(
-    command=CONVSTORE, args=["--db", DB, "mcp", "--allow-write"]
+SERVER = (
+    sys.argv[3]
+    if len(sys.argv) > 3
+    else StdioServerParameters(command=CONVSTORE, args=["--db", DB, "mcp", "--allow-write"])
 )
 
 # A tool result long enough to be worth stripping, with a word found nowhere

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use convstore_engine::store::Store;
 use convstore_engine::views as materialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::args::{BackupArgs, SalvageArgs};
 use crate::output::{self, plural};
@@ -24,55 +24,44 @@ fn directory<'p>(path: &'p std::path::Path, what: &str) -> Result<&'p std::path:
 }
 
 pub(crate) fn run(store: &Store, args: &BackupArgs) -> Result<ExitCode> {
-    let report = store.backup_checked(
+    let copied = store.backup_checked(
         directory(
             &args.dest,
             "a backup is written to a directory; `convstore copy` copies into a database server",
         )?,
-        check_views,
+        materialize::check_all,
     )?;
+    let value = json!({
+        "ok": true,
+        "dest": args.dest.display().to_string(),
+        "conversations": copied.conversations,
+        "records": copied.records,
+        "blobs": copied.blobs,
+        "views": copied.views,
+    });
+    report(&value, args.json)
+}
+
+/// Prints what a backup copied (here, or through a server): `value` is
+/// `backup --json`'s object.
+pub(crate) fn report(value: &Value, json: bool) -> Result<ExitCode> {
     let mut out = output::stdout();
-    if args.json {
-        let value = json!({
-            "ok": true,
-            "dest": args.dest.display().to_string(),
-            "conversations": report.conversations,
-            "records": report.records,
-            "blobs": report.blobs,
-            "views": report.views,
-        });
+    if json {
         writeln!(out, "{value}")?;
     } else {
+        let number = |v: &Value| v.as_u64().unwrap_or(0);
         writeln!(
             out,
             "backed up {}, {}, {}, {} to {}; the copy verifies",
-            plural(report.conversations, "conversation"),
-            plural(report.records, "record"),
-            plural(report.blobs, "blob"),
-            plural(report.views, "view"),
-            args.dest.display()
+            plural(number(&value["conversations"]), "conversation"),
+            plural(number(&value["records"]), "record"),
+            plural(number(&value["blobs"]), "blob"),
+            plural(number(&value["views"]), "view"),
+            value["dest"].as_str().unwrap_or_default()
         )?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Every stored view of `copy` against a fresh projection of its head.
-fn check_views(copy: &Store) -> Result<(), String> {
-    let conversations = copy.conversations().map_err(|e| e.to_string())?;
-    for conversation in conversations {
-        for state in copy.views(&conversation.id).map_err(|e| e.to_string())? {
-            let problem =
-                materialize::check(copy, &conversation.id, &state).map_err(|e| format!("{e:#}"))?;
-            if let Some(problem) = problem {
-                return Err(format!(
-                    "conversation {}: view \"{}\": {problem}",
-                    conversation.id, state.name
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// `convstore salvage DAMAGED DEST`: what can still be read, into a new

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
-use convstore_engine::diff::{Change, Fate, Side};
+use convstore_engine::diff::{Change, Diff, Fate, Side};
 use convstore_engine::store::EventType;
-use convstore_engine::{AsOf, Engine};
+use convstore_engine::Engine;
 use serde_json::json;
 
 use crate::args::DiffArgs;
@@ -15,32 +15,11 @@ use crate::output;
 
 /// A side as written: `CONV`, `CONV@SEQ` or `CONV@TIME` (a name that holds
 /// `@` is taken whole when it names a conversation).
+/// The side `text` names (a point that does not parse is a usage error).
 fn side(engine: &Engine, text: &str, profile: Option<String>) -> Result<Side> {
-    let store = engine.store();
-    if let Some(id) = store.find(text)? {
-        return Ok(Side {
-            conversation: id,
-            as_of: None,
-            profile,
-        });
-    }
-    if let Some((conv, point)) = text.rsplit_once('@') {
-        let as_of = AsOf::parse(point).ok_or_else(|| {
-            crate::output::usage(format!(
-                "{text}: \"{point}\" is neither a record seq nor an RFC 3339 time"
-            ))
-        })?;
-        let id = store.resolve(conv).with_context(|| text.to_owned())?;
-        return Ok(Side {
-            conversation: id,
-            as_of: Some(as_of),
-            profile,
-        });
-    }
-    Ok(Side {
-        conversation: store.resolve(text)?,
-        as_of: None,
-        profile,
+    Side::resolve(engine.store(), text, profile).map_err(|e| match e {
+        convstore_engine::Error::Invalid(message) => crate::output::usage(message),
+        other => other.into(),
     })
 }
 
@@ -71,6 +50,16 @@ fn signed(n: i128) -> String {
 }
 
 pub(crate) fn run(engine: &Engine, args: &DiffArgs, matches: &ArgMatches) -> Result<ExitCode> {
+    let profiles = sides(args, matches)?;
+    let [pa, pb] = profiles;
+    let a = side(engine, &args.sides[0], pa).context("side A")?;
+    let b = side(engine, &args.sides[1], pb).context("side B")?;
+    let diff = engine.diff(&a, &b)?;
+    render(&diff, &args.sides, args.json)
+}
+
+/// The two sides of `diff` and the profiles given after each.
+pub(crate) fn sides(args: &DiffArgs, matches: &ArgMatches) -> Result<[Option<String>; 2]> {
     if args.sides.len() != 2 {
         bail!(
             "diff takes two sides, A and B, {} given (diff A [--profile P] B [--profile P])",
@@ -96,17 +85,19 @@ pub(crate) fn run(engine: &Engine, args: &DiffArgs, matches: &ArgMatches) -> Res
             }
         }
     }
-    let [pa, pb] = profiles;
-    let a = side(engine, &args.sides[0], pa).context("side A")?;
-    let b = side(engine, &args.sides[1], pb).context("side B")?;
-    let diff = engine.diff(&a, &b)?;
+    Ok(profiles)
+}
+
+/// Prints a diff (computed here, or by a server) of the sides as given.
+pub(crate) fn render(diff: &Diff, written: &[String], json: bool) -> Result<ExitCode> {
+    let args_sides = written;
     let label = |info: &convstore_engine::diff::SideInfo, written: &str| match &info.profile {
         Some(p) => format!("{written} --profile {p}"),
         None => written.to_owned(),
     };
     let total = |t: &[u64; 10]| t.iter().sum::<u64>();
     let mut out = output::stdout();
-    if args.json {
+    if json {
         let change = |c: &Change| {
             json!({
                 "kind": c.kind.as_str(),
@@ -132,8 +123,8 @@ pub(crate) fn run(engine: &Engine, args: &DiffArgs, matches: &ArgMatches) -> Res
             })
         };
         let value = json!({
-            "a": side_json(&diff.a, &args.sides[0]),
-            "b": side_json(&diff.b, &args.sides[1]),
+            "a": side_json(&diff.a, &args_sides[0]),
+            "b": side_json(&diff.b, &args_sides[1]),
             "shared_records": diff.shared,
             "turns": diff.turns.iter().map(|t| json!({"turn": t.turn, "changes": t.changes.iter().map(change).collect::<Vec<_>>()})).collect::<Vec<_>>(),
             "token_change": i128::from(total(&diff.b.tokens)) - i128::from(total(&diff.a.tokens)),
@@ -145,13 +136,13 @@ pub(crate) fn run(engine: &Engine, args: &DiffArgs, matches: &ArgMatches) -> Res
     writeln!(
         out,
         "A: {} ({})",
-        label(&diff.a, &args.sides[0]),
+        label(&diff.a, &args_sides[0]),
         output::plural(diff.a.records, "record")
     )?;
     writeln!(
         out,
         "B: {} ({})",
-        label(&diff.b, &args.sides[1]),
+        label(&diff.b, &args_sides[1]),
         output::plural(diff.b.records, "record")
     )?;
     writeln!(out, "shared: {}", output::plural(diff.shared, "record"))?;

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use convstore_engine::import::{self, ImportFormat};
 use convstore_store::{EventType, Timestamp};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::args::{Cli, ImportArgs, InteropFormat};
 use crate::cmd;
@@ -67,39 +67,50 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
     importing.finish();
     cmd::written(&engine, &id, notes);
     let info = store.info(&id)?;
+    let value = json!({
+        "id": id.hex(),
+        "name": info.name,
+        "events": checked.events,
+        "turns": checked.turns,
+        "head": info.head.hex(),
+        "kinds": import::kinds_json(&checked.kinds),
+        "kept_in_meta": checked.kept_in_meta,
+    });
+    report(&value, args.json, notes)
+}
+
+/// Prints what an import stored (here, or through a server): `value` is
+/// `import --json`'s object.
+pub(crate) fn report(value: &Value, json: bool, notes: &Notes) -> Result<ExitCode> {
     let mut out = output::stdout();
-    if args.json {
-        let value = json!({
-            "id": id.hex(),
-            "name": info.name,
-            "events": checked.events,
-            "turns": checked.turns,
-            "head": info.head.hex(),
-            "kinds": import::kinds_json(&checked.kinds),
-            "kept_in_meta": checked.kept_in_meta,
-        });
+    if json {
+        let mut value = value.clone();
+        if let Some(object) = value.as_object_mut() {
+            object.remove("warnings");
+        }
         writeln!(out, "{value}")?;
     } else {
+        let number = |v: &Value| v.as_u64().unwrap_or(0);
+        let id = value["id"].as_str().unwrap_or_default();
+        let label = value["name"]
+            .as_str()
+            .map_or_else(|| id.chars().take(12).collect(), str::to_owned);
         writeln!(
             out,
-            "imported {} in {} into {} ({id})",
-            output::plural(checked.events, "event"),
-            output::plural(checked.turns, "turn"),
-            info.label()
+            "imported {} in {} into {label} ({id})",
+            output::plural(number(&value["events"]), "event"),
+            output::plural(number(&value["turns"]), "turn"),
         )?;
         for kind in EventType::ALL {
-            if checked.kinds[kind.index()] > 0 {
-                writeln!(
-                    out,
-                    "  {:<12} {}",
-                    kind.as_str(),
-                    checked.kinds[kind.index()]
-                )?;
+            let count = number(&value["kinds"][kind.as_str()]);
+            if count > 0 {
+                writeln!(out, "  {:<12} {count}", kind.as_str())?;
             }
         }
-        for (field, count) in &checked.kept_in_meta {
+        for (field, count) in value["kept_in_meta"].as_object().into_iter().flatten() {
             notes.say(&format!(
-                "kept in meta (no event field for it): {field} ×{count}"
+                "kept in meta (no event field for it): {field} ×{}",
+                number(count)
             ));
         }
     }
@@ -125,7 +136,7 @@ fn open_input(path: &str) -> Result<File> {
 }
 
 /// How errors name the input: its path, or `stdin`.
-fn shown(path: &str) -> String {
+pub(crate) fn shown(path: &str) -> String {
     if path == "-" {
         "stdin".to_owned()
     } else {
@@ -134,7 +145,7 @@ fn shown(path: &str) -> String {
 }
 
 /// `17648402467-title.events.json` → `17648402467-title`.
-fn default_name(path: &str) -> Option<String> {
+pub(crate) fn default_name(path: &str) -> Option<String> {
     use unicode_normalization::UnicodeNormalization as _;
     if path == "-" {
         return None;

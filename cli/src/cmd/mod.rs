@@ -1,25 +1,25 @@
 //! One module per subcommand; [`dispatch`] picks it.
 
 pub(crate) mod append;
-mod backup;
+pub(crate) mod backup;
 pub(crate) mod compact;
 mod demo;
-mod diff;
+pub(crate) mod diff;
 pub(crate) mod explain;
 mod export;
 mod fork;
 mod gen;
-mod import;
+pub(crate) mod import;
 mod log;
 mod mcp;
-mod pin;
+pub(crate) mod pin;
 mod project;
-mod recall;
-mod search;
+pub(crate) mod recall;
+pub(crate) mod search;
 mod serve;
 
 pub(crate) use search::parse_since;
-mod stats;
+pub(crate) mod stats;
 mod verify;
 mod view;
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use convstore_engine::search::{SearchQuery, Visibility};
+use convstore_engine::search::{Hit, SearchQuery, Visibility};
 use convstore_engine::store::{EventType, Timestamp};
 use convstore_engine::{AsOf, Engine};
 use serde_json::json;
@@ -76,8 +76,13 @@ pub(crate) fn run(engine: &Engine, args: &SearchArgs, notes: &Notes) -> Result<E
             output::plural(caught_up.records, "new record"),
         ));
     }
+    render(&hits, args.json)
+}
+
+/// Prints search hits (found here, or by a server).
+pub(crate) fn render(hits: &[Hit], json: bool) -> Result<ExitCode> {
     let mut out = output::stdout();
-    if args.json {
+    if json {
         let values: Vec<_> = hits
             .iter()
             .map(|h| {
@@ -103,7 +108,7 @@ pub(crate) fn run(engine: &Engine, args: &SearchArgs, notes: &Notes) -> Result<E
             .collect();
         writeln!(out, "{}", serde_json::Value::Array(values))?;
     } else {
-        for h in &hits {
+        for h in hits {
             let label = h.name.clone().unwrap_or_else(|| h.conversation.short());
             let view = match h.visibility {
                 Visibility::Summarized(a, b) => {

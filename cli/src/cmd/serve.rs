@@ -60,6 +60,7 @@ pub(crate) fn run(cli: &Cli, args: &ServeArgs, notes: &Notes) -> Result<ExitCode
         // The discovery file goes into a database directory; a database
         // server has none (clients name the server with --url).
         database: cmd::location(cli)?.path().map(std::path::Path::to_path_buf),
+        mcp_allow_write: args.mcp_allow_write,
     };
     // As messages show a location: a URL without its password.
     let db = cmd::location(cli)?.to_string();
