@@ -12,6 +12,7 @@
 
 use std::collections::HashSet;
 
+use crate::backend::frames::{self, Frame};
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::{
     encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay,
@@ -20,7 +21,6 @@ use crate::codec::{
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
-use crate::frames::{self, Frame};
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};

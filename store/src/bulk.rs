@@ -36,6 +36,7 @@ use std::collections::HashSet;
 
 use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended};
 use crate::backend::{Batch, Condition, Keyspace};
+use crate::backend::{BulkFile, SegmentRef};
 use crate::codec::OverlayEntry;
 use crate::codec::{
     encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay, EncodedRecord,
@@ -46,7 +47,6 @@ use crate::event::{Event, EventType};
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
-use crate::segments::{BulkFile, SegmentRef};
 use crate::staging::Staging;
 use crate::store::{ConversationMeta, Store};
 
@@ -813,7 +813,7 @@ impl OpenChunk {
 
 /// The segment files a bulk append writes to (it spills only when the
 /// backend has them).
-fn segment_files(store: &Store) -> StoreResult<&crate::segments::Segments> {
+fn segment_files(store: &Store) -> StoreResult<&crate::backend::Segments> {
     store.segments().ok_or_else(|| StoreError::Corrupt {
         what: "a bulk append wrote to segment files this database does not have".to_owned(),
     })

@@ -16,13 +16,13 @@ use std::ops::Range;
 use bincode::Options;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::SegmentRef;
 use crate::error::{StoreError, StoreResult};
 use crate::event::{
     Compaction, Event, EventKind, EventType, ReasoningPolicy, Timestamp, ToolCallPolicy,
 };
 use crate::hash::{Address, BlobHash};
 use crate::json::Json;
-use crate::segments::SegmentRef;
 
 /// Texts longer than this many bytes are stored as blobs, once per content.
 pub const INLINE_MAX: usize = 1024;

@@ -193,21 +193,34 @@ fn shorten(name: &str) -> String {
     }
 }
 
-/// An I/O error in words: sled hands some of them on with their debug form
-/// as the message, so the kind is named instead.
-fn describe_io(error: &std::io::Error) -> String {
-    match (error.raw_os_error(), error.kind()) {
-        (Some(_), _) | (None, std::io::ErrorKind::Other) => error.to_string(),
-        (None, kind) => kind.to_string(),
+/// An I/O error that says where it happened (the message is the whole of
+/// it: where, then the system's words).
+#[derive(Debug)]
+pub(crate) struct IoAt(pub String);
+
+impl std::fmt::Display for IoAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
-impl From<sled::Error> for StoreError {
-    fn from(error: sled::Error) -> Self {
-        match error {
-            sled::Error::Io(e) => StoreError::Io(e),
-            other => StoreError::Backend(Box::new(other)),
-        }
+impl std::error::Error for IoAt {}
+
+/// An I/O error of `kind`, with `message` saying where and what.
+pub(crate) fn io_at(kind: std::io::ErrorKind, message: String) -> std::io::Error {
+    std::io::Error::new(kind, IoAt(message))
+}
+
+/// An I/O error in words: sled hands some of them on with their debug form
+/// as the message, so the kind is named instead (convstore's own, which
+/// say where, are shown whole).
+fn describe_io(error: &std::io::Error) -> String {
+    if error.get_ref().is_some_and(<dyn std::error::Error + Send + Sync>::is::<IoAt>) {
+        return error.to_string();
+    }
+    match (error.raw_os_error(), error.kind()) {
+        (Some(_), _) | (None, std::io::ErrorKind::Other) => error.to_string(),
+        (None, kind) => kind.to_string(),
     }
 }
 

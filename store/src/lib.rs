@@ -37,11 +37,9 @@ mod backup;
 mod bulk;
 mod codec;
 mod copy;
-mod durable;
 mod error;
 pub mod event;
 mod fork;
-mod frames;
 mod hash;
 mod ids;
 mod index;
@@ -51,12 +49,8 @@ mod keys;
 mod layout;
 mod log;
 mod names;
-mod opening;
 mod pins;
-mod salvage;
-mod segments;
 mod staging;
-mod state;
 mod store;
 pub mod strict;
 /// Hooks for tests of damage and old formats (the `testing` feature).
@@ -66,6 +60,8 @@ mod verify;
 mod views;
 
 pub use append::{event_size, AppendOptions, Appended, IdempotencyKey};
+pub use backend::sled::opening::address_space_limit;
+pub use backend::sled::salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget};
 pub use codec::{BlobRef, INLINE_MAX};
@@ -79,9 +75,7 @@ pub use json::EventError;
 pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
-pub use opening::address_space_limit;
 pub use pins::AutoState;
-pub use salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use store::{
     validate_conversation_name, validate_view_name, ConversationInfo, KindStats, OpenOptions,
     ProgressFn, Store, DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES,

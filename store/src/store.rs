@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::Segments;
 use crate::backend::{
     self, Backend, Batch, Bytes, Condition, Keyspace, KvIter, MemoryBackend, SledBackend,
 };
@@ -18,7 +19,6 @@ use crate::fork::ForkPoint;
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys::{self, FORMAT_VERSION, OLDEST_FORMAT};
-use crate::segments::Segments;
 
 /// The shortest id prefix that names a conversation: shorter hex strings
 /// are too easily meant as names (`append b` creates `b`).

@@ -65,15 +65,17 @@ fn chunk_of(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<(Vec<u8
 /// (`frames.rs`), as convstore did before frames existed; `false` again
 /// restores them.
 pub fn write_unframed(unframed: bool) {
-    crate::frames::UNFRAMED.store(unframed, std::sync::atomic::Ordering::Relaxed);
+    crate::backend::frames::UNFRAMED.store(unframed, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Overwrites the database's format version, as a newer convstore would.
 pub fn set_format_version(path: &std::path::Path, version: u32) -> StoreResult<()> {
-    let db = sled::open(path)?;
-    db.insert(keys::FORMAT, &version.to_be_bytes())?;
-    db.flush()?;
-    Ok(())
+    use crate::backend::{Backend as _, Batch};
+    let backend = crate::backend::SledBackend::open(path, std::time::Duration::ZERO)?;
+    let mut batch = Batch::new();
+    batch.put(keys::FORMAT, version.to_be_bytes());
+    backend.apply(batch)?;
+    backend.sync()
 }
 
 /// Decodes any bytes as a record; on success, encodes the event again and

@@ -163,3 +163,35 @@ fn a_format_1_database_keeps_everything_in_sled() {
     assert_eq!(back, events);
     assert!(store.verify_all().unwrap().is_ok());
 }
+
+/// A segment file that is gone is damage; one the system cannot read (here
+/// a directory in its place) is an I/O error, not taken for damage.
+#[test]
+fn a_missing_segment_file_is_damage_and_an_unreadable_one_an_io_error() {
+    let env = TestEnv::new();
+    generated(&env);
+    let file = segment_files(&env.db()).remove(0);
+    let kept = env.path().join("kept-segment");
+    std::fs::rename(&file, &kept).unwrap();
+    let run = env.run(&["log", "big"]).fails();
+    assert!(
+        run.stderr.starts_with("error: corrupt data:"),
+        "{}",
+        run.stderr
+    );
+    std::fs::create_dir(&file).unwrap();
+    let run = env.run(&["log", "big"]).fails();
+    assert!(
+        run.stderr.starts_with("error: I/O error on the database:"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("segment file 00000001"),
+        "{}",
+        run.stderr
+    );
+    std::fs::remove_dir(&file).unwrap();
+    std::fs::rename(&kept, &file).unwrap();
+    env.run(&["verify"]).ok();
+}

@@ -21,11 +21,14 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 pub use self::sled::SledBackend;
+// The segment files: the sled backend's place for large bodies, which the
+// log's writers and readers reach through `Backend::segments`.
+pub(crate) use self::sled::frames;
+pub(crate) use self::sled::segments::{BulkFile, SegmentRef, Segments};
 pub use bytes::Bytes;
 pub use memory::MemoryBackend;
 
 use crate::error::StoreResult;
-use crate::segments::Segments;
 
 /// The keyspaces of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

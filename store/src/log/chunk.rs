@@ -3,6 +3,7 @@
 
 use std::ops::Range;
 
+use crate::backend::SegmentRef;
 use crate::backend::{Bytes, KvIter};
 use crate::codec::{self, decode_record, record_to_event, ChunkLayout, ChunkValue, TextRepr};
 use crate::error::{StoreError, StoreResult};
@@ -10,7 +11,6 @@ use crate::event::{Event, EventType};
 use crate::ids::ConversationId;
 use crate::keys;
 use crate::layout::Piece;
-use crate::segments::SegmentRef;
 use crate::store::{KindStats, Store};
 
 use super::in_record;

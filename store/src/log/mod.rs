@@ -18,9 +18,19 @@ pub use scan::{LogIter, LogRecord};
 use crate::error::StoreError;
 use crate::ids::ConversationId;
 
-/// An error met reading record `seq` of `id`, as a corruption naming them.
+/// An error met reading record `seq` of `id`, naming them: damage stays
+/// damage (corrupt data), and a failing disk or database stays what it is
+/// (an I/O or database error), not taken for damage.
 pub(crate) fn in_record(id: &ConversationId, seq: u64, error: &StoreError) -> StoreError {
-    StoreError::Corrupt {
-        what: format!("conversation {id}: record {seq}: {error}"),
+    let at = format!("conversation {id}: record {seq}");
+    match error {
+        StoreError::Io(e) => StoreError::Io(crate::error::io_at(e.kind(), format!("{at}: {e}"))),
+        StoreError::Backend(e) => StoreError::Backend(format!("{at}: {e}").into()),
+        StoreError::Corrupt { what } => StoreError::Corrupt {
+            what: format!("{at}: {what}"),
+        },
+        other => StoreError::Corrupt {
+            what: format!("{at}: {other}"),
+        },
     }
 }

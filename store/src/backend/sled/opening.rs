@@ -207,7 +207,7 @@ fn release_reserve(path: &Path) -> bool {
 /// The reserve a database needs: room for its snapshot twice and a
 /// segment of sled's log.
 fn reserve_size(path: &Path) -> u64 {
-    let snapshot = crate::state::snapshots(path)
+    let snapshot = crate::backend::sled::state::snapshots(path)
         .iter()
         .filter_map(|(_, file)| std::fs::metadata(file).ok())
         .map(|m| m.len())

@@ -43,6 +43,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::backend::sled::frames::{self, FrameKind};
+use crate::backend::sled::opening::quiet;
+use crate::backend::sled::segments::Segments;
+use crate::backend::sled::state::{self, CatalogEntry};
 use crate::codec::{
     decode, decode_record, BlobValue, ChunkLayout, ChunkValue, TextRepr, CHUNK_MAX_ENTRIES,
 };
@@ -50,14 +54,10 @@ use crate::copy::{ConversationWriter, Destination, Identity, RawRecord};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Timestamp;
 use crate::fork::ForkPoint;
-use crate::frames::{self, FrameKind};
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
-use crate::opening::quiet;
 use crate::pins::AutoState;
-use crate::segments::Segments;
-use crate::state::{self, CatalogEntry};
 use crate::store::{ConversationMeta, Store};
 
 /// The longest record a scan takes for one.
@@ -1148,8 +1148,9 @@ fn attempt(damaged: &Path, keep_snapshots: bool) -> Result<Attempt, String> {
     let path = scratch.path().to_path_buf();
     let (send, receive) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let opened =
-            crate::opening::guarded(|| sled::Config::new().path(&path).flush_every_ms(None).open());
+        let opened = crate::backend::sled::opening::guarded(|| {
+            sled::Config::new().path(&path).flush_every_ms(None).open()
+        });
         let _ = send.send(opened);
     });
     let db = match receive.recv_timeout(SLED_TIMEOUT) {

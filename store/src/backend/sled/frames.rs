@@ -25,8 +25,8 @@
 
 use std::ops::Range;
 
+use crate::backend::sled::segments::{SegmentRef, Segments};
 use crate::error::StoreResult;
-use crate::segments::{SegmentRef, Segments};
 
 /// Bytes a header takes before its body.
 pub(crate) const HEADER_LEN: usize = 74;
@@ -201,7 +201,7 @@ pub(crate) fn scan(bytes: &[u8]) -> (Vec<FoundFrame>, Vec<Range<usize>>) {
 #[cfg(test)]
 mod tests {
     use super::{parse, scan, write, Frame, FrameKind, HEADER_LEN};
-    use crate::segments::Segments;
+    use crate::backend::sled::segments::Segments;
 
     #[test]
     fn bodies_read_back_through_their_references_and_frames_are_found() {

@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::durable::{io_error, sync_directory};
+use crate::backend::sled::durable::{io_error, sync_directory};
 use crate::error::{StoreError, StoreResult};
 
 /// A segment file is closed to new writes once it passes this size.
@@ -362,9 +362,21 @@ impl Segments {
         let corrupt = |problem: String| StoreError::Corrupt {
             what: format!("{}: {problem}", what()),
         };
+        // A file the database refers to that is gone, or shorter than the
+        // reference, is damage; any other failure is the system's (a disk
+        // error, a permission, too many open files), said as such.
+        let failed = |e: io::Error, place: String| match e.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::UnexpectedEof => {
+                corrupt(format!("{place}: {e}"))
+            }
+            kind => StoreError::Io(crate::error::io_at(
+                kind,
+                format!("{}: {place}: {e}", what()),
+            )),
+        };
         let file = self
             .reader(at.file)
-            .map_err(|e| corrupt(format!("segment file {:08}: {e}", at.file)))?;
+            .map_err(|e| failed(e, format!("segment file {:08}", at.file)))?;
         let len = usize::try_from(at.len).map_err(|_| corrupt("too long".to_owned()))?;
         // A damaged length, or too little memory, is an error, not an abort.
         let mut bytes = Vec::new();
@@ -376,10 +388,10 @@ impl Segments {
         })?;
         bytes.resize(len, 0);
         read_exact_at(&file, &mut bytes, at.offset).map_err(|e| {
-            corrupt(format!(
-                "segment file {:08} at offset {}: {e}",
-                at.file, at.offset
-            ))
+            failed(
+                e,
+                format!("segment file {:08} at offset {}", at.file, at.offset),
+            )
         })?;
         if checksum(&bytes) != at.check {
             return Err(corrupt(format!(

@@ -154,7 +154,7 @@ pub(crate) fn after_open(path: &Path, db: &sled::Db, pre: Precheck) -> StoreResu
     let has_format = db.contains_key(keys::FORMAT)?;
     let any_conversation = db.scan_prefix([keys::CONVERSATION]).next().is_some();
     let counted = pre.state.map_or(0, |s| s.conversations);
-    let segment_bytes = crate::segments::Segments::new(path).size_on_disk();
+    let segment_bytes = crate::backend::sled::segments::Segments::new(path).size_on_disk();
     let lost = if counted > 0 && !(has_format && any_conversation) {
         Some(format!(
             "convstore's own record ({STATE}) shows it held at least {counted} \
@@ -329,7 +329,7 @@ fn trial(path: &Path, state: State, lsn: u64) -> StoreResult<()> {
     };
     let scratch = scratch_copy(path)
         .map_err(|e| refuse(format!("a trial recovery on a copy could not be made: {e}")))?;
-    let opened = crate::opening::guarded(|| {
+    let opened = crate::backend::sled::opening::guarded(|| {
         sled::Config::new()
             .path(scratch.path())
             .flush_every_ms(None)

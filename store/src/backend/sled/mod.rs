@@ -16,12 +16,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+pub(crate) mod durable;
+pub(crate) mod frames;
+pub(crate) mod opening;
+pub(crate) mod salvage;
+pub(crate) mod segments;
+pub(crate) mod state;
+
 use super::{Backend, Batch, Condition, KeyRange, Keyspace, KvIter};
-use crate::durable::{self, Durability};
+use crate::backend::sled::segments::Segments;
 use crate::error::{StoreError, StoreResult};
 use crate::event::Timestamp;
 use crate::keys;
-use crate::segments::Segments;
+use durable::Durability;
 
 /// A database directory: sled's trees and the segment files.
 pub struct SledBackend {
@@ -29,7 +36,7 @@ pub struct SledBackend {
     blobs: sled::Tree,
     segments: Segments,
     durability: Durability,
-    tracker: crate::state::Tracker,
+    tracker: crate::backend::sled::state::Tracker,
     path: PathBuf,
     discarded: Vec<PathBuf>,
     reclaimed: Vec<PathBuf>,
@@ -42,9 +49,9 @@ impl SledBackend {
     /// nothing yet), retrying a database in use for `wait`, with the
     /// guards of `state.rs` around it.
     pub(crate) fn open(path: &Path, wait: Duration) -> StoreResult<SledBackend> {
-        let precheck = crate::state::before_open(path)?;
+        let precheck = crate::backend::sled::state::before_open(path)?;
         let (db, discarded) = open_sled(path, wait)?;
-        let tracker = crate::state::after_open(path, &db, precheck)?;
+        let tracker = crate::backend::sled::state::after_open(path, &db, precheck)?;
         let blobs = db.open_tree(keys::BLOBS)?;
         let durability = Durability::new(path)?;
         Ok(SledBackend {
@@ -298,7 +305,7 @@ fn open_sled(path: &Path, wait: Duration) -> StoreResult<(sled::Db, Vec<PathBuf>
             .path(path)
             .cache_capacity(CACHE_BYTES)
             .flush_every_ms(Some(500));
-        let opened = crate::opening::open(path, &config);
+        let opened = crate::backend::sled::opening::open(path, &config);
         match opened {
             Ok(db) => return Ok((db, discarded)),
             Err(sled::Error::Corruption { .. })
@@ -408,5 +415,14 @@ fn open_error(path: &Path, error: sled::Error) -> StoreError {
             path,
             reason: other.to_string(),
         },
+    }
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(error: sled::Error) -> Self {
+        match error {
+            sled::Error::Io(e) => StoreError::Io(e),
+            other => StoreError::Backend(Box::new(other)),
+        }
     }
 }
