@@ -11,6 +11,7 @@
 #[path = "support.rs"]
 mod support;
 
+use convstore_store::Seq;
 use std::hint::black_box;
 
 use convstore_engine::generate::generate;
@@ -62,7 +63,7 @@ fn projection(c: &mut Criterion) {
             );
             // The last 10 turns, as `project --turns` reads them.
             let scope = convstore_engine::Scope { end: len };
-            let last_turn = store.turn_of(&id, len - 1).expect("turn");
+            let last_turn = store.turn_of(&id, Seq(len - 1)).expect("turn").0;
             let turns = last_turn.saturating_sub(9)..=last_turn;
             group.bench_with_input(
                 BenchmarkId::new(format!("last_10_turns/{m}_overlays"), n),

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use convstore_store::{Seq, Turn};
 use std::path::{Path, PathBuf};
 
 use convstore_store::event::{Compaction, ReasoningPolicy};
@@ -128,7 +129,11 @@ fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
             assert_eq!(appended.head, reference.head, "format {format}");
             assert_eq!(log(&store, &id), all);
             assert!(store.verify_all().unwrap().is_ok());
-            let turns = |id| store.turn_records(id, 100, 120, u64::MAX).unwrap();
+            let turns = |id| {
+                store
+                    .turn_records(id, Turn(100)..=Turn(120), Seq(u64::MAX))
+                    .unwrap()
+            };
             assert_eq!(turns(&id), turns(&plain));
             assert_eq!(
                 store.overlays(&id, u64::MAX).unwrap().len(),

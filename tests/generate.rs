@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use convstore_engine::generate::{generate_shaped, jp_shape, Shape, BATCH};
+use convstore_store::Turn;
 use convstore_store::{EventKind, Store};
 
 fn median(mut xs: Vec<u64>) -> u64 {
@@ -81,7 +82,7 @@ fn the_log_read_back_does_not_depend_on_how_it_was_appended() {
             .map(Result::unwrap)
             .collect();
         let turns: Vec<_> = (0..info.turns)
-            .map(|t| store.first_seq_of_turn(&id, t).unwrap())
+            .map(|t| store.first_seq_of_turn(&id, Turn(t)).unwrap().map(|s| s.0))
             .collect();
         let calls = store.tool_calls(&id, 0, info.len).unwrap();
         let scope = Scope { end: info.len };

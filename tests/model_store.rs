@@ -5,6 +5,7 @@ mod support;
 
 use convstore_store::json::{event_to_string, parse_event};
 use convstore_store::{testing, Address, AppendOptions, Event, EventKind, Store, Timestamp};
+use convstore_store::{Seq, Turn};
 use proptest::prelude::*;
 use support::backends::{Kind, Place};
 use support::gen;
@@ -88,11 +89,11 @@ proptest! {
         prop_assert_eq!(records.iter().map(|r| r.turn).collect::<Vec<_>>(), turns.clone());
         prop_assert_eq!(records.iter().map(|r| r.event.clone()).collect::<Vec<_>>(), all.clone());
         for (seq, turn) in turns.iter().enumerate() {
-            prop_assert_eq!(store.turn_of(&id, seq as u64).unwrap(), *turn);
+            prop_assert_eq!(store.turn_of(&id, Seq(seq as u64)).unwrap().0, *turn);
         }
         for turn in 0..=turns.last().copied().unwrap_or(0) + 1 {
             let expected = turns.iter().position(|t| *t == turn).map(|p| p as u64);
-            prop_assert_eq!(store.first_seq_of_turn(&id, turn).unwrap(), expected);
+            prop_assert_eq!(store.first_seq_of_turn(&id, Turn(turn)).unwrap().map(|s| s.0), expected);
         }
         // The overlay entries are the compaction records, for any prefix.
         let cut = all.len() as u64 / 2;
@@ -126,7 +127,7 @@ proptest! {
                     .iter()
                     .find(|r| r.seq < end && r.turn == turn && r.event.kind.event_type().is_conversation())
                     .map(|r| r.seq);
-                prop_assert_eq!(store.first_conversation_seq(&id, turn, end).unwrap(), expected);
+                prop_assert_eq!(store.first_conversation_seq(&id, Turn(turn), Seq(end)).unwrap().map(|s| s.0), expected);
             }
         }
         let info = store.info(&id).unwrap();
@@ -403,7 +404,7 @@ fn forks_read_through_staged_and_settled_records() {
         assert_eq!(texts(&fork), fork_model);
         for (id, len) in [(&parent, model.len()), (&fork, fork_model.len())] {
             for seq in 0..len as u64 {
-                let turn = store.turn_of(id, seq).expect("turn");
+                let turn = store.turn_of(id, Seq(seq)).expect("turn").0;
                 assert_eq!(turn, seq / 4, "seq {seq}");
             }
             assert!(store.verify(id).expect("verify").is_ok());

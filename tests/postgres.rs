@@ -775,7 +775,9 @@ fn an_import_killed_part_way_stores_nothing() {
 /// nothing; a server's reads go on.
 #[test]
 fn ended_sessions_neither_fail_reads_nor_misreport_writes() {
-    let Some(db) = database("ended_sessions_neither_fail_reads_nor_misreport_writes") else {
+    // A database of its own: sessions are ended database-wide.
+    let Some(db) = support::postgres::fresh_database() else {
+        eprintln!("*** ended_sessions_neither_fail_reads_nor_misreport_writes: SKIPPED ***");
         return;
     };
     ok(&db, &["append", "c", "--user", "start"], None);
@@ -783,7 +785,8 @@ fn ended_sessions_neither_fail_reads_nor_misreport_writes() {
         psql(
             &db,
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE application_name LIKE 'convstore%' AND pid <> pg_backend_pid()",
+             WHERE application_name LIKE 'convstore%' AND datname = current_database() \
+             AND pid <> pg_backend_pid()",
         )
     };
     let server = Server::start(&db, &[]);
@@ -813,7 +816,8 @@ fn ended_sessions_neither_fail_reads_nor_misreport_writes() {
                 psql(
                     &db,
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                     WHERE application_name LIKE 'convstore%' AND pid <> pg_backend_pid()",
+                     WHERE application_name LIKE 'convstore%' AND datname = current_database() \
+             AND pid <> pg_backend_pid()",
                 );
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -826,7 +830,11 @@ fn ended_sessions_neither_fail_reads_nor_misreport_writes() {
                 (0..15)
                     .filter(|i| {
                         let text = format!("writer {w} append {i}");
-                        cli(&db, &["append", "c", "--user", &text], None).0 == 0
+                        let (code, _, err) = cli(&db, &["append", "c", "--user", &text], None);
+                        if code != 0 {
+                            eprintln!("writer {w} append {i}: {err}");
+                        }
+                        code == 0
                     })
                     .count()
             })
@@ -835,8 +843,12 @@ fn ended_sessions_neither_fail_reads_nor_misreport_writes() {
     let reported: usize = writers.into_iter().map(|w| w.join().unwrap()).sum();
     stop.store(true, Ordering::Relaxed);
     ender.join().unwrap();
-    let stored = ok(&db, &["log", "c"], None).lines().count() - 1;
-    assert_eq!(stored, reported, "appends reported stored, and stored");
+    let log = ok(&db, &["log", "c"], None);
+    let stored = log.lines().count() - 1;
+    assert_eq!(
+        stored, reported,
+        "appends reported stored, and stored:\n{log}"
+    );
     ok(&db, &["verify"], None);
     eprintln!("{reported} of 45 appends stored while sessions ended every 50 ms");
 }

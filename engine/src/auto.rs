@@ -10,6 +10,7 @@
 //! later automatic runs use mechanical policies (strip reasoning, strip
 //! tool calls) until a manual compaction succeeds.
 
+use convstore_store::{Seq, Turn};
 use std::collections::BTreeMap;
 
 use convstore_projection::auto::{decide, AutoInput, Decision};
@@ -299,7 +300,7 @@ fn range_chars(
 ) -> Result<u64> {
     let scope = Scope { end: len };
     let projector = pipeline::plan(store, id, scope, extra.map(|(turn, e)| (len, turn, e)))?;
-    let seqs = store.turn_records(id, from, to, len)?;
+    let seqs = store.turn_records(id, Turn(from)..=Turn(to), Seq(len))?;
     let mut chars = 0;
     pipeline::stream_range(
         store,

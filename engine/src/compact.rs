@@ -10,6 +10,7 @@ use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{
     Address, AppendOptions, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
 };
+use convstore_store::{Seq, Turn};
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
@@ -330,7 +331,7 @@ fn covered_addresses(
     to: u64,
     len: u64,
 ) -> Result<(Option<Address>, Option<Address>)> {
-    let seqs = store.turn_records(id, from, to, len)?;
+    let seqs = store.turn_records(id, Turn(from)..=Turn(to), Seq(len))?;
     if seqs.is_empty() {
         return Ok((None, None));
     }

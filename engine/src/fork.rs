@@ -2,6 +2,7 @@
 
 use convstore_projection::config::Config;
 use convstore_store::{Address, ConversationId, Event, EventKind, Store, StoreError, Timestamp};
+use convstore_store::{Seq, Turn};
 
 use crate::error::{Error, Result};
 use crate::summarizers::{self, Secrets};
@@ -53,7 +54,11 @@ pub fn fork(
             })
         }
         // Everything up to the next turn's first record.
-        ForkAt::Turn(turn) => store.turn_records(parent, 0, turn, info.len)?.end,
+        ForkAt::Turn(turn) => {
+            store
+                .turn_records(parent, Turn(0)..=Turn(turn), Seq(info.len))?
+                .end
+        }
         ForkAt::Seq(seq) if seq >= info.len => {
             return Err(StoreError::NoSuchRecord { seq, len: info.len }.into())
         }
@@ -66,7 +71,7 @@ pub fn fork(
         if at == 0 {
             return Err(Error::EmptyFork);
         }
-        let last_turn = store.turn_of(parent, at - 1)?;
+        let last_turn = store.turn_of(parent, Seq(at - 1))?.0;
         let summary = match &profile.summary {
             Some(spec) => {
                 let summarizer = summarizers::make(spec, None, secrets)?;

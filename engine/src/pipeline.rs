@@ -13,6 +13,7 @@ use convstore_projection::{
 use convstore_store::{
     ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError, Timestamp, ToolNames,
 };
+use convstore_store::{Seq, Turn};
 
 use crate::error::{Error, Result};
 
@@ -76,7 +77,7 @@ impl Scope {
         if self.end == 0 {
             return Ok(0);
         }
-        Ok(store.turn_of(id, self.end - 1)? + 1)
+        Ok(store.turn_of(id, Seq(self.end - 1))?.0 + 1)
     }
 }
 
@@ -111,7 +112,7 @@ pub fn plan_under(
     let (mut overlays, mut names) = (overlays?, names?);
     let mut last_turn = match end {
         0 => None,
-        _ => Some(store.turn_of(id, end - 1)?),
+        _ => Some(store.turn_of(id, Seq(end - 1))?.0),
     };
     if let Some((seq, turn, event)) = extra {
         match &event.kind {
@@ -133,7 +134,11 @@ pub fn plan_under(
         names,
         last_turn,
         projected,
-        |turn| store.first_conversation_seq(id, turn, end),
+        |turn| {
+            store
+                .first_conversation_seq(id, Turn(turn), Seq(end))
+                .map(|s| s.map(|s| s.0))
+        },
     )?)
 }
 
@@ -155,7 +160,7 @@ pub fn plan_turns(
     turns: std::ops::RangeInclusive<u64>,
 ) -> Result<(Projector, std::ops::Range<u64>)> {
     let end = scope.end;
-    let seqs = store.turn_records(id, *turns.start(), *turns.end(), end)?;
+    let seqs = store.turn_records(id, Turn(*turns.start())..=Turn(*turns.end()), Seq(end))?;
     let names = || -> Result<ToolNames> {
         if seqs.end - seqs.start > NAMED_RECORDS {
             return Ok(store.tool_names(id, end)?);
@@ -172,12 +177,14 @@ pub fn plan_turns(
     let (overlays, names) = rayon::join(|| overlays_under(store, id, end, None), names);
     let last_turn = match end {
         0 => None,
-        _ => Some(store.turn_of(id, end - 1)?),
+        _ => Some(store.turn_of(id, Seq(end - 1))?.0),
     };
     let meets = |run: &Run| run.first <= *turns.end() && *turns.start() <= run.last;
     let projector =
         Plan::from_resolution(resolve(overlays?, last_turn), names?, end, meets, |turn| {
-            store.first_conversation_seq(id, turn, end)
+            store
+                .first_conversation_seq(id, Turn(turn), Seq(end))
+                .map(|s| s.map(|s| s.0))
         })?;
     Ok((projector, seqs))
 }

@@ -7,6 +7,7 @@
 //! Nothing here changes the log: compaction hides content from the model,
 //! never from the store, so every record is still there to read.
 
+use convstore_store::{Seq, Turn};
 use std::fmt::Write as _;
 
 use convstore_projection::{resolve, Summary};
@@ -156,8 +157,8 @@ pub fn recall(
         }
         Target::SummaryOf(seq) => {
             in_scope(*seq)?;
-            let turn = store.turn_of(id, *seq)?;
-            let last_turn = store.turn_of(id, end - 1)?;
+            let turn = store.turn_of(id, Seq(*seq))?.0;
+            let last_turn = store.turn_of(id, Seq(end - 1))?.0;
             let overlays = pipeline::overlays_under(store, id, end, None)?;
             let resolution = resolve(overlays, Some(last_turn));
             let run = resolution
@@ -172,7 +173,7 @@ pub fn recall(
                     )
                 })
                 .ok_or(Error::NotSummarized { seq: *seq, turn })?;
-            let seqs = store.turn_records(id, run.first, run.last, end)?;
+            let seqs = store.turn_records(id, Turn(run.first)..=Turn(run.last), Seq(end))?;
             let records = store
                 .scan(id, seqs)?
                 .filter(|r| {

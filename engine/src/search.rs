@@ -18,6 +18,7 @@
 //! (from its fork point); a search limited to a fork reads its parents'
 //! documents before the fork point too.
 
+use convstore_store::Seq;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -677,7 +678,7 @@ impl SearchIndex {
             let snippet = snippets.snippet(&text);
             if let std::collections::hash_map::Entry::Vacant(slot) = views.entry(conversation) {
                 let len = store.info(&conversation)?.len;
-                let last_turn = store.turn_of(&conversation, len - 1)?;
+                let last_turn = store.turn_of(&conversation, Seq(len - 1))?.0;
                 let overlays = pipeline::overlays_under(store, &conversation, len, None)?;
                 slot.insert((resolve(overlays, Some(last_turn)), len));
             }

@@ -2,6 +2,7 @@
 //! program) and `openai` (a Chat Completions endpoint) — beside the
 //! built-in extractive one, behind `convstore_projection`'s `Summarizer`.
 
+use convstore_store::{Seq, Turn};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -152,7 +153,7 @@ pub fn raw_events(
     end: u64,
 ) -> Result<Vec<LogEvent>> {
     let mut out = Vec::new();
-    for record in store.scan(id, store.turn_records(id, from, to, end)?)? {
+    for record in store.scan(id, store.turn_records(id, Turn(from)..=Turn(to), Seq(end))?)? {
         let record = record?;
         if !matches!(record.event.kind, EventKind::Compaction(_)) {
             out.push(LogEvent {

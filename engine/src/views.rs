@@ -22,6 +22,7 @@
 //! side data as for `project`; the records read are those of the dirty
 //! turns only.
 
+use convstore_store::{Seq, Turn};
 use std::collections::{btree_map, BTreeMap, HashMap, HashSet};
 
 use convstore_projection::config::Config;
@@ -248,7 +249,7 @@ impl Update {
             return Ok(update);
         }
         let projector = view::plan_under(store, id, Scope { end: n }, None, base)?;
-        let last_turn = store.turn_of(id, n - 1)?;
+        let last_turn = store.turn_of(id, Seq(n - 1))?.0;
         let events = project_turns(store, id, n, &projector, 0, last_turn)?;
         let mut index = CallIndex::default();
         for (call, name) in store.tool_names(id, n)?.iter() {
@@ -276,8 +277,8 @@ impl Update {
         if store.record(id, h - 1)?.address != old.head {
             return Ok(None);
         }
-        let old_last = store.turn_of(id, h - 1)?;
-        let last_turn = store.turn_of(id, n - 1)?;
+        let old_last = store.turn_of(id, Seq(h - 1))?.0;
+        let last_turn = store.turn_of(id, Seq(n - 1))?.0;
         let mut ranges = vec![(old_last, last_turn)];
 
         // New calls: a known id under another name renames results anywhere
@@ -339,7 +340,9 @@ impl Update {
         }
         let meets = |run: &Run| ranges.iter().any(|&(a, b)| run.first <= b && a <= run.last);
         let projector = Plan::from_resolution(resolution, names, n, meets, |turn| {
-            store.first_conversation_seq(id, turn, n)
+            store
+                .first_conversation_seq(id, Turn(turn), Seq(n))
+                .map(|s| s.map(|s| s.0))
         })?;
 
         let mut blocks = Vec::new();
@@ -420,7 +423,7 @@ fn result_ids(
     last: u64,
 ) -> Result<HashSet<String>> {
     let mut ids = HashSet::new();
-    let seqs = store.turn_records(id, first, last, n)?;
+    let seqs = store.turn_records(id, Turn(first)..=Turn(last), Seq(n))?;
     for chunk in store.chunks(id, seqs.start, seqs.end)? {
         let only_results = |_, _, kind| kind != EventType::ToolResult;
         for (_, _, event) in chunk?.events(store, seqs.start, seqs.end, only_results)? {
@@ -473,7 +476,7 @@ fn project_turns(
     first: u64,
     last: u64,
 ) -> Result<Vec<ViewEvent>> {
-    let seqs = store.turn_records(id, first, last, n)?;
+    let seqs = store.turn_records(id, Turn(first)..=Turn(last), Seq(n))?;
     let mut out = Vec::new();
     view::stream_range(
         store,

@@ -145,7 +145,7 @@ fn store_error(error: &StoreError, message: String) -> ApiError {
         StoreError::EventTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "event_too_large"),
         StoreError::EmptyAppend => (StatusCode::BAD_REQUEST, "empty"),
         StoreError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
-        StoreError::Io(_) | StoreError::Backend(_) => {
+        StoreError::Io(_) | StoreError::Backend(_) | StoreError::OutcomeUnknown { .. } => {
             (StatusCode::INTERNAL_SERVER_ERROR, "storage")
         }
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

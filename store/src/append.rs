@@ -200,6 +200,25 @@ impl Store {
                     }
                     continue;
                 }
+                // The answer was lost and others wrote since: the log
+                // tells whether these records are in it.
+                Err(unknown @ StoreError::OutcomeUnknown { .. }) => {
+                    match self.holds(id, &appended) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            drop(guard);
+                            if !backoff.wait() {
+                                return Err(StoreError::Conflict {
+                                    what: format!(
+                                        "conversation {id} kept changing under this append"
+                                    ),
+                                });
+                            }
+                            continue;
+                        }
+                        Err(_) => return Err(unknown),
+                    }
+                }
                 other => other?,
             }
             drop(guard);
@@ -208,6 +227,17 @@ impl Store {
             }
             return Ok(appended);
         }
+    }
+
+    /// Whether the log holds `appended`'s records: its last record is at
+    /// the place and has the address (which chains every record before
+    /// it) the append gave it.
+    fn holds(&self, id: &ConversationId, appended: &Appended) -> StoreResult<bool> {
+        let last = appended.first_seq + appended.count - 1;
+        if self.meta(id)?.len <= last {
+            return Ok(false);
+        }
+        Ok(self.record(id, last)?.address == appended.head)
     }
 
     /// Creates a conversation (named `name`, if given) holding `events`, in

@@ -155,6 +155,14 @@ pub enum StoreError {
     /// The backend failed.
     #[error("database error: {0}")]
     Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// The connection to a database server was lost after a write was sent
+    /// and before its answer came, and what it finds now cannot tell
+    /// whether the write was applied.
+    #[error("database error: {what}; whether the write was applied is not known")]
+    OutcomeUnknown {
+        /// What failed.
+        what: String,
+    },
     /// Another writer sharing the backend changed what a write was planned
     /// from; nothing was stored.
     #[error("conflict: {what}; nothing was stored")]
@@ -215,7 +223,10 @@ pub(crate) fn io_at(kind: std::io::ErrorKind, message: String) -> std::io::Error
 /// as the message, so the kind is named instead (convstore's own, which
 /// say where, are shown whole).
 fn describe_io(error: &std::io::Error) -> String {
-    if error.get_ref().is_some_and(<dyn std::error::Error + Send + Sync>::is::<IoAt>) {
+    if error
+        .get_ref()
+        .is_some_and(<dyn std::error::Error + Send + Sync>::is::<IoAt>)
+    {
         return error.to_string();
     }
     match (error.raw_os_error(), error.kind()) {

@@ -20,6 +20,7 @@ use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
 use crate::layout::Piece;
+use crate::position::{Seq, Turn};
 use crate::store::{KindStats, Store};
 
 /// Where a fork branches from its parent.
@@ -105,7 +106,7 @@ impl Store {
             Some(last) => {
                 let record = self.record(parent, last)?;
                 let holds = self
-                    .first_conversation_seq(parent, record.turn, at)?
+                    .first_conversation_seq(parent, Turn(record.turn), Seq(at))?
                     .is_some();
                 Ok((record.address, TurnTracker::resumed(record.turn, holds)))
             }

@@ -50,6 +50,7 @@ mod layout;
 mod log;
 mod names;
 mod pins;
+mod position;
 mod staging;
 mod store;
 pub mod strict;
@@ -76,6 +77,7 @@ pub use keys::FORMAT_VERSION;
 pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
 pub use pins::AutoState;
+pub use position::{Seq, Turn};
 pub use store::{
     validate_conversation_name, validate_view_name, ConversationInfo, KindStats, OpenOptions,
     ProgressFn, Store, DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES,

@@ -93,6 +93,21 @@ pub fn fresh_url() -> Option<String> {
     ))
 }
 
+/// A new, empty database on the server and its URL, for a test whose
+/// actions reach a whole database (ending its sessions). `None` without a
+/// server.
+pub fn fresh_database() -> Option<String> {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let server = server()?;
+    let name = format!(
+        "d_{}_{}",
+        std::process::id(),
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    );
+    psql(&server.url, &format!("CREATE DATABASE {name}"));
+    Some(server.database_url(&name))
+}
+
 /// Runs `sql` against `url`, panicking on failure; returns its output
 /// (unaligned, tuples only).
 pub fn psql(url: &str, sql: &str) -> String {

@@ -251,10 +251,17 @@ fn outcome_unknown(error: &postgres::Error) -> bool {
     })
 }
 
-/// Whether `error` says the server had ended the session before the
-/// statement that got it ran (an administrator's or a crash's shutdown,
-/// `pg_terminate_backend`): a pooled connection found dead, whose
-/// statement can be run again on another.
+/// Whether `batch` only puts blobs.
+fn only_blobs(batch: &Batch) -> bool {
+    batch
+        .ops
+        .iter()
+        .all(|(space, _, value)| *space == Keyspace::Blobs && value.is_some())
+}
+
+/// Whether `error` says the server ended the session (an administrator's
+/// or a crash's shutdown, `pg_terminate_backend`): a read can run again
+/// on another connection.
 fn session_ended(error: &postgres::Error) -> bool {
     use postgres::error::SqlState;
     error.code().is_some_and(|code| {
@@ -626,10 +633,12 @@ impl PgBackend {
                 };
                 let mut conn = get()?;
                 match f(&mut conn) {
-                    // The server ended this pooled session before the
-                    // statement ran (a restart, pg_terminate_backend):
-                    // nothing of it was done; run it on a new connection.
-                    Err(e) if session_ended(&e) || (read && conn.client.is_closed()) => {
+                    // A read whose session the server ended (a restart,
+                    // pg_terminate_backend) or whose connection was lost
+                    // runs again on a new connection. A write does not:
+                    // the session may have ended after its commit, before
+                    // its answer was read (see `applied_after_all`).
+                    Err(e) if read && (session_ended(&e) || conn.client.is_closed()) => {
                         drop(conn);
                         let mut conn = get()?;
                         Ok(f(&mut conn))
@@ -730,6 +739,9 @@ impl PgBackend {
             Err(e) if lost_race(&e) && (!located.is_empty() || !is_unique_violation(&e)) => {
                 Ok(false)
             }
+            // Blobs are named by their content: writing them again writes
+            // the same.
+            Err(e) if outcome_unknown(&e) && located.is_empty() && only_blobs(batch) => Ok(false),
             Err(e) if outcome_unknown(&e) => self.applied_after_all(&located, &rows, &e),
             Err(e) => Err(backend_error(&e)),
         }
@@ -737,11 +749,14 @@ impl PgBackend {
 
     /// Whether a batch whose statement failed without an answer (the
     /// connection lost after it was sent: the commit may have happened)
-    /// was applied, read back on another connection: the row a condition
-    /// names and the batch rewrites (a conversation's metadata) holds
-    /// either the batch's value (applied), or anything else (not applied:
-    /// the store plans the write again, or reports the conflict). Without
-    /// such a row the outcome stays unknown, an error.
+    /// was applied, read back on another connection from the row a
+    /// condition names and the batch rewrites (a conversation's
+    /// metadata): the batch's value there says applied, the value the
+    /// batch expected says not applied (the store plans the write again).
+    /// Anything else (a writer after this one changed it, or no such row)
+    /// leaves the outcome unknown: [`StoreError::OutcomeUnknown`], which
+    /// the store resolves where it can tell its own writes (an append's
+    /// records) apart.
     fn applied_after_all(
         &self,
         conditions: &[Located],
@@ -772,12 +787,17 @@ impl PgBackend {
                 };
                 Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
             })?;
-            return Ok(now.as_ref() == Some(written));
+            if now.as_ref() == Some(written) {
+                return Ok(true);
+            }
+            if now == condition.expected {
+                return Ok(false);
+            }
+            break;
         }
-        Err(StoreError::Backend(Box::new(PgError(format!(
-            "{}; whether the write was applied is not known",
-            message(error)
-        )))))
+        Err(StoreError::OutcomeUnknown {
+            what: message(error),
+        })
     }
 
     /// Whether any process listens for announcements (a server with

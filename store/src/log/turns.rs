@@ -1,6 +1,6 @@
 //! The turn index: which turn a record is in, and where a turn starts.
 
-use std::ops::Range;
+use std::ops::{Range, RangeInclusive};
 
 use crate::codec::TurnEntry;
 use crate::codec::{self, decode_record};
@@ -8,13 +8,18 @@ use crate::error::{StoreError, StoreResult};
 use crate::event::Timestamp;
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
+use crate::position::{Seq, Turn};
 use crate::store::Store;
 
 use super::in_record;
 
 impl Store {
     /// The turn of record `seq`, from the chunk that holds it: O(log n).
-    pub fn turn_of(&self, id: &ConversationId, seq: u64) -> StoreResult<u64> {
+    pub fn turn_of(&self, id: &ConversationId, seq: Seq) -> StoreResult<Turn> {
+        self.turn_of_seq(id, seq.0).map(Turn)
+    }
+
+    fn turn_of_seq(&self, id: &ConversationId, seq: u64) -> StoreResult<u64> {
         let Some(piece) = self.piece_of(id, seq)? else {
             return Err(StoreError::NoSuchRecord {
                 seq,
@@ -39,7 +44,11 @@ impl Store {
     /// such turn: O(log n), through the turn index (each chunk is indexed
     /// under its last turn, so the first chunk indexed at or after `turn`
     /// holds the turn's first record).
-    pub fn first_seq_of_turn(&self, id: &ConversationId, turn: u64) -> StoreResult<Option<u64>> {
+    pub fn first_seq_of_turn(&self, id: &ConversationId, turn: Turn) -> StoreResult<Option<Seq>> {
+        Ok(self.first_of_turn(id, turn.0)?.map(Seq))
+    }
+
+    fn first_of_turn(&self, id: &ConversationId, turn: u64) -> StoreResult<Option<u64>> {
         let len = self.meta(id)?.len;
         for piece in self.pieces(id, len)? {
             match self.owned_first_seq_of_turn(&piece.owner, turn)? {
@@ -55,22 +64,20 @@ impl Store {
         Ok(None)
     }
 
-    /// The seqs of the records of turns `first..=last` among records
-    /// `0..end`: empty (`end..end`) when turn `first` has none there.
+    /// The seqs of the records of `turns` among records before `end`:
+    /// empty (`end..end`) when its first turn has none there.
     pub fn turn_records(
         &self,
         id: &ConversationId,
-        first: u64,
-        last: u64,
-        end: u64,
+        turns: RangeInclusive<Turn>,
+        end: Seq,
     ) -> StoreResult<Range<u64>> {
-        let Some(start) = self.first_seq_of_turn(id, first)?.filter(|&s| s < end) else {
+        let (first, last, end) = (turns.start().0, turns.end().0, end.0);
+        let Some(start) = self.first_of_turn(id, first)?.filter(|&s| s < end) else {
             return Ok(end..end);
         };
         let stop = match last.checked_add(1) {
-            Some(next) => self
-                .first_seq_of_turn(id, next)?
-                .map_or(end, |s| s.min(end)),
+            Some(next) => self.first_of_turn(id, next)?.map_or(end, |s| s.min(end)),
             None => end,
         };
         Ok(start..stop)
@@ -123,10 +130,19 @@ impl Store {
     pub fn first_conversation_seq(
         &self,
         id: &ConversationId,
+        turn: Turn,
+        end: Seq,
+    ) -> StoreResult<Option<Seq>> {
+        Ok(self.first_conversation(id, turn.0, end.0)?.map(Seq))
+    }
+
+    fn first_conversation(
+        &self,
+        id: &ConversationId,
         turn: u64,
         end: u64,
     ) -> StoreResult<Option<u64>> {
-        let Some(start) = self.first_seq_of_turn(id, turn)? else {
+        let Some(start) = self.first_of_turn(id, turn)? else {
             return Ok(None);
         };
         if start >= end {
