@@ -49,13 +49,10 @@ fn stored_view(store: &Store, id: &ConversationId, name: &str) -> Vec<ViewEvent>
 }
 
 /// Small blocks, so that updates replace some blocks and keep others.
-const SMALL: RefreshOptions = RefreshOptions {
-    limits: BlockLimits {
-        events: 3,
-        turns: 2,
-    },
-    no_sync: false,
-};
+const SMALL: RefreshOptions = RefreshOptions::new().with_limits(BlockLimits {
+    events: 3,
+    turns: 2,
+});
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
@@ -137,13 +134,10 @@ fn an_append_recomputes_only_the_last_blocks() {
         let (id, _) = store
             .create_and_append(Some("c"), &events, &AppendOptions::default())
             .unwrap();
-        let limits = RefreshOptions {
-            limits: BlockLimits {
-                events: 8,
-                turns: 4,
-            },
-            no_sync: false,
-        };
+        let limits = RefreshOptions::new().with_limits(BlockLimits {
+            events: 8,
+            turns: 4,
+        });
         let (_, built) = views::refresh_with(&store, &id, "v", None, limits).unwrap();
         assert_eq!(built, views::Refresh::Built);
         store

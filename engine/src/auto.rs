@@ -35,6 +35,7 @@ pub const VIEW: &str = ".auto";
 
 /// What an automatic compaction did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AutoReport {
     /// The turns it covers.
     pub from: u64,

@@ -133,6 +133,7 @@ pub struct Injected {
 
 /// What a side is, resolved.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct SideInfo {
     /// The conversation.
     pub conversation: ConversationId,

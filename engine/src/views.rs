@@ -46,12 +46,17 @@ pub struct BlockLimits {
     pub turns: u64,
 }
 
+impl BlockLimits {
+    /// 512 events or 64 turns, whichever comes first.
+    pub const DEFAULT: BlockLimits = BlockLimits {
+        events: 512,
+        turns: 64,
+    };
+}
+
 impl Default for BlockLimits {
     fn default() -> Self {
-        BlockLimits {
-            events: 512,
-            turns: 64,
-        }
+        BlockLimits::DEFAULT
     }
 }
 
@@ -120,13 +125,44 @@ pub fn refresh(
 pub const RESERVED: char = '.';
 
 /// How [`refresh_with`] writes a view.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RefreshOptions {
     /// Where blocks close.
     pub limits: BlockLimits,
     /// Return before the update is durable (for callers that refresh after
     /// every small append; a view is rebuilt from the log anyway).
     pub no_sync: bool,
+}
+
+impl RefreshOptions {
+    /// Blocks closed at the default limits, the update durable.
+    pub const fn new() -> RefreshOptions {
+        RefreshOptions {
+            limits: BlockLimits::DEFAULT,
+            no_sync: false,
+        }
+    }
+
+    /// Blocks closed at `limits`.
+    #[must_use]
+    pub const fn with_limits(mut self, limits: BlockLimits) -> RefreshOptions {
+        self.limits = limits;
+        self
+    }
+
+    /// Without waiting for durability when `no_sync`.
+    #[must_use]
+    pub const fn unsynced(mut self, no_sync: bool) -> RefreshOptions {
+        self.no_sync = no_sync;
+        self
+    }
+}
+
+impl Default for RefreshOptions {
+    fn default() -> Self {
+        RefreshOptions::new()
+    }
 }
 
 /// [`refresh`] with `options`.
@@ -523,12 +559,7 @@ fn split_into_blocks(
                 current.last_turn = e.turn;
             }
         }
-        current.events.push(ViewEvent {
-            seq: e.seq,
-            turn: e.turn,
-            summary_of: e.summary_of,
-            event: e.event,
-        });
+        current.events.push(e);
     }
     current.last_turn = last.max(current.last_turn);
     blocks.push(current);
@@ -545,12 +576,7 @@ pub fn read(
 ) -> Result<()> {
     for block in store.view_blocks(id, name, 0)? {
         for e in block?.events {
-            sink(ViewEvent {
-                seq: e.seq,
-                turn: e.turn,
-                summary_of: e.summary_of,
-                event: e.event,
-            })?;
+            sink(e)?;
         }
     }
     Ok(())
@@ -594,12 +620,7 @@ pub fn check(store: &Store, id: &ConversationId, state: &ViewState) -> Result<Op
             )));
         }
         next_turn = block.last_turn + 1;
-        stored.extend(block.events.into_iter().map(|e| ViewEvent {
-            seq: e.seq,
-            turn: e.turn,
-            summary_of: e.summary_of,
-            event: e.event,
-        }));
+        stored.extend(block.events);
     }
     if stored.len() as u64 != state.events {
         return Ok(Some(format!(

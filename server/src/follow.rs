@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use convstore_engine::format::write_view_event;
-use convstore_engine::projection::ViewEvent;
 use convstore_engine::store::json::{write_event_fields, ObjectWriter};
 use convstore_engine::store::{ConversationId, LogRecord};
 use convstore_engine::Engine;
@@ -259,15 +258,7 @@ fn view_change(
         let mut bytes = Vec::new();
         for e in block.events {
             line.clear();
-            write_view_event(
-                &ViewEvent {
-                    seq: e.seq,
-                    turn: e.turn,
-                    summary_of: e.summary_of,
-                    event: e.event,
-                },
-                &mut line,
-            );
+            write_view_event(&e, &mut line);
             hasher.update(&line);
             hasher.update(b"\n");
             if !bytes.is_empty() {

@@ -98,6 +98,7 @@ pub(crate) struct ConversationMeta {
 
 /// A conversation as `list` and `stats` show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConversationInfo {
     /// Its id.
     pub id: ConversationId,

@@ -32,6 +32,7 @@ type Calls = Vec<(u64, String, String)>;
 
 /// What a successful verification covered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct VerifyReport {
     /// Conversations verified.
     pub conversations: u64,

@@ -101,6 +101,7 @@ impl SalvagedConversation {
 
 /// What [`salvage`] recovered and lost.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SalvageReport {
     /// Every conversation found, in the order they were written.
     pub conversations: Vec<SalvagedConversation>,
