@@ -339,6 +339,56 @@ fn an_interrupted_bulk_append_is_reclaimed_when_the_database_opens() {
     assert!(store.verify_all().unwrap().is_ok());
 }
 
+/// A commit cut short after its first groups (a process killed, a write
+/// that failed) leaves no garbage for good: the new conversation's keys,
+/// the blob references into its files and the files are taken back, at
+/// once or when the database next opens, and the append can be run again.
+#[test]
+fn a_commit_cut_short_is_taken_back() {
+    let unique = |range: std::ops::Range<u64>| -> Vec<Event> {
+        range
+            .map(|i| {
+                let timestamp = Timestamp::from_micros(1_720_000_000_000_000 + i as i64).unwrap();
+                let text = format!("{i} {}", "a long text of its own ".repeat(80));
+                Event::new(timestamp, EventKind::User { text })
+            })
+            .collect()
+    };
+    for as_a_kill in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = database(&dir, convstore_store::FORMAT_VERSION);
+        let (before, blobs_before) = {
+            let store = Store::open(&db).unwrap();
+            store.set_bulk_memory_bytes(0);
+            store
+                .create_and_append(Some("kept"), &events(0..4_000), &AppendOptions::default())
+                .unwrap();
+            let blobs = store.verify_all().unwrap().unwrap().blobs;
+            let before = files(&db, "");
+            let mut bulk = store
+                .begin_bulk(BulkTarget::New { name: Some("lost") }, &NO_SYNC)
+                .unwrap();
+            bulk.push(&unique(0..5_000)).unwrap();
+            testing::interrupt_bulk_commits(Some(as_a_kill));
+            let cut = bulk.commit();
+            testing::interrupt_bulk_commits(None);
+            assert!(cut.is_err());
+            (before, blobs)
+        };
+        let store = Store::open(&db).unwrap();
+        assert_eq!(store.find("lost").unwrap(), None, "kill: {as_a_kill}");
+        assert_eq!(files(&db, ""), before, "kill: {as_a_kill}");
+        let report = store.verify_all().unwrap().unwrap();
+        assert_eq!(report.blobs, blobs_before, "kill: {as_a_kill}");
+        assert_eq!(store.conversations().unwrap().len(), 1);
+        let (id, _) = store
+            .create_and_append(Some("lost"), &unique(0..5_000), &AppendOptions::default())
+            .unwrap();
+        assert_eq!(log(&store, &id), unique(0..5_000));
+        assert!(store.verify_all().unwrap().is_ok());
+    }
+}
+
 /// A commit with `no_sync` is read at once (its files keep the `.bulk`
 /// name until the next sync) and survives reopening.
 #[test]

@@ -819,3 +819,101 @@ fn every_command_prints_the_same_through_the_server() {
     assert_eq!(code, 0);
     assert!(out.contains("imp"), "{out}");
 }
+
+/// Requests that once took the server down or answered wrongly: a deeply
+/// nested or over-long query, a huge search limit, an overflowing
+/// `Last-Event-ID`, errors of the client's answered 500, a backup into
+/// the database it copies, a body without a JSON content type, hits in
+/// an internal form, recall hints dropped on the way.
+#[test]
+fn hostile_and_ordinary_requests_get_proper_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let server = Server::start(&db, &[]);
+    let url = &server.url;
+    let chat = format!("{url}/v1/conversations/chat");
+    let tool_turn = "{\"type\":\"turn_start\"}\n{\"type\":\"user\",\"text\":\"read the file\"}\n{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":\"fs_read_file\",\"arguments\":{\"path\":\"a\"}}\n{\"type\":\"tool_result\",\"id\":\"c1\",\"content\":\"fn main() { println!(\\\"broken pipe\\\"); }\",\"is_error\":false}\n{\"type\":\"assistant\",\"text\":\"done\"}\n";
+    let (status, body) = post(&format!("{chat}/events"), tool_turn);
+    assert_eq!(status, 201, "{body}");
+    let get = |path: &str| answer(agent().get(&format!("{url}{path}")).call());
+    let code = |(status, body): (u16, Value)| (status, body["error"]["code"].clone());
+
+    let deep = format!("{}a{}", "(".repeat(3000), ")".repeat(3000));
+    let (status, body) = answer(
+        agent()
+            .get(&format!("{url}/v1/search"))
+            .query("q", &deep)
+            .call(),
+    );
+    assert_eq!(status, 400, "{body}");
+    for limit in ["0", "100000000000", "18446744073709551615"] {
+        let (status, _) = get(&format!("/v1/search?q=main&limit={limit}"));
+        assert_eq!(status, 400, "limit {limit}");
+    }
+    // Text as typed, not in the query syntax, is searched as words; hits
+    // are in the form `search --json` prints.
+    let (status, hits) = answer(
+        agent()
+            .get(&format!("{url}/v1/search"))
+            .query("q", "fn main()")
+            .call(),
+    );
+    assert_eq!(status, 200, "{hits}");
+    let hit = &hits[0];
+    assert_eq!(hit["kind"], "tool_result", "{hits}");
+    assert_eq!(hit["view"], "visible", "{hits}");
+    assert!(
+        hit["conversation"].as_str().is_some_and(|c| c.len() == 32),
+        "{hits}"
+    );
+    assert!(hit["timestamp"].as_str().is_some(), "{hits}");
+
+    let mut request = agent()
+        .get(&format!("{chat}/follow"))
+        .set("Last-Event-ID", "18446744073709551615");
+    request = request.timeout(Duration::from_secs(5));
+    assert_eq!(code(answer(request.call())), (404, json!("no_such_record")));
+    assert_eq!(get("/healthz").0, 200, "the server is up");
+
+    assert_eq!(
+        code(get("/v1/conversations/chat/recall?call=nope")),
+        (404, json!("no_such_call"))
+    );
+    assert_eq!(
+        code(get("/v1/conversations/chat/recall?summary_of=1")),
+        (404, json!("not_summarized"))
+    );
+
+    // JSON bodies are read whatever their declared type (curl's default).
+    let form = |path: &str, body: &str| {
+        answer(
+            agent()
+                .post(&format!("{url}{path}"))
+                .set("Content-Type", "application/x-www-form-urlencoded")
+                .send_string(body),
+        )
+    };
+    assert_eq!(
+        form("/v1/conversations/chat/pins", r#"{"turns":"0"}"#).0,
+        200
+    );
+    let inside = db.join("sub");
+    let (status, body) = form(
+        "/v1/backup",
+        &json!({"dest": inside.to_str().expect("utf-8")}).to_string(),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (409, json!("bad_destination")),
+        "{body}"
+    );
+    assert!(!inside.exists());
+
+    let (status, body) = form(
+        "/v1/conversations/chat/compact",
+        r#"{"tool_calls":"strip","recall_hints":true}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let view = get_text(&format!("{chat}/view?format=text"));
+    assert!(view.contains("(recall 3)"), "{view}");
+}

@@ -578,6 +578,7 @@ pub(crate) fn dispatch(
                 "to": args.to,
                 "keep_last": args.keep_last,
                 "dry_run": args.dry_run,
+                "recall_hints": args.recall_hints.then_some(true),
             });
             let report = client.post_json(
                 &format!("{}/compact", client.conversation(&args.conversation)),
@@ -723,8 +724,14 @@ pub(crate) fn dispatch(
                     ("limit", Some(args.limit.to_string())),
                 ],
             )?;
-            let hits: Vec<convstore_engine::search::Hit> =
-                serde_json::from_value(value).context("the server's hits")?;
+            let hits = value
+                .as_array()
+                .and_then(|hits| {
+                    hits.iter()
+                        .map(convstore_engine::search::Hit::from_json)
+                        .collect::<Option<Vec<_>>>()
+                })
+                .context("the server's hits are not in the form of `search --json`")?;
             drop(out);
             return cmd::search::render(&hits, args.json);
         }

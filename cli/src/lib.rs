@@ -76,11 +76,29 @@ fn one_line(error: &anyhow::Error) -> String {
     message.replace('\n', " ")
 }
 
+/// Panics inside tantivy (some damaged index files make it panic rather
+/// than fail) are caught by the engine and reported as one `error:` line
+/// naming `convstore reindex`; the default hook's report of them is left
+/// out. Every other panic is reported as usual.
+fn quiet_about_caught_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info
+            .location()
+            .is_some_and(|place| place.file().contains("tantivy"))
+        {
+            return;
+        }
+        default(info);
+    }));
+}
+
 /// Runs the command line and returns its exit code.
 pub fn run() -> ExitCode {
     if let Some(code) = limits::check() {
         return code;
     }
+    quiet_about_caught_panics();
     // `COMPLETE=bash convstore -- WORDS`: the shell asking for completions.
     clap_complete::CompleteEnv::with_factory(Cli::command).complete();
     // An empty `CONVSTORE_DB` is as if it were not set.

@@ -98,6 +98,7 @@ impl Fate {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Change {
     /// Their kind.
+    #[serde(with = "convstore_store::readable::event_type")]
     pub kind: EventType,
     /// What side A does with them.
     pub a: Fate,
@@ -136,6 +137,7 @@ pub struct Injected {
 #[non_exhaustive]
 pub struct SideInfo {
     /// The conversation.
+    #[serde(with = "convstore_store::readable::id")]
     pub conversation: ConversationId,
     /// Its name.
     pub name: Option<String>,

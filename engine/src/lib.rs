@@ -45,6 +45,7 @@ pub mod fork;
 pub mod format;
 pub mod generate;
 pub mod import;
+pub mod inspect;
 mod location;
 pub mod pipeline;
 pub mod recall;

@@ -77,6 +77,23 @@ fn err(e: impl std::fmt::Display) -> Error {
     Error::Search(e.to_string())
 }
 
+/// Runs `f`, a panic in it (tantivy panics on some damaged files rather
+/// than failing) becoming an error naming `convstore reindex`: the index is
+/// derived data, and a damaged one must not take a command or a server
+/// down.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        Err(Error::Search(format!(
+            "the search index is damaged ({what}); `convstore reindex` builds it anew"
+        )))
+    })
+}
+
 /// The index's fields.
 #[derive(Debug, Clone, Copy)]
 struct Fields {
@@ -191,6 +208,10 @@ impl SearchIndex {
     /// in memory. An index of another layout, or one that does not open,
     /// is an error naming `convstore reindex`.
     pub fn open(dir: Option<&Path>) -> Result<SearchIndex> {
+        guarded(|| Self::open_unguarded(dir))
+    }
+
+    fn open_unguarded(dir: Option<&Path>) -> Result<SearchIndex> {
         let dir = dir.map(Path::to_path_buf);
         let (schema, fields) = schema();
         let shown = dir.as_ref().map_or_else(
@@ -377,6 +398,15 @@ impl SearchIndex {
         only: Option<&ConversationId>,
         wait: Duration,
     ) -> Result<Option<CaughtUp>> {
+        guarded(|| self.catch_up_unguarded(store, only, wait))
+    }
+
+    fn catch_up_unguarded(
+        &self,
+        store: &Store,
+        only: Option<&ConversationId>,
+        wait: Duration,
+    ) -> Result<Option<CaughtUp>> {
         let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
         let infos = match only {
             Some(id) => vec![store.info(id)?],
@@ -526,6 +556,10 @@ impl SearchIndex {
     /// they agree; a conversation behind is not a disagreement (the next
     /// write or search catches it up), and is counted.
     pub fn check(&self, store: &Store, only: Option<&ConversationId>) -> Result<IndexCheck> {
+        guarded(|| self.check_unguarded(store, only))
+    }
+
+    fn check_unguarded(&self, store: &Store, only: Option<&ConversationId>) -> Result<IndexCheck> {
         self.reader.reload().map_err(err)?;
         let markers = self.markers()?;
         let infos = match only {
@@ -593,15 +627,43 @@ impl SearchIndex {
     /// Searches: the best `query.limit` hits by BM25, each with where it is
     /// in the log, a snippet, and whether the view shows it.
     pub fn search(&self, store: &Store, query: &SearchQuery) -> Result<Vec<Hit>> {
+        guarded(|| self.search_unguarded(store, query))
+    }
+
+    fn search_unguarded(&self, store: &Store, query: &SearchQuery) -> Result<Vec<Hit>> {
         let f = &self.fields;
         // Another process may have committed since this one last looked.
         self.reader.reload().map_err(err)?;
         let searcher = self.reader.searcher();
+        check_query(query)?;
         let mut parser = QueryParser::for_index(&self.index, vec![f.text]);
         parser.set_conjunction_by_default();
-        let text_query = parser
-            .parse_query(&query.text)
-            .map_err(|e| Error::Invalid(format!("the query does not parse: {e}")))?;
+        // Text as people type it (`error: Broken pipe`, `fn main()`, a
+        // URL) is often not in the query syntax: it is then searched as
+        // words, what the syntax could not read left out.
+        let text_query = match parser.parse_query(&query.text) {
+            Ok(parsed) => parsed,
+            Err(strict) => {
+                let (lenient, _) = parser.parse_query_lenient(&query.text);
+                let words: String = query
+                    .text
+                    .chars()
+                    .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+                    .collect();
+                let empty = |q: &dyn Query| q.is::<tantivy::query::EmptyQuery>();
+                match lenient {
+                    q if !empty(q.as_ref()) => q,
+                    _ => match parser.parse_query_lenient(&words) {
+                        (q, _) if !empty(q.as_ref()) => q,
+                        _ => {
+                            return Err(Error::Invalid(format!(
+                                "the query does not parse ({strict}) and has no words to search for"
+                            )))
+                        }
+                    },
+                }
+            }
+        };
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, text_query.box_clone())];
         if let Some(id) = &query.conversation {
             // Its own documents, and its parents' before each fork point.
@@ -652,7 +714,15 @@ impl SearchIndex {
         let top = searcher
             .search(
                 &full,
-                &TopDocs::with_limit(query.limit.max(1)).order_by_score(),
+                &TopDocs::with_limit(
+                    query.limit.clamp(
+                        1,
+                        usize::try_from(searcher.num_docs())
+                            .unwrap_or(usize::MAX)
+                            .max(1),
+                    ),
+                )
+                .order_by_score(),
             )
             .map_err(err)?;
         let snippets = SnippetGenerator::create(&searcher, &*text_query, f.text).map_err(err)?;
@@ -796,6 +866,45 @@ pub struct IndexCheck {
     pub problem: Option<String>,
 }
 
+/// The most hits the faces (the command line, the server) let a search
+/// return; the engine returns up to `limit`, at most one per document.
+pub const LIMIT_MAX: usize = 10_000;
+
+/// The longest query, in characters.
+pub const QUERY_MAX_CHARS: usize = 10_000;
+
+/// How deep a query's parentheses may nest (tantivy's parser recurses
+/// into each level: thousands would overflow a thread's stack).
+pub const QUERY_MAX_DEPTH: usize = 32;
+
+/// Refuses a query the index should not be asked: a text over [`QUERY_MAX_CHARS`] characters or nesting
+/// parentheses deeper than [`QUERY_MAX_DEPTH`] (outside quotes).
+fn check_query(query: &SearchQuery) -> Result<()> {
+    if query.text.chars().count() > QUERY_MAX_CHARS {
+        return Err(Error::Invalid(format!(
+            "the query is longer than {QUERY_MAX_CHARS} characters"
+        )));
+    }
+    let (mut depth, mut deepest, mut quoted) = (0usize, 0usize, false);
+    for c in query.text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '(' if !quoted => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' if !quoted => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > QUERY_MAX_DEPTH {
+        return Err(Error::Invalid(format!(
+            "the query nests parentheses {deepest} deep (at most {QUERY_MAX_DEPTH})"
+        )));
+    }
+    Ok(())
+}
+
 /// A search.
 #[derive(Debug, Clone)]
 pub struct SearchQuery {
@@ -826,6 +935,61 @@ pub enum Visibility {
     Summarized(u64, u64),
     /// Never in a view (a compaction).
     Overlay,
+}
+
+impl Hit {
+    /// As `search --json` prints it, and the server answers it: the
+    /// conversation's id in hex, the kind's name, `timestamp` in RFC 3339,
+    /// `view` (`visible`, `stripped`, `dropped`, `summarized`, `overlay`)
+    /// and, for a summarized record, `summarized_turns`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "conversation": self.conversation.hex(),
+            "name": self.name,
+            "seq": self.seq,
+            "turn": self.turn,
+            "kind": self.kind.as_str(),
+            "timestamp": self.time.to_string(),
+            "score": self.score,
+            "snippet": self.snippet,
+            "highlights": self.highlights,
+            "view": self.visibility.as_str(),
+            "summarized_turns": match self.visibility {
+                Visibility::Summarized(a, b) => Some([a, b]),
+                _ => None,
+            },
+        })
+    }
+
+    /// A hit read back from [`Hit::to_json`]'s form (`None` if it is not
+    /// one).
+    pub fn from_json(value: &serde_json::Value) -> Option<Hit> {
+        let text = |key: &str| value.get(key).and_then(serde_json::Value::as_str);
+        let number = |key: &str| value.get(key).and_then(serde_json::Value::as_u64);
+        let visibility = match text("view")? {
+            "visible" => Visibility::Visible,
+            "stripped" => Visibility::Stripped,
+            "dropped" => Visibility::Dropped,
+            "overlay" => Visibility::Overlay,
+            "summarized" => {
+                let turns = value.get("summarized_turns")?.as_array()?;
+                Visibility::Summarized(turns.first()?.as_u64()?, turns.get(1)?.as_u64()?)
+            }
+            _ => return None,
+        };
+        Some(Hit {
+            conversation: ConversationId::from_hex(text("conversation")?)?,
+            name: text("name").map(str::to_owned),
+            seq: number("seq")?,
+            turn: number("turn")?,
+            kind: EventType::from_name(text("kind")?)?,
+            score: value.get("score")?.as_f64()? as f32,
+            time: Timestamp::parse_rfc3339(text("timestamp")?)?,
+            snippet: text("snippet")?.to_owned(),
+            highlights: serde_json::from_value(value.get("highlights")?.clone()).ok()?,
+            visibility,
+        })
+    }
 }
 
 impl Visibility {

@@ -16,7 +16,7 @@ use convstore_engine::export::{self, ExportFormat};
 use convstore_engine::import::{self, ImportFormat};
 use convstore_engine::projection::Tokenizer;
 use convstore_engine::recall::{self, Target};
-use convstore_engine::search::SearchQuery;
+use convstore_engine::search::{Hit, SearchQuery, LIMIT_MAX};
 use convstore_engine::store::json::{write_event_fields, ObjectWriter};
 use convstore_engine::store::{EventType, Timestamp};
 use convstore_engine::{stats, turns, views, AsOf, Scope};
@@ -25,8 +25,8 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::routes::{
-    internal, nfc, parse_as_of, read_body, resolve_read, resolve_write, stream, streamed,
-    write_permit,
+    internal, nfc, parse_as_of, parse_json_body, read_body, resolve_read, resolve_write, stream,
+    streamed, write_permit,
 };
 use crate::state::Shared;
 
@@ -92,8 +92,10 @@ pub(crate) struct PinBody {
 pub(crate) async fn pin(
     State(state): State<Shared>,
     Path(conv): Path<String>,
-    Json(body): Json<PinBody>,
+    body: Body,
 ) -> Result<Json<Value>> {
+    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
+    let body: PinBody = parse_json_body(&body)?;
     let _write = write_permit(&state).await?;
     state
         .blocking(move |engine| {
@@ -245,7 +247,7 @@ pub(crate) struct SearchQueryParams {
     conv: Option<String>,
     kind: Option<String>,
     since: Option<String>,
-    limit: Option<usize>,
+    limit: Option<String>,
 }
 
 /// `GET /v1/search?q=...`: ranked hits (`kind` may list several kinds,
@@ -271,6 +273,17 @@ pub(crate) async fn search(
             _ => return Err(bad(format!("since: \"{text}\" is not an RFC 3339 time"))),
         },
     };
+    let limit = match p.limit.as_deref() {
+        None => 10,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=LIMIT_MAX).contains(&n) => n,
+            _ => {
+                return Err(bad(format!(
+                    "limit: \"{text}\" is not a number from 1 to {LIMIT_MAX}"
+                )))
+            }
+        },
+    };
     state
         .blocking(move |engine| {
             let conversation = match &p.conv {
@@ -282,11 +295,9 @@ pub(crate) async fn search(
                 conversation,
                 kinds,
                 since,
-                limit: p.limit.unwrap_or(10),
+                limit,
             })?;
-            Ok(Json(
-                serde_json::to_value(hits).map_err(|e| internal(e.to_string()))?,
-            ))
+            Ok(Json(Value::Array(hits.iter().map(Hit::to_json).collect())))
         })
         .await
 }
@@ -456,10 +467,9 @@ pub(crate) struct BackupBody {
 /// `POST /v1/backup` `{"dest": DIR}`: a verified copy of every
 /// conversation, as of one moment, into a new directory on the server's
 /// machine, while the server goes on (a read-write token's to ask).
-pub(crate) async fn backup(
-    State(state): State<Shared>,
-    Json(body): Json<BackupBody>,
-) -> Result<Json<Value>> {
+pub(crate) async fn backup(State(state): State<Shared>, body: Body) -> Result<Json<Value>> {
+    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
+    let body: BackupBody = parse_json_body(&body)?;
     let dest = std::path::PathBuf::from(&body.dest);
     if !dest.is_absolute() {
         return Err(bad(format!(

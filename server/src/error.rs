@@ -114,6 +114,8 @@ impl From<Error> for ApiError {
             Error::ViewProfile { .. } => (StatusCode::CONFLICT, "view_profile"),
             Error::ViewBusy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             Error::ViewVanished(_) => (StatusCode::CONFLICT, "view_vanished"),
+            Error::NoSuchCall(_) => (StatusCode::NOT_FOUND, "no_such_call"),
+            Error::NotSummarized { .. } => (StatusCode::NOT_FOUND, "not_summarized"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         ApiError::new(status, code, message)
@@ -144,6 +146,7 @@ fn store_error(error: &StoreError, message: String) -> ApiError {
         }
         StoreError::EventTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "event_too_large"),
         StoreError::EmptyAppend => (StatusCode::BAD_REQUEST, "empty"),
+        StoreError::Destination { .. } => (StatusCode::CONFLICT, "bad_destination"),
         StoreError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
         StoreError::Io(_) | StoreError::Backend(_) | StoreError::OutcomeUnknown { .. } => {
             (StatusCode::INTERNAL_SERVER_ERROR, "storage")

@@ -320,8 +320,9 @@ pub(crate) struct CreateBody {
 
 pub(crate) async fn create(
     State(state): State<Shared>,
-    body: Bytes,
+    body: Body,
 ) -> Result<(StatusCode, Json<Value>)> {
+    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
     let request: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
         CreateBody::default()
     } else {
@@ -339,7 +340,7 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(summary_json(&info))))
 }
 
-fn parse_json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
+pub(crate) fn parse_json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
     let text =
         std::str::from_utf8(body).map_err(|_| ApiError::bad_request("the body is not UTF-8"))?;
     let value = convstore_engine::store::strict::from_str(text)
@@ -392,8 +393,9 @@ pub(crate) struct ForkBody {
 pub(crate) async fn fork(
     State(state): State<Shared>,
     Path(conv): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<(StatusCode, Json<Value>)> {
+    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
     let request: ForkBody = parse_json_body(if body.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
@@ -515,30 +517,60 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
 
 /// Reads a request body of at most `limit` bytes, within `timeout`.
 pub(crate) async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes> {
-    let limited = http_body_util::Limited::new(body, limit);
-    match tokio::time::timeout(timeout, limited.collect()).await {
-        Err(_) => Err(ApiError::new(
+    let timed_out = |what: String| {
+        Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "timeout",
-            format!(
-                "the request body did not arrive within {} s; nothing was stored",
-                timeout.as_secs()
-            ),
-        )),
-        Ok(Err(e)) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                Err(too_large(limit))
-            } else {
-                Err(ApiError::bad_request(format!(
-                    "reading the request body failed: {e}; nothing was stored"
-                )))
+            format!("{what}; nothing was stored"),
+        ))
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut limited = http_body_util::Limited::new(body, limit);
+    let mut bytes = bytes::BytesMut::new();
+    loop {
+        // A body must arrive within `timeout`, and never stall for long:
+        // a stalled upload holds a request slot.
+        let wait = BODY_STALL.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        let frame = match tokio::time::timeout(wait, limited.frame()).await {
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                return timed_out(format!(
+                    "the request body did not arrive within {} s",
+                    timeout.as_secs()
+                ))
+            }
+            Err(_) => {
+                return timed_out(format!(
+                    "the request body stalled (nothing for {} s)",
+                    BODY_STALL.as_secs()
+                ))
+            }
+            Ok(None) => return Ok(bytes.freeze()),
+            Ok(Some(frame)) => frame,
+        };
+        match frame {
+            Ok(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    bytes.extend_from_slice(&data);
+                }
+            }
+            Err(e) => {
+                return if e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    Err(too_large(limit))
+                } else {
+                    Err(ApiError::bad_request(format!(
+                        "reading the request body failed: {e}; nothing was stored"
+                    )))
+                };
             }
         }
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
 }
+
+/// How long a request body may go without a byte arriving.
+const BODY_STALL: Duration = Duration::from_secs(10);
 
 pub(crate) fn too_large(limit: usize) -> ApiError {
     ApiError::new(
@@ -1126,16 +1158,28 @@ pub(crate) struct FollowQuery {
 }
 
 /// Where a follow stream starts: after `Last-Event-ID`, else at `from`,
-/// else at the end.
+/// else at the end; a record the log of `len` records does not hold is
+/// refused.
 fn follow_start(headers: &HeaderMap, from: Option<u64>, len: u64) -> Result<u64> {
     if let Some(last) = headers.get("last-event-id") {
         let text = last.to_str().unwrap_or("").trim();
         let seq: u64 = text.parse().map_err(|_| {
             ApiError::bad_request(format!("Last-Event-ID: \"{text}\" is not a record seq"))
         })?;
+        if seq >= len {
+            return Err(
+                ApiError::from(StoreError::NoSuchRecord { seq, len }).context("Last-Event-ID")
+            );
+        }
         return Ok(seq + 1);
     }
-    Ok(from.unwrap_or(len))
+    match from {
+        Some(from) if from > len => Err(ApiError::bad_request(format!(
+            "from: {from} is past the end of the log (it has {len} records)"
+        ))),
+        Some(from) => Ok(from),
+        None => Ok(len),
+    }
 }
 
 fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response {
@@ -1170,13 +1214,6 @@ pub(crate) async fn follow_log(
         })
         .await?;
     let start = follow_start(&headers, q.from, len)?;
-    if start > len {
-        return Err(ApiError::from(StoreError::NoSuchRecord {
-            seq: start - 1,
-            len,
-        })
-        .context("from"));
-    }
     let (tx, rx) = mpsc::channel(follow::CHANNEL_MESSAGES);
     let _ = tx.try_send(Bytes::from_static(b"retry: 1000\n\n"));
     tokio::spawn(follow::raw(Arc::clone(&state), id, start, len, tx));
@@ -1495,6 +1532,7 @@ pub(crate) struct CompactBody {
     keep_last: Option<u64>,
     #[serde(default)]
     dry_run: bool,
+    recall_hints: Option<bool>,
 }
 
 /// A compaction request from its JSON body, checked as the command line
@@ -1567,14 +1605,16 @@ fn compact_request(body: &CompactBody) -> Result<CompactRequest> {
         (None, None) => None,
     };
     request.dry_run = body.dry_run;
+    request.recall_hints = body.recall_hints;
     Ok(request)
 }
 
 pub(crate) async fn compact(
     State(state): State<Shared>,
     Path(conv): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Json<Value>> {
+    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
     let body: CompactBody = if body.iter().all(u8::is_ascii_whitespace) {
         CompactBody::default()
     } else {

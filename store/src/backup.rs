@@ -72,6 +72,22 @@ impl Store {
         check: impl FnOnce(&Store) -> Result<(), String>,
     ) -> StoreResult<BackupReport> {
         let dest = dest.as_ref();
+        if let Some(source) = self.kv.path() {
+            // The copy would sit inside what it copies (and in the
+            // database's own directory, among files it does not own).
+            let parent = dest
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if let (Ok(source), Ok(parent)) = (source.canonicalize(), parent.canonicalize()) {
+                if parent.starts_with(&source) {
+                    return Err(StoreError::Destination {
+                        path: dest.to_path_buf(),
+                        reason: "it is inside the database being backed up".to_owned(),
+                    });
+                }
+            }
+        }
         let (destination, out) = Destination::create(dest)?;
         let mut report = self.copy_into(&out, None)?;
         out.flush()?;

@@ -328,7 +328,7 @@ impl BulkAppend<'_> {
         let numbers: Vec<u32> = spill.files.iter().map(|f| f.number).collect();
 
         let guard = store.lock_writes();
-        let mut writes = std::mem::take(&mut spill.writes);
+        let writes = std::mem::take(&mut spill.writes);
         let mut last = Vec::new();
         match &self.target {
             Target::New { name } => {
@@ -396,6 +396,45 @@ impl BulkAppend<'_> {
         // existing conversation's keys go in one batch with its metadata:
         // readers and its next append would meet them.
         self.applied = true;
+        // Until the batch that makes it visible, what the groups below
+        // write is garbage if the process dies: the marker says what to
+        // take back (at the next open, `discard_pending`), and that batch
+        // removes it.
+        let marker = keys::pending_bulk(&id);
+        let mut pending = vec![u8::from(matches!(self.target, Target::New { .. }))];
+        for number in &numbers {
+            pending.extend_from_slice(&number.to_be_bytes());
+        }
+        let mut batch = Batch::new();
+        batch.put(marker.clone(), pending);
+        store.kv.apply(batch)?;
+        let committed = self.commit_groups(store, &id, blobs, writes, last, &numbers, marker);
+        if committed.is_err() && !interrupt::as_a_kill() {
+            // Taken back now, under the write lock (or at the next open).
+            let _ = discard_pending(store);
+        }
+        let appended = committed.map(|()| appended)?;
+        drop(guard);
+        if !self.no_sync {
+            store.sync()?;
+        }
+        Ok((id, appended))
+    }
+
+    /// The groups of a bulk append's commit, the last one making it
+    /// visible (and removing `marker`).
+    #[allow(clippy::too_many_arguments)]
+    fn commit_groups(
+        &self,
+        store: &Store,
+        id: &ConversationId,
+        blobs: Vec<(Vec<u8>, Vec<u8>)>,
+        mut writes: Vec<(Vec<u8>, Vec<u8>)>,
+        last: Vec<(Vec<u8>, Vec<u8>)>,
+        numbers: &[u32],
+        marker: Vec<u8>,
+    ) -> StoreResult<()> {
+        let id = *id;
         let segments = segment_files(store)?;
         if !blobs.is_empty() {
             apply_in_groups(store, Keyspace::Blobs, blobs, GROUP_KEYS)?;
@@ -403,9 +442,11 @@ impl BulkAppend<'_> {
             segments.committed(numbers.iter().copied());
         }
         writes.sort_unstable();
+        interrupt::check()?;
         let (group, conditions) = match &self.target {
             Target::New { name } => {
                 apply_in_groups(store, Keyspace::Main, writes, GROUP_KEYS)?;
+                interrupt::check()?;
                 let mut conditions = vec![Condition {
                     key: keys::conversation(&id),
                     expected: None,
@@ -419,6 +460,7 @@ impl BulkAppend<'_> {
                 (last, conditions)
             }
             Target::Existing => {
+                let mut writes = writes;
                 writes.extend(last);
                 let condition = Condition {
                     key: keys::conversation(&id),
@@ -433,6 +475,7 @@ impl BulkAppend<'_> {
         for (key, value) in group {
             batch.put(key, value);
         }
+        batch.delete(marker);
         if !store.kv.apply_if(&conditions, batch)? {
             return Err(match &self.target {
                 Target::New { name: Some(name) } => StoreError::NameTaken { name: name.clone() },
@@ -442,13 +485,94 @@ impl BulkAppend<'_> {
                 },
             });
         }
-        segments.committed(numbers);
-        drop(guard);
-        if !self.no_sync {
-            store.sync()?;
-        }
-        Ok((id, appended))
+        segments.committed(numbers.iter().copied());
+        Ok(())
     }
+}
+
+/// Takes back what bulk appends whose commit was cut short (a process
+/// killed, a write failed) wrote before the batch that would have made
+/// them visible: a new conversation's keys, the blob references into
+/// their segment files, and the files. Run when a database is opened,
+/// before any write (and by a failed commit, under the write lock): no
+/// append can have come to rely on those blobs meanwhile. Returns the
+/// conversations taken back.
+pub(crate) fn discard_pending(store: &Store) -> StoreResult<Vec<ConversationId>> {
+    let markers = store
+        .scan_prefix([keys::PENDING_BULK])
+        .collect::<StoreResult<Vec<_>>>()?;
+    let mut discarded = Vec::new();
+    for (key, value) in markers {
+        let (Some(id), Some((&new, files))) = (
+            key.get(1..17)
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(ConversationId::from_bytes),
+            value.split_first(),
+        ) else {
+            return Err(StoreError::Corrupt {
+                what: "a pending bulk append's marker does not decode".to_owned(),
+            });
+        };
+        let numbers: Vec<u32> = files
+            .chunks_exact(4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let mut deletes: Vec<(Keyspace, Vec<u8>)> = Vec::new();
+        if new == 1 {
+            if store.contains(&keys::conversation(&id))? {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "conversation {id} exists, yet a bulk append creating it is marked \
+                         as not committed"
+                    ),
+                });
+            }
+            for tag in keys::CONVERSATION_TAGS {
+                let mut prefix = vec![*tag];
+                prefix.extend_from_slice(id.as_bytes());
+                for pair in store.scan_prefix(prefix) {
+                    deletes.push((Keyspace::Main, pair?.0.to_vec()));
+                }
+            }
+        }
+        for pair in store
+            .kv
+            .scan(Keyspace::Blobs, crate::backend::prefixed(Vec::new()), false)
+        {
+            let (hash, value) = pair?;
+            if hash.len() != 32 {
+                continue;
+            }
+            if let Ok(BlobValue::Segment(at)) = crate::codec::decode::<BlobValue>(&value, "blob") {
+                if numbers.contains(&at.file) {
+                    deletes.push((Keyspace::Blobs, hash.to_vec()));
+                }
+            }
+        }
+        for &number in &numbers {
+            deletes.push((Keyspace::Main, keys::segment_file(number)));
+            deletes.push((Keyspace::Blobs, keys::segment_file(number)));
+        }
+        for group in deletes.chunks(GROUP_KEYS) {
+            let mut batch = Batch::new();
+            for (space, key) in group {
+                batch.remove(*space, key.clone());
+            }
+            store.kv.apply(batch)?;
+        }
+        // The marker last: until it goes, the next open takes back again
+        // (finding less each time).
+        store.kv.sync()?;
+        if let Some(segments) = store.segments() {
+            segments.remove(&numbers)?;
+        }
+        let mut batch = Batch::new();
+        batch.delete(key.to_vec());
+        store.kv.apply(batch)?;
+        store.kv.sync()?;
+        discarded.push(id);
+    }
+    Ok(discarded)
 }
 
 impl Drop for BulkAppend<'_> {
@@ -817,4 +941,40 @@ fn segment_files(store: &Store) -> StoreResult<&crate::backend::Segments> {
     store.segments().ok_or_else(|| StoreError::Corrupt {
         what: "a bulk append wrote to segment files this database does not have".to_owned(),
     })
+}
+
+/// Commits cut short on purpose, for tests (feature `testing`): see
+/// `testing::interrupt_bulk_commits`.
+pub(crate) mod interrupt {
+    use crate::error::{StoreError, StoreResult};
+
+    #[cfg(feature = "testing")]
+    thread_local! {
+        /// 0: commits run; 1: a commit fails before its last batch and
+        /// takes back what it wrote; 2: it fails as a killed process
+        /// would, taking back nothing.
+        pub(crate) static MODE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+    }
+
+    fn mode() -> u8 {
+        #[cfg(feature = "testing")]
+        return MODE.with(std::cell::Cell::get);
+        #[cfg(not(feature = "testing"))]
+        0
+    }
+
+    /// An error where a commit is to be cut short.
+    pub(crate) fn check() -> StoreResult<()> {
+        match mode() {
+            0 => Ok(()),
+            _ => Err(StoreError::Io(std::io::Error::other(
+                "the commit was cut short (testing)",
+            ))),
+        }
+    }
+
+    /// Whether a commit cut short is to leave what it wrote.
+    pub(crate) fn as_a_kill() -> bool {
+        mode() == 2
+    }
 }

@@ -25,6 +25,7 @@
 //! | `K` id(16) key(32) | an append's idempotency key (blake3 of it): the request's fingerprint and what it stored |
 //! | `L` id(16) | a fork's lineage: parent id, records shared, base address and turn state |
 //! | `S` file(4 BE) | segment file `file` was written by a bulk append that committed (empty value; also in the blob tree, see `segments.rs`) |
+//! | `B` id(16) | a bulk append's commit under way (`bulk.rs`): whether it creates the conversation, and its segment files (4 BE each); removed by the batch that makes it visible |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
 //! their 32-byte hash: sled keeps values inside its B-tree pages, so a long
@@ -54,6 +55,9 @@ pub(crate) const STAGING: u8 = b'T';
 pub(crate) const PINS: u8 = b'P';
 pub(crate) const AUTO: u8 = b'A';
 pub(crate) const SEGMENT_FILE: u8 = b'S';
+pub(crate) const PENDING_BULK: u8 = b'B';
+/// The tags of every key under a conversation's id (all but its name).
+pub(crate) const CONVERSATION_TAGS: &[u8] = b"CctsujqToOkvwxPAKLB";
 pub(crate) const VIEW: u8 = b'v';
 pub(crate) const VIEW_BLOCK: u8 = b'w';
 pub(crate) const VIEW_CALLS: u8 = b'x';
@@ -105,6 +109,11 @@ pub(crate) fn lineage(id: &ConversationId) -> Vec<u8> {
 /// blob tree (whose other keys are 32-byte hashes).
 pub(crate) fn segment_file(number: u32) -> Vec<u8> {
     prefixed(SEGMENT_FILE, &number.to_be_bytes())
+}
+
+/// A bulk append's commit under way for conversation `id`.
+pub(crate) fn pending_bulk(id: &ConversationId) -> Vec<u8> {
+    prefixed(PENDING_BULK, id.as_bytes())
 }
 
 pub(crate) fn name(name: &str) -> Vec<u8> {

@@ -51,6 +51,7 @@ mod log;
 mod names;
 mod pins;
 mod position;
+pub mod readable;
 mod staging;
 mod store;
 pub mod strict;

@@ -320,7 +320,11 @@ impl Store {
         if format >= 2 {
             backend.reclaim_bulk_files()?;
         }
-        Ok(Store::assemble(Arc::new(backend), format))
+        let store = Store::assemble(Arc::new(backend), format);
+        if format >= 2 {
+            crate::bulk::discard_pending(&store)?;
+        }
+        Ok(store)
     }
 
     /// A store over `backend`: its database as the format key says, or a

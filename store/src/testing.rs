@@ -112,3 +112,17 @@ pub fn overlay_keys(store: &Store, id: &ConversationId) -> StoreResult<(usize, u
         + count(keys::overlay_directories(keys::Space::Staged, id))?;
     Ok((directories, count(keys::overlays(id))?))
 }
+
+/// Bulk appends committed on this thread from now on stop before the batch
+/// that would make them visible (after writing their blob references and,
+/// for a new conversation, its records): with `as_a_kill`, leaving what
+/// they wrote as a killed process would; else taking it back at once.
+/// `None`: commits run again.
+pub fn interrupt_bulk_commits(how: Option<bool>) {
+    let mode = match how {
+        None => 0,
+        Some(false) => 1,
+        Some(true) => 2,
+    };
+    crate::bulk::interrupt::MODE.with(|m| m.set(mode));
+}

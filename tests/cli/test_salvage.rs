@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::support::{Run, TestEnv};
 
-const CONVERSATIONS: [&str; 4] = ["demo", "big", "small", "branch"];
+const CONVERSATIONS: [&str; 5] = ["demo", "big", "small", "branch", "tiny"];
 
 /// A database of every kind of record placement: small appends in sled
 /// (`demo`), large ones in the segment files (`big`), a log appended an
@@ -20,6 +20,13 @@ fn populated(env: &TestEnv) {
         "gen", "small", "--events", "600", "--batch", "1", "--seed", "2", "-q",
     ];
     env.run(&small).ok();
+    // A few one-event appends, staged in sled only: with the db file gone
+    // nothing holds them, and no other conversation's records may stand
+    // in for them.
+    let tiny = [
+        "gen", "tiny", "--events", "30", "--batch", "1", "--seed", "3", "-q",
+    ];
+    env.run(&tiny).ok();
     env.run(&["fork", "small", "--at-seq", "300", "--name", "branch", "-q"])
         .ok();
     env.run(&["append", "branch", "--user", "the branch's own", "-q"])
@@ -80,7 +87,7 @@ fn backup_is_a_verified_copy_of_every_conversation() {
     let run = env.run(&["backup", dest.to_str().unwrap()]).ok();
     assert!(
         run.stdout
-            .starts_with("backed up 4 conversations, 3642 records"),
+            .starts_with("backed up 5 conversations, 3672 records"),
         "{}",
         run.stdout
     );
@@ -130,8 +137,8 @@ fn backup_is_a_verified_copy_of_every_conversation() {
         env.path().join("second").to_str().unwrap(),
     ]);
     let report = &run.ok().lines()[0];
-    assert_eq!(report["conversations"], 4);
-    assert_eq!(report["records"], 3642);
+    assert_eq!(report["conversations"], 5);
+    assert_eq!(report["records"], 3672);
 }
 
 /// The JSON report of a salvage, and the per-conversation lines.
@@ -174,12 +181,12 @@ fn salvage_of_an_intact_database_recovers_every_record() {
     let before = files(&env.db());
     let dest = env.path().join("salvaged");
     let (conversations, summary) = salvage(&env, &env.db(), &dest);
-    assert_eq!(conversations.len(), 4);
+    assert_eq!(conversations.len(), 5);
     assert!(
         conversations.iter().all(|c| c["whole"] == true),
         "{conversations:?}"
     );
-    assert_eq!(summary["records"], 3642);
+    assert_eq!(summary["records"], 3672);
     assert_eq!(
         files(&env.db()),
         before,
@@ -357,7 +364,7 @@ fn salvage_recovers_what_damaged_copies_still_hold() {
             "{mode}: {trials} cop(ies), {opened} still open; salvage recovered {recovered} of {} \
              records, {whole} of {} conversations complete",
             total * trials,
-            4 * trials
+            CONVERSATIONS.len() * trials
         ));
     }
     eprintln!("{}", summary.join("\n"));

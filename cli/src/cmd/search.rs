@@ -83,29 +83,7 @@ pub(crate) fn run(engine: &Engine, args: &SearchArgs, notes: &Notes) -> Result<E
 pub(crate) fn render(hits: &[Hit], json: bool) -> Result<ExitCode> {
     let mut out = output::stdout();
     if json {
-        let values: Vec<_> = hits
-            .iter()
-            .map(|h| {
-                let mut time = Vec::new();
-                h.time.write_rfc3339(&mut time);
-                json!({
-                    "conversation": h.conversation.hex(),
-                    "name": h.name,
-                    "seq": h.seq,
-                    "turn": h.turn,
-                    "kind": h.kind.as_str(),
-                    "timestamp": String::from_utf8_lossy(&time),
-                    "score": h.score,
-                    "snippet": h.snippet,
-                    "highlights": h.highlights,
-                    "view": h.visibility.as_str(),
-                    "summarized_turns": match h.visibility {
-                        Visibility::Summarized(a, b) => Some([a, b]),
-                        _ => None,
-                    },
-                })
-            })
-            .collect();
+        let values: Vec<_> = hits.iter().map(Hit::to_json).collect();
         writeln!(out, "{}", serde_json::Value::Array(values))?;
     } else {
         for h in hits {

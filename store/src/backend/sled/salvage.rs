@@ -22,7 +22,10 @@
 //!    hashes, from the parent address the chunk carries, to the check
 //!    beside it. Such records carry no conversation: they continue a
 //!    conversation's chain only from the address of its last record
-//!    recovered, and only when every copy found agrees on the next record.
+//!    recovered, and only when every copy found agrees on the next record;
+//!    where other conversations' records may follow the same address (the
+//!    root, which every first record follows, or a fork point) only on the
+//!    way back from the conversation's head in `convstore.catalog`.
 //!    Blobs are found in sled's files by their value's encoding and hash,
 //!    and between bodies in unframed segment files by their hash.
 //!
@@ -737,12 +740,21 @@ impl Sources {
         if distinct.len() > 1 {
             distinct.retain(|a| !others(a));
         }
-        if distinct.len() > 1 {
-            if let Some(next) = toward
-                .and_then(|(head, steps)| on_path_back(&scanned.parents, address, head, steps))
-            {
-                distinct.retain(|a| *a == next);
-            }
+        let confirmed =
+            toward.and_then(|(head, steps)| on_path_back(&scanned.parents, address, head, steps));
+        if let Some(next) = confirmed {
+            distinct.retain(|a| *a == next);
+        } else if self.shared_start(id, address) {
+            // Every conversation's first record follows the root, and a
+            // fork's first follows its parent's: a record found there
+            // by scanning may be any of theirs. Only the way back from this
+            // conversation's own head (its catalog line) tells.
+            return Err(
+                "the records found by scanning that follow carry no conversation, and other \
+                 conversations' records follow the same one (the root, or a fork point), so \
+                 which are this conversation's is not known"
+                    .to_owned(),
+            );
         }
         let candidates: Vec<&ScannedRecord> = candidates
             .iter()
@@ -764,6 +776,18 @@ impl Sources {
             }
         }
         Ok(None)
+    }
+
+    /// Whether records of other conversations may follow `address` as
+    /// well as `id`'s: the root, a fork point, or a record another
+    /// conversation's chain holds.
+    fn shared_start(&self, id: &ConversationId, address: Address) -> bool {
+        address == Address::ROOT
+            || self.fork_bases.contains(&address)
+            || self
+                .claimed
+                .get(&address)
+                .is_some_and(|owners| owners.iter().any(|o| o != id))
     }
 
     /// Scans sled's files and the unframed parts of the segment files for

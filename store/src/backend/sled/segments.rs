@@ -321,6 +321,25 @@ impl Segments {
         }
     }
 
+    /// Deletes files `numbers` (under either name) for good: nothing
+    /// refers to them any more. A file already gone is no error.
+    pub(crate) fn remove(&self, numbers: &[u32]) -> StoreResult<()> {
+        self.state().committed.retain(|n| !numbers.contains(n));
+        for &number in numbers {
+            for path in [self.path(number), self.bulk_path(number)] {
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error(&path, &e)),
+                }
+            }
+        }
+        if !numbers.is_empty() {
+            sync_directory(&self.dir)?;
+        }
+        Ok(())
+    }
+
     /// Settles the `.bulk` files an interrupted process left: renamed to
     /// their plain names if `committed(N)` (their commit was applied),
     /// else deleted. Called when the database is opened, before any write.
