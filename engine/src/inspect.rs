@@ -19,7 +19,7 @@ use convstore_store::{
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use crate::explain::{overlay_json, policy_text};
+use crate::explain::{describe, overlay_json};
 use crate::pipeline::{self, Scope};
 
 /// The most records a [`page`] holds.
@@ -163,13 +163,7 @@ impl Timeline {
                 value["covers"] = json!(o.covered(last).map(|(a, b)| [a, b]));
                 value["revert"] = json!(is_revert(o));
                 value["recall_hints"] = json!(o.recall_hints);
-                value["describe"] = json!(
-                    ["summary", "reasoning", "tool_calls"]
-                        .iter()
-                        .map(|k| format!("{k}={}", policy_text(o, k)))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                );
+                value["describe"] = json!(describe(o));
                 value
             }).collect::<Vec<_>>(),
             "spans": self.spans.iter().map(|s| json!({

@@ -30,6 +30,7 @@ use crate::discovery::{self, Discovery};
 use crate::error::{ApiError, ServeError};
 use crate::follow::Notifier;
 use crate::idempotency::Idempotency;
+use crate::inspector;
 use crate::metrics::Metrics;
 use crate::routes;
 use crate::state::{AppState, Shared, WRITE_PERMITS};
@@ -379,6 +380,11 @@ pub(crate) fn router(state: Shared) -> Router {
             get(routes::read_view),
         )
         .route(&format!("{conversation}/explain"), get(routes::explain))
+        .route(
+            &format!("{conversation}/timeline"),
+            get(inspector::timeline),
+        )
+        .route(&format!("{conversation}/inspect"), get(inspector::inspect))
         .route(&format!("{conversation}/stats"), get(commands::stats))
         .route(&format!("{conversation}/pins"), get(commands::pins))
         .route(
@@ -426,6 +432,10 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .route("/v1/openapi.json", get(routes::openapi))
+        .route("/", get(inspector::list_page))
+        .route("/c/{conv}", get(inspector::conversation_page))
+        .route("/assets/inspector.js", get(inspector::script))
+        .route("/assets/inspector.css", get(inspector::style))
         .route_service("/mcp", mcp)
         .merge(reads)
         .merge(writes)
@@ -452,7 +462,7 @@ async fn method_not_allowed() -> ApiError {
 /// Tokens and the in-flight limit: runs before every handler.
 async fn admit(State(state): State<Shared>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    let open = path == "/healthz";
+    let open = path == "/healthz" || inspector::is_page(path);
     if let (Some(tokens), false) = (&state.tokens, open) {
         let presented = request
             .headers()

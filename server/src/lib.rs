@@ -35,6 +35,7 @@ mod error;
 pub mod follow;
 mod http;
 mod idempotency;
+mod inspector;
 pub mod metrics;
 mod routes;
 mod state;
