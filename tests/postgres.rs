@@ -100,6 +100,11 @@ fn every_command_runs_on_postgres_and_schemas_are_versioned() {
     assert!(err.contains("schema version 99"), "{err}");
     let err = fails(&db, &["migrate"]);
     assert!(err.contains("schema version 99"), "{err}");
+    // A current schema missing a table: migrate says so too.
+    psql(&db, "DELETE FROM convstore_schema WHERE version = 99");
+    psql(&db, "DROP TABLE pins");
+    let err = fails(&db, &["migrate"]);
+    assert!(err.contains("table pins is missing"), "{err}");
 }
 
 #[test]

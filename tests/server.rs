@@ -801,7 +801,7 @@ fn every_command_prints_the_same_through_the_server() {
         out.starts_with("imported 1 event in 1 turn into imp"),
         "{out}"
     );
-    let (code, out, err) = cli(&db, &["reindex"], None);
+    let (code, out, err) = cli(&db, &["reindex", "--json"], None);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.starts_with("{\"conversations\":3,\"records\":"),
@@ -916,4 +916,26 @@ fn hostile_and_ordinary_requests_get_proper_answers() {
     assert_eq!(status, 200, "{body}");
     let view = get_text(&format!("{chat}/view?format=text"));
     assert!(view.contains("(recall 3)"), "{view}");
+}
+
+/// A serve that cannot listen (beyond loopback without tokens, a port
+/// taken) fails before it opens, so it creates no database.
+#[test]
+fn a_serve_that_cannot_listen_creates_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().expect("addr").port().to_string();
+    for listen in ["0.0.0.0:0".to_owned(), format!("127.0.0.1:{port}")] {
+        let db = dir.path().join("fresh.db");
+        let out = Command::new(BIN)
+            .arg("--db")
+            .arg(&db)
+            .args(["serve", "--listen", &listen])
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(1), "{listen}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert!(!db.exists(), "{listen}: the database was created");
+    }
 }

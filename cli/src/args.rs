@@ -969,6 +969,9 @@ pub struct SalvageArgs {
 /// `recall`
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["target", "call", "summary_of", "tool_call"])))]
+#[command(
+    override_usage = "convstore recall [OPTIONS] <CONVERSATION> <SEQ|FROM..TO|--call <ID>|--summary-of <SEQ>|--tool-call <JSON>>"
+)]
 pub struct RecallArgs {
     /// Conversation name, id or id prefix.
     #[arg(add = conversations(), value_parser = conversation)]
@@ -1049,7 +1052,11 @@ pub struct DiffArgs {
 
 /// `reindex`
 #[derive(Debug, Args)]
-pub struct ReindexArgs {}
+pub struct ReindexArgs {
+    /// Machine-readable output: `{"conversations": N, "records": N}`.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// `mcp`
 #[derive(Debug, Args)]

@@ -810,14 +810,15 @@ pub(crate) fn dispatch(
             drop(out);
             return cmd::import::report(&value, args.json, notes);
         }
-        Command::Reindex(_) => {
+        Command::Reindex(args) => {
             let value = client.post_json("/v1/reindex", &json!({}))?;
-            notes.say(&format!(
-                "indexed {} of {}",
-                output::plural(value["records"].as_u64().unwrap_or(0), "record"),
-                output::plural(value["conversations"].as_u64().unwrap_or(0), "conversation"),
-            ));
-            writeln!(out, "{value}")?;
+            drop(out);
+            return cmd::search::reindexed(
+                value["conversations"].as_u64().unwrap_or(0),
+                value["records"].as_u64().unwrap_or(0),
+                None,
+                args.json,
+            );
         }
         Command::Backup(args) => {
             // The server writes the copy on its machine: an absolute path.

@@ -105,6 +105,18 @@ pub fn serve(
     options: &ServeOptions,
     listening: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
+    let bound = bind(options)?;
+    serve_bound(engine, bound, options, listening)
+}
+
+/// A socket bound for [`serve_bound`]: options checked, the address taken.
+#[derive(Debug)]
+pub struct Bound(std::net::TcpListener);
+
+/// Checks `options` and binds their address, before anything else: a
+/// command can then refuse bad options or a taken port before it opens
+/// (or creates) a database.
+pub fn bind(options: &ServeOptions) -> Result<Bound, ServeError> {
     if !options.listen.ip().is_loopback() && options.tokens.is_none() {
         return Err(ServeError::Invalid(format!(
             "--listen {}: not a loopback address; listening beyond this machine needs --token-file FILE (clients then send Authorization: Bearer TOKEN)",
@@ -116,6 +128,22 @@ pub fn serve(
             "--max-connections and --max-in-flight must be 1 or more".to_owned(),
         ));
     }
+    let listener = std::net::TcpListener::bind(options.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|source| ServeError::Listen {
+            addr: options.listen,
+            source,
+        })?;
+    Ok(Bound(listener))
+}
+
+/// [`serve`] on a socket [`bind`] bound.
+pub fn serve_bound(
+    engine: Engine,
+    bound: Bound,
+    options: &ServeOptions,
+    listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("convstore-http")
@@ -129,6 +157,7 @@ pub fn serve(
         Arc::clone(&engine),
         committer,
         metrics,
+        bound,
         options,
         listening,
     ));
@@ -156,16 +185,14 @@ async fn run(
     engine: Arc<Engine>,
     committer: Committer,
     metrics: Arc<Metrics>,
+    bound: Bound,
     options: &ServeOptions,
     listening: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
-    let listener =
-        TcpListener::bind(options.listen)
-            .await
-            .map_err(|source| ServeError::Listen {
-                addr: options.listen,
-                source,
-            })?;
+    let listener = TcpListener::from_std(bound.0).map_err(|source| ServeError::Listen {
+        addr: options.listen,
+        source,
+    })?;
     let addr = listener.local_addr().map_err(|source| ServeError::Listen {
         addr: options.listen,
         source,

@@ -41,7 +41,7 @@ mod routes;
 mod state;
 
 pub use error::{ApiError, ServeError};
-pub use http::{serve, Limits, ServeOptions};
+pub use http::{bind, serve, serve_bound, Bound, Limits, ServeOptions};
 
 /// The OpenAPI document of the API, as served at `/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("../openapi.json");

@@ -61,10 +61,10 @@ pub(crate) fn run(engine: &Engine, args: &DiffArgs, matches: &ArgMatches) -> Res
 /// The two sides of `diff` and the profiles given after each.
 pub(crate) fn sides(args: &DiffArgs, matches: &ArgMatches) -> Result<[Option<String>; 2]> {
     if args.sides.len() != 2 {
-        bail!(
+        return Err(crate::output::usage(format!(
             "diff takes two sides, A and B, {} given (diff A [--profile P] B [--profile P])",
             args.sides.len()
-        );
+        )));
     }
     // Each --profile belongs to the side it follows.
     let side_at: Vec<usize> = matches

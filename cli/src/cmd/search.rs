@@ -134,21 +134,40 @@ fn marked(snippet: &str, highlights: &[(usize, usize)]) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-pub(crate) fn reindex(engine: &Engine, _args: &ReindexArgs, notes: &Notes) -> Result<ExitCode> {
+pub(crate) fn reindex(engine: &Engine, args: &ReindexArgs, _notes: &Notes) -> Result<ExitCode> {
     let started = Instant::now();
     let done = engine.reindex()?;
-    notes.say(&format!(
-        "indexed {} of {} in {:.1} s",
-        output::plural(done.records, "record"),
-        output::plural(done.conversations, "conversation"),
-        started.elapsed().as_secs_f64()
-    ));
+    reindexed(
+        done.conversations,
+        done.records,
+        Some(started.elapsed()),
+        args.json,
+    )
+}
+
+/// Prints what `reindex` did (here, or by a server).
+pub(crate) fn reindexed(
+    conversations: u64,
+    records: u64,
+    took: Option<std::time::Duration>,
+    json: bool,
+) -> Result<ExitCode> {
     let mut out = output::stdout();
-    writeln!(
-        out,
-        "{}",
-        json!({ "conversations": done.conversations, "records": done.records })
-    )?;
+    if json {
+        writeln!(
+            out,
+            "{}",
+            json!({ "conversations": conversations, "records": records })
+        )?;
+    } else {
+        let took = took.map_or(String::new(), |t| format!(" in {:.1} s", t.as_secs_f64()));
+        writeln!(
+            out,
+            "indexed {} of {}{took}",
+            output::plural(records, "record"),
+            output::plural(conversations, "conversation"),
+        )?;
+    }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1134,6 +1134,19 @@ pub fn migrate(url: &str) -> StoreResult<Migrated> {
         }
     }
     let from = apply_migrations(&mut client).map_err(|e| backend_error(&e))?;
+    // A schema said to be current whose tables are gone is not fixed by
+    // migrating: say so, as every other command does.
+    let missing = missing_tables(&mut client).map_err(|e| backend_error(&e))?;
+    if !missing.is_empty() {
+        return Err(cannot(format!(
+            "its convstore schema is damaged: {} missing (restore the database from a backup)",
+            if missing.len() == 1 {
+                format!("table {} is", missing[0])
+            } else {
+                format!("tables {} are", missing.join(", "))
+            }
+        )));
+    }
     Ok(Migrated {
         from,
         to: SCHEMA_VERSION,
