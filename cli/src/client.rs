@@ -532,19 +532,10 @@ pub(crate) fn dispatch(
                 writeln!(out, "{forked}")?;
             } else {
                 let at = forked["at"].as_u64().unwrap_or(0);
-                notes.say(&format!(
-                    "forked {} after record {} ({} shared{})",
-                    label(&parent),
-                    at.saturating_sub(1),
-                    output::plural(at, "record"),
-                    if compacted {
-                        format!(
-                            ", compacted with profile {}",
-                            args.compact.as_deref().unwrap_or("")
-                        )
-                    } else {
-                        String::new()
-                    }
+                notes.say(&cmd::fork::forked_note(
+                    &label(&parent),
+                    at,
+                    compacted.then_some(args.compact.as_deref().unwrap_or("")),
                 ));
                 writeln!(
                     out,
@@ -826,6 +817,13 @@ pub(crate) fn dispatch(
             let value = client.post_json("/v1/backup", &json!({ "dest": dest }))?;
             drop(out);
             return cmd::backup::report(&value, args.json);
+        }
+        Command::Mcp(_) => {
+            bail!(
+                "the server at {} holds the database: MCP clients connect to its /mcp endpoint ({}/mcp, streamable HTTP; docs/mcp.md)",
+                client.base,
+                client.base
+            );
         }
         other => {
             let name = format!("{other:?}")

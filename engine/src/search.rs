@@ -22,7 +22,7 @@ use convstore_store::Seq;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use convstore_projection::{resolve, Resolution, Summary, ToolPolicy};
@@ -187,7 +187,15 @@ pub struct SearchIndex {
     /// One writer at a time within the process (other processes are kept
     /// out by the database's own lock, which every writer holds).
     writing: Mutex<()>,
+    /// Each searched conversation's overlays resolved, with the head they
+    /// were resolved at: a query's dispositions need them, and they change
+    /// only with a write (10,000 compactions take tens of milliseconds to
+    /// read and resolve).
+    resolutions: Mutex<HashMap<ConversationId, (Address, Arc<Resolution>)>>,
 }
+
+/// Conversations whose resolutions [`SearchIndex`] keeps.
+const RESOLUTIONS_KEPT: usize = 64;
 
 /// What [`SearchIndex::catch_up`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -249,6 +257,7 @@ impl SearchIndex {
             reader,
             fields,
             writing: Mutex::new(()),
+            resolutions: Mutex::new(HashMap::new()),
         };
         let payload = opened.payload()?;
         if payload.layout != LAYOUT && !(fresh && payload.layout == 0) {
@@ -726,7 +735,7 @@ impl SearchIndex {
             )
             .map_err(err)?;
         let snippets = SnippetGenerator::create(&searcher, &*text_query, f.text).map_err(err)?;
-        let mut views: HashMap<ConversationId, (Resolution, u64)> = HashMap::new();
+        let mut views: HashMap<ConversationId, Arc<Resolution>> = HashMap::new();
         let mut hits = Vec::with_capacity(top.len());
         for (score, address) in top {
             let doc: TantivyDocument = searcher.doc(address).map_err(err)?;
@@ -747,12 +756,9 @@ impl SearchIndex {
             let text = indexed_text(&record.event).unwrap_or_default();
             let snippet = snippets.snippet(&text);
             if let std::collections::hash_map::Entry::Vacant(slot) = views.entry(conversation) {
-                let len = store.info(&conversation)?.len;
-                let last_turn = store.turn_of(&conversation, Seq(len - 1))?.0;
-                let overlays = pipeline::overlays_under(store, &conversation, len, None)?;
-                slot.insert((resolve(overlays, Some(last_turn)), len));
+                slot.insert(self.resolution(store, &conversation)?);
             }
-            let (resolution, _) = &views[&conversation];
+            let resolution = &views[&conversation];
             let tool = match &record.event.kind {
                 EventKind::ToolCall { name, .. } => Some(name.clone()),
                 EventKind::ToolResult { id, .. } => {
@@ -779,6 +785,34 @@ impl SearchIndex {
             });
         }
         Ok(hits)
+    }
+
+    /// `id`'s overlays resolved over its whole log, kept per head.
+    fn resolution(&self, store: &Store, id: &ConversationId) -> Result<Arc<Resolution>> {
+        let info = store.info(id)?;
+        let kept = |r: &Mutex<HashMap<ConversationId, (Address, Arc<Resolution>)>>| {
+            r.lock().ok().and_then(|m| {
+                m.get(id)
+                    .filter(|(head, _)| *head == info.head)
+                    .map(|(_, r)| Arc::clone(r))
+            })
+        };
+        if let Some(resolution) = kept(&self.resolutions) {
+            return Ok(resolution);
+        }
+        let last_turn = match info.len {
+            0 => None,
+            len => Some(store.turn_of(id, Seq(len - 1))?.0),
+        };
+        let overlays = pipeline::overlays_under(store, id, info.len, None)?;
+        let resolution = Arc::new(resolve(overlays, last_turn));
+        if let Ok(mut map) = self.resolutions.lock() {
+            if map.len() >= RESOLUTIONS_KEPT {
+                map.clear();
+            }
+            map.insert(*id, (info.head, Arc::clone(&resolution)));
+        }
+        Ok(resolution)
     }
 
     /// The name of the latest call with id `call` in `id`'s log (through

@@ -181,7 +181,16 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
     use convstore_engine::{Engine, Location, OpenOptions};
     let from = Location::parse(&args.from.to_string_lossy())?;
     let to = Location::parse(&args.to.to_string_lossy())?;
-    if from == to {
+    // However the paths are spelled (`a.db`, `./a.db/`, a symlink).
+    let same_dir = match (from.path(), to.path()) {
+        (Some(a), Some(b)) => a
+            .canonicalize()
+            .ok()
+            .zip(b.canonicalize().ok())
+            .is_some_and(|(a, b)| a == b),
+        _ => false,
+    };
+    if from == to || same_dir {
         anyhow::bail!("FROM and TO are the same database ({from})");
     }
     let source = Engine::open(&from, &OpenOptions::existing())?;

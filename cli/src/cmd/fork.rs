@@ -49,22 +49,27 @@ pub(crate) fn run(engine: &Engine, args: &ForkArgs, notes: &Notes) -> Result<Exi
         });
         writeln!(out, "{value}")?;
     } else {
-        notes.say(&format!(
-            "forked {} after record {} ({} shared{})",
-            info.label(),
-            forked.at.saturating_sub(1),
-            output::plural(forked.at, "record"),
-            if forked.compacted {
-                format!(
-                    ", compacted with profile {}",
-                    args.compact.as_deref().unwrap_or("")
-                )
-            } else {
-                String::new()
-            }
+        notes.say(&forked_note(
+            &info.label(),
+            forked.at,
+            forked.compacted.then_some(args.compact.as_deref().unwrap_or("")),
         ));
         writeln!(out, "{} {}", fork.label(), forked.head)?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `fork` says it did: where the fork branches off, and the profile
+/// it was compacted with.
+pub(crate) fn forked_note(parent: &str, at: u64, compacted: Option<&str>) -> String {
+    let place = match at {
+        0 => "at its start".to_owned(),
+        at => format!("after record {}", at - 1),
+    };
+    let compacted = compacted.map_or(String::new(), |p| format!(", compacted with profile {p}"));
+    format!(
+        "forked {parent} {place} ({} shared{compacted})",
+        output::plural(at, "record")
+    )
 }

@@ -7,7 +7,7 @@ mod demo;
 pub(crate) mod diff;
 pub(crate) mod explain;
 mod export;
-mod fork;
+pub(crate) mod fork;
 mod gen;
 pub(crate) mod import;
 mod log;
