@@ -60,6 +60,7 @@ pub struct Cli {
         global = true,
         env = "CONVSTORE_URL",
         value_name = "URL",
+        value_parser = server_url,
         help_heading = "Global options"
     )]
     pub url: Option<String>,
@@ -703,9 +704,23 @@ pub fn parse_turns(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> 
 /// A conversation argument: a name, a full id or `id:PREFIX` (or a bare
 /// id prefix, which is a name too), in Unicode NFC. What cannot name a
 /// conversation is a usage error.
+/// A server's URL: http:// or https://.
+fn server_url(text: &str) -> Result<String, String> {
+    if text.starts_with("http://") || text.starts_with("https://") {
+        Ok(text.to_owned())
+    } else {
+        Err("not an http:// URL (a server, as `convstore serve` prints it)".to_owned())
+    }
+}
+
 fn conversation(text: &str) -> Result<String, String> {
     use unicode_normalization::UnicodeNormalization as _;
     let text: String = text.nfc().collect();
+    if let Some(hex) = text.strip_prefix(store::ID_MARKER) {
+        if !(4..=32).contains(&hex.len()) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err("id: takes 4 to 32 hex digits of a conversation id".to_owned());
+        }
+    }
     let id = text.starts_with(store::ID_MARKER)
         || (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()));
     if id {

@@ -402,6 +402,10 @@ fn exit_codes_are_two_for_usage_and_one_for_failures() {
     assert_eq!(env.run(&["list"]).code, 1);
     chat(&env, 1);
     assert_eq!(env.run(&["project", "nope"]).code, 1);
+    assert_eq!(env.run(&["--url", "ftp://x", "list"]).code, 2);
+    assert_eq!(env.run(&["append", "id:zz", "--user", "x"]).code, 2);
+    assert_eq!(env.run(&["diff", "chat"]).code, 2);
+    assert_eq!(env.run(&["diff", "chat", "chat", "chat"]).code, 2);
     assert_eq!(env.run(&["--help"]).code, 0);
     assert_eq!(env.run(&["--version"]).code, 0);
 }

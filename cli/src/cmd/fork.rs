@@ -52,7 +52,9 @@ pub(crate) fn run(engine: &Engine, args: &ForkArgs, notes: &Notes) -> Result<Exi
         notes.say(&forked_note(
             &info.label(),
             forked.at,
-            forked.compacted.then_some(args.compact.as_deref().unwrap_or("")),
+            forked
+                .compacted
+                .then_some(args.compact.as_deref().unwrap_or("")),
         ));
         writeln!(out, "{} {}", fork.label(), forked.head)?;
     }
