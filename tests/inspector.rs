@@ -291,10 +291,28 @@ fn the_inspector_shows_a_real_conversation_in_a_browser() {
     assert!(rows.contains("summary of turns 0..2"), "{rows}");
     assert!(rows.contains("Reviewed the crate plan."), "{rows}");
     assert!(rows.contains("replaced by the summary"), "{rows}");
+    // Every conversation event of turns 0..2 is replaced by the summary
+    // (config and system events pass through).
     let fates = browser.js(
-        "return [...document.querySelectorAll('#rows tbody tr')].map(r => r.className).join(' ');",
+        "return [...document.querySelectorAll('#rows tbody tr')].filter(r => Number(r.children[1].innerText) <= 2).map(r => r.className.split(' ')[0] + ':' + r.children[2].querySelector('.kind').innerText);",
     );
-    assert!(fates.as_str().unwrap().contains("summarized"), "{fates}");
+    for fate in fates.as_array().unwrap() {
+        let fate = fate.as_str().unwrap();
+        assert!(
+            fate.starts_with("summarized:") || fate == "kept:config" || fate == "kept:system",
+            "{fates}"
+        );
+    }
+    // The totals are those of `stats`, and the profile is shown.
+    let stats: Value = serde_json::from_str(&run(&["stats", "bear", "--json"])).unwrap();
+    let note = browser.text("#tokens-note");
+    let expected = format!(
+        "raw {} tokens, projected {}",
+        thousands(stats["tokens"].as_u64().unwrap()),
+        thousands(stats["view_tokens"].as_u64().unwrap())
+    );
+    assert!(note.starts_with(&expected), "{note} / {expected}");
+    assert!(compactions.contains("default"), "{compactions}");
     // Later turns: stripped tool results.
     browser.js("document.getElementById('goto-turn').value = '6'; document.getElementById('goto').click(); return null;");
     browser.wait("document.getElementById('page-note').innerText.includes('turns 6..')");
@@ -331,6 +349,19 @@ fn the_inspector_shows_a_real_conversation_in_a_browser() {
     drop(server);
 }
 
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// With tokens, the pages load and ask for one; the data needs it.
 #[test]
 fn the_inspector_asks_for_a_token_when_the_server_needs_one() {
@@ -346,6 +377,9 @@ fn the_inspector_asks_for_a_token_when_the_server_needs_one() {
     );
     browser.go(&format!("{}/", server.url));
     browser.wait("!document.getElementById('token-box').hidden");
+    // A wrong one is said to be refused, and forgotten.
+    browser.js("document.getElementById('token').value = 'wrong-token-0123456789'; document.getElementById('token-save').click(); return null;");
+    browser.wait("!document.getElementById('token-box').hidden && document.getElementById('token-note').innerText.includes('refused')");
     browser.js("document.getElementById('token').value = 'reader-token-0123456789'; document.getElementById('token-save').click(); return null;");
     browser.wait("document.body.dataset.ready === 'true' && document.getElementById('status').innerText.includes('No conversations')");
 }

@@ -916,6 +916,42 @@ fn hostile_and_ordinary_requests_get_proper_answers() {
     assert_eq!(status, 200, "{body}");
     let view = get_text(&format!("{chat}/view?format=text"));
     assert!(view.contains("(recall 3)"), "{view}");
+
+    // Another site's page cannot write (its Origin), and a rebound name
+    // cannot read (its Host): nothing is stored.
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{chat}/events"))
+            .set("Origin", "http://127.0.0.2:8000")
+            .set("Content-Type", "text/plain")
+            .send_string(r#"[{"type":"user","text":"planted"}]"#),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (403, json!("forbidden")),
+        "{body}"
+    );
+    let own = url.trim_start_matches("http://");
+    let rebound = {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(own).expect("connects");
+        stream
+            .write_all(b"GET /v1/conversations HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n")
+            .expect("sends");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("reads");
+        answer
+    };
+    assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{chat}/events"))
+            .set("Origin", &format!("http://{own}"))
+            .send_string(r#"[{"type":"user","text":"from the inspector's own origin"}]"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let log = get_text(&format!("{chat}/events"));
+    assert!(!log.contains("planted"), "{log}");
 }
 
 /// A serve that cannot listen (beyond loopback without tokens, a port

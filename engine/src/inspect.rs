@@ -19,7 +19,7 @@ use convstore_store::{
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use crate::explain::{describe, overlay_json};
+use crate::explain::{overlay_json, policy_text};
 use crate::pipeline::{self, Scope};
 
 /// The most records a [`page`] holds.
@@ -54,6 +54,12 @@ pub struct Timeline {
     pub bucket_turns: u64,
     /// Tokens per bucket (four characters a token): raw log, view.
     pub tokens: Vec<(u64, u64)>,
+    /// Tokens of the whole raw log and of the whole view (counted from
+    /// their characters once, as `stats` counts them, not summed from the
+    /// rounded buckets).
+    pub totals: (u64, u64),
+    /// The `profile` each compaction was stored with, by seq.
+    pub profiles: std::collections::HashMap<u64, String>,
 }
 
 /// The timeline of the records in `scope`, its token chart in at most
@@ -86,11 +92,19 @@ pub fn timeline(
         || chars_per_bucket(store, id, scope, &raw, bucket_turns, count),
         || chars_per_bucket(store, id, scope, &view, bucket_turns, count),
     );
-    for (slot, (r, v)) in tokens
-        .iter_mut()
-        .zip(raw_chars?.into_iter().zip(view_chars?))
-    {
-        *slot = (tokens_for_chars(r), tokens_for_chars(v));
+    let (raw_chars, view_chars) = (raw_chars?, view_chars?);
+    for (slot, (r, v)) in tokens.iter_mut().zip(raw_chars.iter().zip(&view_chars)) {
+        *slot = (tokens_for_chars(*r), tokens_for_chars(*v));
+    }
+    let totals = (
+        tokens_for_chars(raw_chars.iter().sum()),
+        tokens_for_chars(view_chars.iter().sum()),
+    );
+    let mut profiles = std::collections::HashMap::new();
+    for row in crate::stats::compactions(store, id, scope.end)? {
+        if let (Some(seq), Some(profile)) = (row["seq"].as_u64(), row["profile"].as_str()) {
+            profiles.insert(seq, profile.to_owned());
+        }
     }
     let last_activity = match scope.end {
         0 => None,
@@ -110,6 +124,8 @@ pub fn timeline(
         pins: store.pins(id)?,
         bucket_turns,
         tokens,
+        totals,
+        profiles,
     })
 }
 
@@ -164,6 +180,7 @@ impl Timeline {
                 value["revert"] = json!(is_revert(o));
                 value["recall_hints"] = json!(o.recall_hints);
                 value["describe"] = json!(describe(o));
+                value["profile"] = json!(self.profiles.get(&o.seq));
                 value
             }).collect::<Vec<_>>(),
             "spans": self.spans.iter().map(|s| json!({
@@ -176,8 +193,26 @@ impl Timeline {
             "pins": self.pins.iter().map(|(a, b)| [a, b]).collect::<Vec<_>>(),
             "bucket_turns": self.bucket_turns,
             "tokens": self.tokens.iter().map(|(r, v)| [r, v]).collect::<Vec<_>>(),
+            "raw_tokens": self.totals.0,
+            "projected_tokens": self.totals.1,
         })
     }
+}
+
+/// What `o` sets, in a few words: `summary "…"`, `reasoning=strip`,
+/// `tool_calls=omit`.
+fn describe(o: &Overlay) -> String {
+    let mut parts = Vec::new();
+    if o.summary.is_some() {
+        parts.push(policy_text(o, "summary"));
+    }
+    for kind in ["reasoning", "tool_calls"] {
+        let text = policy_text(o, kind);
+        if text != "-" {
+            parts.push(format!("{kind}={text}"));
+        }
+    }
+    parts.join(" ")
 }
 
 /// Whether `o` is a revert: keep for all three content types.
@@ -209,6 +244,8 @@ pub struct Page {
     /// Each record with the view events carrying its seq (the summary
     /// events injected before it among them).
     pub rows: Vec<Row>,
+    /// Per row: the turns of the summary that replaces it, if one does.
+    pub summarized: Vec<Option<(u64, u64)>>,
 }
 
 /// One record and what the view makes of it.
@@ -264,7 +301,22 @@ pub fn page(
             view: Vec::new(),
         });
     }
+    let mut summarized = vec![None; rows.len()];
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        // Which records a summary replaces (the view drops them all; only
+        // the first carries the summary's events).
+        let last_turn = scope.turns(store, id)?.checked_sub(1);
+        let resolution = resolve(
+            pipeline::overlays_under(store, id, scope.end, None)?,
+            last_turn,
+        );
+        for (slot, row) in summarized.iter_mut().zip(&rows) {
+            if let crate::search::Visibility::Summarized(a, b) =
+                crate::search::disposition(&resolution, row.turn, row.raw.kind.event_type(), None)
+            {
+                *slot = Some((a, b));
+            }
+        }
         let turns = first.turn..=last.turn;
         let (projector, _) = pipeline::plan_turns(store, id, scope, turns)?;
         let mut view: Vec<ViewEvent> = Vec::new();
@@ -291,6 +343,7 @@ pub fn page(
         from,
         end,
         rows,
+        summarized,
     })
 }
 
@@ -304,19 +357,21 @@ impl Page {
         let rows: Vec<Value> = self
             .rows
             .iter()
-            .map(|row| {
+            .zip(&self.summarized)
+            .map(|(row, summary)| {
                 let own = row.view.iter().find(|v| v.summary_of.is_none());
                 let injected = row.view.iter().any(|v| v.summary_of.is_some());
                 let fate = match own {
                     Some(v) if v.event == row.raw => "kept",
                     Some(_) => "changed",
-                    None if injected => "summarized",
+                    None if injected || summary.is_some() => "summarized",
                     None => "dropped",
                 };
                 json!({
                     "seq": row.seq,
                     "turn": row.turn,
                     "fate": fate,
+                    "summarized_by": summary.filter(|_| fate == "summarized").map(|(a, b)| [a, b]),
                     "raw": event_json(&row.raw),
                     "view": row.view.iter().map(|v| {
                         let mut value = event_json(&v.event);

@@ -31,8 +31,9 @@ async function api(path) {
   if (token) headers.Authorization = "Bearer " + token;
   const response = await fetch(path, { headers });
   if (response.status === 401) {
-    showTokenBox();
-    throw new Error("this server needs a token");
+    if (token) sessionStorage.removeItem(TOKEN_KEY);
+    showTokenBox(token ? "The token was refused; give another." : null);
+    throw new Error(token ? "the token was refused" : "this server needs a token");
   }
   const body = await response.json().catch(() => null);
   if (!response.ok) {
@@ -42,11 +43,13 @@ async function api(path) {
   return body;
 }
 
-function showTokenBox() {
+function showTokenBox(message) {
   const box = document.getElementById("token-box");
   if (!box || !box.hidden) return;
   box.hidden = false;
-  document.getElementById("token-save").addEventListener("click", () => {
+  if (message) document.getElementById("token-note").textContent = message;
+  box.addEventListener("submit", (event) => {
+    event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
     location.reload();
   });
@@ -131,10 +134,8 @@ async function listPage() {
   async function fillRow(row) {
     try {
       const t = await api(`/v1/conversations/${row.id}/timeline?buckets=1`);
-      const raw = t.tokens.reduce((s, b) => s + b[0], 0);
-      const projected = t.tokens.reduce((s, b) => s + b[1], 0);
-      row.cells.tokens.textContent = fmt(raw);
-      row.cells.projected.textContent = fmt(projected);
+      row.cells.tokens.textContent = fmt(t.raw_tokens);
+      row.cells.projected.textContent = fmt(t.projected_tokens);
       row.cells.last.textContent = t.last_activity ? t.last_activity.replace("T", " ").slice(0, 19) : "-";
     } catch (e) {
       row.cells.last.textContent = "error: " + e.message;
@@ -173,7 +174,8 @@ async function listPage() {
 
 // ---- one conversation ------------------------------------------------
 
-const COLORS = ["#7b5cd6", "#d08a1e", "#2a8f83", "#c2255c", "#1c7ed6", "#5c940d", "#e8590c", "#6741d9", "#0c8599", "#a61e4d"];
+// Compaction bars: blues and slates, none of the legend's colours.
+const COLORS = ["#1c7ed6", "#364fc7", "#495057", "#1864ab", "#5f3dc4", "#748ffc", "#343a40", "#4263eb", "#91a7ff", "#868e96"];
 const BAND = { summary: "#7b5cd6", reasoning: "#d08a1e", tool_calls: "#2a8f83" };
 
 function colorOf(seq) {
@@ -198,17 +200,17 @@ function eventText(e) {
   }
 }
 
-function eventNode(e, onSummary) {
+function eventNode(e, onSummary, viewSide) {
   const text = eventText(e) || "";
   const node = el("div", { class: "event" }, el("span", { class: "kind", text: e.type }));
   if (e.summary_of && onSummary) {
     node.append(el("button", {
       class: "summary-link", type: "button",
       text: `summary of turns ${e.summary_of[0]}..${e.summary_of[1]}`,
-      onclick: () => onSummary(e.summary_of[0]),
+      onclick: () => onSummary(e.summary_of[0], e.summary_of[1]),
     }), " ");
   }
-  const recall = text.match(/\(recall (\d+(?:\.\.\d+)?)\)/);
+  const recall = viewSide ? text.match(/\(recall (\d+(?:\.\.\d+)?)\)/) : null;
   if (recall) node.append(el("span", { class: "provenance", text: "recall " + recall[1] }));
   if (text.length > 600) {
     node.append(el("details", {}, el("summary", { class: "text", text: text.slice(0, 300) + " …" }),
@@ -222,10 +224,12 @@ function eventNode(e, onSummary) {
 async function conversationPage() {
   const conv = decodeURIComponent(location.pathname.slice("/c/".length));
   const params = new URLSearchParams(location.search);
+  // Values from the address: whole numbers, else ignored.
+  const whole = (name) => (/^\d{1,15}$/.test(params.get(name) || "") ? Number(params.get(name)) : null);
   const state = {
-    asOf: params.has("as_of") ? Number(params.get("as_of")) : null,
-    from: params.has("from") ? Number(params.get("from")) : null,
-    turn: params.has("turn") ? Number(params.get("turn")) : null,
+    asOf: whole("as_of"),
+    from: whole("from"),
+    turn: whole("turn"),
     info: null, timeline: null, page: null,
   };
   const base = `/v1/conversations/${encodeURIComponent(conv)}`;
@@ -247,6 +251,12 @@ async function conversationPage() {
     return;
   }
   state.info = info;
+  if (info.events === 0) {
+    for (const section of document.querySelectorAll(".asof, .timeline, .side-by-side")) section.hidden = true;
+    document.getElementById("lineage").textContent = "This conversation has no records yet.";
+  }
+  if (state.asOf != null && state.asOf >= info.events - 1) state.asOf = null;
+  if (state.asOf != null && state.from != null) state.from = Math.min(state.from, state.asOf);
   document.title = `${info.name || info.id.slice(0, 12)} · convstore`;
   document.getElementById("title").textContent = info.name || info.id;
   const facts = document.getElementById("facts");
@@ -292,16 +302,17 @@ async function conversationPage() {
   const tip = document.getElementById("timeline-tip");
   let layout = null;
 
+  let timelineAsked = 0;
   async function loadTimeline() {
+    const mine = ++timelineAsked;
     const width = Math.max(200, Math.floor(timelineCanvas.clientWidth || 1200));
     const t = await api(`${base}/timeline?buckets=${Math.min(width, 4000)}${asOfParam()}`);
+    if (mine !== timelineAsked) return; // a newer one was asked for
     state.timeline = t;
     layout = drawTimeline(timelineCanvas, t);
     drawTokens(tokensCanvas, t);
-    const raw = t.tokens.reduce((s, b) => s + b[0], 0);
-    const projected = t.tokens.reduce((s, b) => s + b[1], 0);
     document.getElementById("tokens-note").textContent =
-      `raw ${fmt(raw)} tokens, projected ${fmt(projected)} (four characters a token); ` +
+      `raw ${fmt(t.raw_tokens)} tokens, projected ${fmt(t.projected_tokens)} (four characters a token); ` +
       (t.bucket_turns > 1 ? `each bar is ${fmt(t.bucket_turns)} turns` : "each bar is a turn");
     fillCompactions(t);
   }
@@ -345,28 +356,32 @@ async function conversationPage() {
   const pageNote = document.getElementById("page-note");
   const LIMIT = 200;
 
-  async function loadPage(start) {
+  let pageAsked = 0;
+  async function loadPage(start, highlight) {
+    const mine = ++pageAsked;
     pageNote.textContent = "Loading…";
     let page;
     try {
       page = await api(`${base}/inspect?${start}&limit=${LIMIT}${asOfParam()}`);
     } catch (e) {
-      pageNote.textContent = "error: " + e.message;
+      if (mine === pageAsked) pageNote.textContent = "error: " + e.message;
       return;
     }
+    if (mine !== pageAsked) return; // a newer one was asked for
     state.page = page;
     remember();
     tbody.textContent = "";
     for (const row of page.rows) {
-      const raw = el("td", { class: "raw" }, eventNode(row.raw, null));
+      const raw = el("td", { class: "raw" }, eventNode(row.raw, null, false));
       const view = el("td", { class: "view" });
-      for (const v of row.view) view.append(eventNode(v, goTurn));
+      for (const v of row.view) view.append(eventNode(v, showReplaced, true));
       if (row.view.length === 0 || row.fate !== "kept") {
         view.append(el("div", { class: "fate", text: {
           kept: "", changed: "stripped (raw on the left)", dropped: "not shown to the model",
           summarized: "replaced by the summary", }[row.fate] || "" }));
       }
-      tbody.append(el("tr", { class: `${row.fate}${row.raw.type === "turn_start" ? " turn-start" : ""}`, "data-seq": String(row.seq) },
+      const lit = highlight && row.summarized_by && row.summarized_by[0] === highlight[0] && row.summarized_by[1] === highlight[1];
+      tbody.append(el("tr", { class: `${row.fate}${row.raw.type === "turn_start" ? " turn-start" : ""}${lit ? " highlight" : ""}`, "data-seq": String(row.seq) },
         el("td", { class: "num", text: String(row.seq) }),
         el("td", { class: "num", text: String(row.turn) }), raw, view));
     }
@@ -375,6 +390,10 @@ async function conversationPage() {
     pageNote.textContent = page.rows.length
       ? `records ${fmt(page.from)}..${fmt(page.end - 1)} of ${fmt(page.events)}, turns ${fmt(first)}..${fmt(lastTurn)}`
       : "no records";
+    if (highlight) {
+      const lit = page.rows.filter((r) => r.summarized_by && r.summarized_by[0] === highlight[0] && r.summarized_by[1] === highlight[1]);
+      pageNote.textContent += ` · highlighted: the ${fmt(lit.length)} record${lit.length === 1 ? "" : "s"} on this page that the summary of turns ${highlight[0]}..${highlight[1]} replaced`;
+    }
     document.getElementById("prev").disabled = page.from === 0;
     document.getElementById("next").disabled = page.next == null;
     document.getElementById("goto-turn").value = String(first);
@@ -383,6 +402,10 @@ async function conversationPage() {
   function goTurn(turn) {
     loadPage(`turn=${Math.max(0, turn)}`);
     document.querySelector(".side-by-side").scrollIntoView({ block: "start" });
+  }
+  // A summary's link: the records it replaced, from its first, lit.
+  function showReplaced(first, last) {
+    loadPage(`turn=${Math.max(0, first)}`, [first, last]);
   }
   document.getElementById("prev").addEventListener("click", () => {
     if (state.page) loadPage(`from=${Math.max(0, state.page.from - LIMIT)}`);
@@ -432,8 +455,9 @@ function drawTimeline(canvas, t) {
   ctx.scale(ratio, ratio);
   ctx.clearRect(0, 0, width, height);
   const turns = Math.max(1, t.turns);
-  const x = (turn) => (turn / turns) * width;
-  const w = (a, b) => Math.max(1, x(b + 1) - x(a));
+  // Whole pixels, so that adjacent spans meet without a seam.
+  const x = (turn) => Math.floor((turn / turns) * width);
+  const w = (a, b) => Math.max(1, Math.ceil(((b + 1) / turns) * width) - x(a));
   const bySeq = new Map(t.compactions.map((c) => [c.seq, c]));
   ["summary", "reasoning", "tool_calls"].forEach((kind, i) => {
     const y = top + i * (bandH + 2);
@@ -467,7 +491,7 @@ function drawTimeline(canvas, t) {
       const py = event.clientY - rect.top;
       const turn = Math.min(turns - 1, Math.max(0, Math.floor((px / rect.width) * turns)));
       if (py < barsTop) {
-        const kind = ["summary", "reasoning", "tool_calls"][Math.min(2, Math.floor((py - top) / (bandH + 2)))];
+        const kind = ["summary", "reasoning", "tool_calls"][Math.max(0, Math.min(2, Math.floor((py - top) / (bandH + 2))))];
         const span = t.spans.find((s) => s.first <= turn && turn <= s.last);
         const winner = span ? span[kind] : null;
         const c = winner == null ? null : bySeq.get(winner);
@@ -494,11 +518,12 @@ function drawTokens(canvas, t) {
   ctx.scale(ratio, ratio);
   ctx.clearRect(0, 0, width, height);
   const max = Math.max(1, ...t.tokens.map((b) => b[0]), ...t.tokens.map((b) => b[1]));
+  const chartTop = 16; // the caption's line
   const n = Math.max(1, t.tokens.length);
   const bw = width / n;
   t.tokens.forEach(([raw, projected], i) => {
-    const hr = (raw / max) * (height - 16);
-    const hp = (projected / max) * (height - 16);
+    const hr = (raw / max) * (height - 12 - chartTop);
+    const hp = (projected / max) * (height - 12 - chartTop);
     ctx.fillStyle = "#c5cbe0";
     ctx.fillRect(i * bw, height - 12 - hr, Math.max(1, bw - (bw > 3 ? 1 : 0)), hr);
     ctx.fillStyle = "#3b5bdb";

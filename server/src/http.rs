@@ -486,8 +486,58 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
+/// Whether `host` (a `Host` header, or an `Origin`'s authority) names
+/// this machine: `localhost`, a loopback address, with any port.
+fn loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Requests a browser may have been made to send: a `Host` other than
+/// this machine's on a server without tokens (DNS rebinding: a page of
+/// another site whose name now points here), and a write whose `Origin`
+/// is another site's (a page's form or `fetch`, which browsers send
+/// without asking when the body is text). Without tokens nothing else
+/// would stop them; with tokens a page has no token to send.
+fn cross_site(state: &AppState, request: &Request) -> Option<&'static str> {
+    let headers = request.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if state.tokens.is_none() && !host.is_empty() && !loopback_host(host) {
+        return Some("the Host header names another machine; a server without tokens answers only requests for this one (localhost, a loopback address)");
+    }
+    let writes = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    if let (true, Some(origin)) = (writes, origin) {
+        let authority = origin
+            .split_once("://")
+            .map_or("", |(_, rest)| rest.trim_end_matches('/'));
+        if origin == "null" || !authority.eq_ignore_ascii_case(host) {
+            return Some(
+                "a write from another site's page (its Origin is not this server) is refused",
+            );
+        }
+    }
+    None
+}
+
 /// Tokens and the in-flight limit: runs before every handler.
 async fn admit(State(state): State<Shared>, mut request: Request, next: Next) -> Response {
+    if let Some(why) = cross_site(&state, &request) {
+        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", why).into_response();
+    }
     let path = request.uri().path();
     let open = path == "/healthz" || inspector::is_page(path);
     if let (Some(tokens), false) = (&state.tokens, open) {
