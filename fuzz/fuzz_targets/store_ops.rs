@@ -82,13 +82,10 @@ fn model_view(events: &[Event]) -> Vec<ViewEvent> {
     project(&LogEvent::sequence(events.iter().cloned()))
 }
 
-const SMALL: RefreshOptions = RefreshOptions {
-    limits: BlockLimits {
-        events: 3,
-        turns: 2,
-    },
-    no_sync: false,
-};
+const SMALL: RefreshOptions = RefreshOptions::new().with_limits(BlockLimits {
+    events: 3,
+    turns: 2,
+});
 
 fuzz_target!(|data: &[u8]| {
     let mut bytes = Bytes(data);
