@@ -105,8 +105,15 @@ pub struct Service {
     allow_write: bool,
     /// Conversations written (ids), for subscribers.
     changes: broadcast::Sender<ConversationId>,
-    /// `resources/subscribe` subscriptions: URI → peers.
-    subscribers: Arc<Mutex<HashMap<String, Vec<Peer<RoleServer>>>>>,
+    /// `resources/subscribe` subscriptions: canonical URI (by id) → each
+    /// peer with the URI it subscribed with (by name or by id), which its
+    /// notifications carry.
+    subscribers: Arc<Mutex<HashMap<String, Vec<(Peer<RoleServer>, String)>>>>,
+    /// What the watcher of another process's writes compares against:
+    /// the database file's stamp and every head, taken when the first
+    /// subscription arrives (before it is answered), so that a write right
+    /// after a subscribe is noticed.
+    baseline: Arc<Mutex<Option<Baseline>>>,
     /// `subscriptions/listen` streams open.
     listening: Arc<AtomicUsize>,
 }
@@ -154,6 +161,7 @@ impl Service {
             allow_write,
             changes,
             subscribers: Arc::new(Mutex::new(HashMap::new())),
+            baseline: Arc::new(Mutex::new(None)),
             listening: Arc::new(AtomicUsize::new(0)),
         };
         service.start_watching();
@@ -185,7 +193,10 @@ impl Service {
                     listening.load(Ordering::Relaxed) > 0
                         || subscribers.lock().is_ok_and(|s| !s.is_empty())
                 };
-                std::thread::spawn(move || watch(&dir, &engines, &changes, &interested));
+                let baseline = Arc::clone(&self.baseline);
+                std::thread::spawn(move || {
+                    watch(&dir, &engines, &changes, &baseline, &interested);
+                });
             }
         }
         // Forward changes to `resources/subscribe` subscribers.
@@ -204,10 +215,10 @@ impl Service {
                             .lock()
                             .map(|s| s.get(&uri).cloned().unwrap_or_default())
                             .unwrap_or_default();
-                        for peer in peers {
+                        for (peer, as_given) in peers {
                             let _ = peer
                                 .notify_resource_updated(ResourceUpdatedNotificationParam::new(
-                                    uri.clone(),
+                                    as_given,
                                 ))
                                 .await;
                         }
@@ -582,14 +593,60 @@ fn watch(
     dir: &std::path::Path,
     engines: &Engines,
     changes: &broadcast::Sender<ConversationId>,
+    baseline: &Mutex<Option<Baseline>>,
     interested: &dyn Fn() -> bool,
 ) {
-    let stamp = || -> Option<(std::time::SystemTime, u64)> {
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        if !interested() {
+            if let Ok(mut known) = baseline.lock() {
+                *known = None;
+            }
+            continue;
+        }
+        let Ok(mut known) = baseline.lock() else {
+            return;
+        };
+        let Some(before) = known.as_ref() else {
+            // Subscribed to through `subscriptions/listen`: what is there
+            // now is the baseline.
+            *known = Baseline::take(dir, engines);
+            continue;
+        };
+        let now = Baseline::stamp(dir);
+        if now == before.stamp {
+            continue;
+        }
+        // The database was busy: try again at the next round.
+        let Some(current) = Baseline::take(dir, engines) else {
+            continue;
+        };
+        for (id, head) in &current.heads {
+            if before.heads.get(id) != Some(head) {
+                let _ = changes.send(*id);
+            }
+        }
+        *known = Some(current);
+    }
+}
+
+/// The heads of a database watched for other processes' writes, and the
+/// stamp (modification time, length) of its `db` file when they were read.
+struct Baseline {
+    stamp: Option<(std::time::SystemTime, u64)>,
+    heads: HashMap<ConversationId, String>,
+}
+
+impl Baseline {
+    fn stamp(dir: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
         let meta = std::fs::metadata(dir.join("db")).ok()?;
         Some((meta.modified().ok()?, meta.len()))
-    };
-    let heads = || -> Option<HashMap<ConversationId, String>> {
-        engines
+    }
+
+    /// Every head now (`None` while the database cannot be opened).
+    fn take(dir: &std::path::Path, engines: &Engines) -> Option<Baseline> {
+        let stamp = Baseline::stamp(dir);
+        let heads = engines
             .with(|engine| {
                 Ok(engine
                     .store()
@@ -598,39 +655,8 @@ fn watch(
                     .map(|c| (c.id, c.head.hex()))
                     .collect())
             })
-            .ok()
-    };
-    let mut seen = stamp();
-    // The heads when the last change was looked at; `None` while nobody
-    // is subscribed.
-    let mut known: Option<HashMap<ConversationId, String>> = None;
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        if !interested() {
-            known = None;
-            continue;
-        }
-        let now = stamp();
-        let Some(before) = &known else {
-            // Someone subscribed: what is there now is the baseline.
-            seen = now;
-            known = heads();
-            continue;
-        };
-        if now == seen {
-            continue;
-        }
-        // The database was busy: try again at the next round.
-        let Some(current) = heads() else {
-            continue;
-        };
-        seen = now;
-        for (id, head) in &current {
-            if before.get(id) != Some(head) {
-                let _ = changes.send(*id);
-            }
-        }
-        known = Some(current);
+            .ok()?;
+        Some(Baseline { stamp, heads })
     }
 }
 
@@ -763,7 +789,22 @@ impl ServerHandler for Service {
             subscribers
                 .entry(uri)
                 .or_default()
-                .push(context.peer.clone());
+                .push((context.peer.clone(), request.uri.clone()));
+        }
+        // Watching another process's writes: the heads as they are now
+        // (once the subscriber counts, so that the watcher keeps them)
+        // are what later writes are told against.
+        if let Some(dir) = self.engines.watched() {
+            let engines = self.engines.clone();
+            let baseline = Arc::clone(&self.baseline);
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Ok(mut known) = baseline.lock() {
+                    if known.is_none() {
+                        *known = Baseline::take(&dir, &engines);
+                    }
+                }
+            })
+            .await;
         }
         Ok(())
     }

@@ -136,14 +136,17 @@ async def tools_and_resources() -> None:
         after = json.loads(await tool(client, "list_conversations"))
         assert [c["records"] for c in after if c["name"] == "chat"] == [len(EVENTS) + 1], after
 
-        # A subscriber hears of a write made by another process.
+        # A subscriber hears of a write made by another process, even one
+        # made the moment the subscription is answered, under the URI it
+        # subscribed with (by id, or by name).
+        by_name = "convstore://conversations/chat/log"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             await client.subscribe_resource(chat["view"])
-        await anyio.sleep(1)
+            await client.subscribe_resource(by_name)
         append_from_another_process("chat", [{"type": "user", "text": "One more thing."}])
         with anyio.fail_after(20):
-            while chat["view"] not in updated:
+            while chat["view"] not in updated or by_name not in updated:
                 await anyio.sleep(0.1)
 
 
