@@ -108,7 +108,7 @@ pub struct Service {
     /// `resources/subscribe` subscriptions: canonical URI (by id) → each
     /// peer with the URI it subscribed with (by name or by id), which its
     /// notifications carry.
-    subscribers: Arc<Mutex<HashMap<String, Vec<(Peer<RoleServer>, String)>>>>,
+    subscribers: Arc<Mutex<Subscribers>>,
     /// What the watcher of another process's writes compares against:
     /// the database file's stamp and every head, taken when the first
     /// subscription arrives (before it is answered), so that a write right
@@ -117,6 +117,9 @@ pub struct Service {
     /// `subscriptions/listen` streams open.
     listening: Arc<AtomicUsize>,
 }
+
+/// Canonical resource URI → each subscribed peer and the URI it gave.
+type Subscribers = HashMap<String, Vec<(Peer<RoleServer>, String)>>;
 
 const PREFIX: &str = "convstore://conversations/";
 
