@@ -1,6 +1,7 @@
 #!/bin/bash
 # 100,000 compactions on one conversation: append memory/time, then the view
-# refresh after one more compaction. Usage: compactions100k.sh BINARY TAG
+# refresh after one more compaction, and reads of a few turns.
+# Usage: compactions100k.sh BINARY TAG
 # (the compactions: 100,000 lines over random ranges of at most 5 of the
 # 10,000 turns, reasoning strip or keep, seed 7, written once beside it).
 set -e
@@ -25,4 +26,6 @@ echo '{"type":"compaction","from_turn":100,"to_turn":102,"reasoning":"strip"}' |
 /usr/bin/time -f "$T refresh after one more: %e s, %M KB" $B --db $D view y >/dev/null
 /usr/bin/time -f "$T project: %e s, %M KB" $B --db $D project y >/dev/null
 /usr/bin/time -f "$T read view (no change): %e s, %M KB" $B --db $D view y >/dev/null
+/usr/bin/time -f "$T project --turns 5000..5009: %e s, %M KB" $B --db $D project y --turns 5000..5009 >/dev/null
+/usr/bin/time -f "$T explain --turn 5000: %e s, %M KB" $B --db $D explain y --turn 5000 >/dev/null
 du -sh $D | sed "s/^/$T size /"

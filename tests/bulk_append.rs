@@ -157,10 +157,10 @@ fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
 
 /// Format 4 keeps a chunk's compactions in one directory beside it,
 /// whichever way they arrive (bulk, one large append, small staged appends
-/// then settled); formats 1 to 3 keep a key per compaction. Both read back
-/// the same overlays.
+/// then settled); formats 1 to 3 keep a key per compaction; format 5 also
+/// files them by turn range. All read back the same overlays.
 #[test]
-fn compactions_are_kept_in_a_directory_per_chunk_from_format_4() {
+fn compactions_are_kept_in_a_directory_per_chunk_from_format_4_and_by_range_from_5() {
     let all = events(0..5_000);
     let compactions = all
         .iter()
@@ -168,7 +168,7 @@ fn compactions_are_kept_in_a_directory_per_chunk_from_format_4() {
         .count();
     assert!(compactions > 100);
     let mut read = Vec::new();
-    for format in [3, 4] {
+    for format in [3, 4, 5] {
         let dir = tempfile::tempdir().unwrap();
         let db = database(&dir, format);
         let store = Store::open(&db).unwrap();
@@ -189,7 +189,7 @@ fn compactions_are_kept_in_a_directory_per_chunk_from_format_4() {
                 .unwrap();
         }
         let (directories, single) = testing::overlay_keys(&store, &id).unwrap();
-        if format == 4 {
+        if format >= 4 {
             assert_eq!(single, 0);
             assert!(
                 directories > 0 && directories * 3 < compactions,
@@ -214,8 +214,35 @@ fn compactions_are_kept_in_a_directory_per_chunk_from_format_4() {
         let store = Store::open(&db).unwrap();
         assert_eq!(store.overlays(&id, u64::MAX).unwrap(), overlays);
         read.push(format!("{overlays:?}"));
+        if format < 5 {
+            continue;
+        }
+        // Format 5 files them by turn range too, a key per level and
+        // bucket of each append: the compactions meeting some turns are
+        // exactly those of the whole list that meet them.
+        let ranges = testing::overlay_range_keys(&store, &id).unwrap();
+        assert!(ranges > 0 && ranges < compactions, "{ranges}");
+        let len = store.info(&id).unwrap().len;
+        for turns in [vec![(0, 0)], vec![(3, 9), (40, 41)], vec![(100, u64::MAX)]] {
+            let meets = |o: &&convstore_store::StoredOverlay| match &o.event.kind {
+                EventKind::Compaction(c) => turns
+                    .iter()
+                    .any(|&(a, b)| c.from_turn <= b && a <= c.to_turn),
+                _ => false,
+            };
+            let want: Vec<_> = overlays.iter().filter(meets).cloned().collect();
+            assert_eq!(store.overlays_meeting(&id, len, &turns).unwrap(), want);
+        }
+        // A lost range key is found by verify.
+        testing::drop_an_overlay_range_key(&store, &id).unwrap();
+        let report = store.verify_all().unwrap();
+        assert!(
+            format!("{report:?}").contains("overlay range index does not match"),
+            "{report:?}"
+        );
     }
     assert_eq!(read[0], read[1]);
+    assert_eq!(read[1], read[2]);
 }
 
 /// A bulk append dropped, or failing its commit, stores nothing and

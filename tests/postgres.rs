@@ -83,7 +83,7 @@ fn every_command_runs_on_postgres_and_schemas_are_versioned() {
     let verified = ok(&db, &["verify"], None);
     assert!(verified.starts_with("ok: 2 conversations"), "{verified}");
     let out = ok(&db, &["migrate"], None);
-    assert!(out.contains("schema version 1, up to date"), "{out}");
+    assert!(out.contains("schema version 2, up to date"), "{out}");
     // The MCP server on a database server: one engine for the session,
     // closed cleanly when the client goes.
     let (code, _, err) = cli(&db, &["mcp"], Some(""));
@@ -100,6 +100,29 @@ fn every_command_runs_on_postgres_and_schemas_are_versioned() {
     assert!(err.contains("schema version 99"), "{err}");
     let err = fails(&db, &["migrate"]);
     assert!(err.contains("schema version 99"), "{err}");
+    // A database of schema 1 (store format 4, before compactions were
+    // filed by turn range) asks for `migrate`, then keeps working as
+    // format 4: its compactions are read whole.
+    psql(&db, "DELETE FROM convstore_schema WHERE version = 99");
+    psql(&db, "DROP TABLE overlay_ranges");
+    psql(&db, "DELETE FROM convstore_schema WHERE version = 2");
+    psql(
+        &db,
+        "UPDATE settings SET value = '\\x00000004'::bytea WHERE key = 'F'::bytea",
+    );
+    let err = fails(&db, &["list"]);
+    assert!(err.contains("run `convstore migrate` first"), "{err}");
+    let out = ok(&db, &["migrate"], None);
+    assert!(
+        out.contains("migrated the schema from version 1 to 2"),
+        "{out}"
+    );
+    let compaction = r#"{"type":"compaction","from_turn":0,"to_turn":0,"summary":"migrated"}"#;
+    ok(&db, &["append", "chat"], Some(compaction));
+    let view = ok(&db, &["project", "chat", "--turns", "0"], None);
+    assert!(view.contains("\"text\":\"migrated\""), "{view}");
+    assert_eq!(psql(&db, "SELECT count(*) FROM overlay_ranges").trim(), "0");
+    ok(&db, &["verify"], None);
     // A current schema missing a table: migrate says so too.
     psql(&db, "DELETE FROM convstore_schema WHERE version = 99");
     psql(&db, "DROP TABLE pins");

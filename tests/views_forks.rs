@@ -221,3 +221,91 @@ fn check_finds_a_view_that_differs_from_the_log() {
         ));
     }
 }
+
+/// Events for [`turn_ranges_and_refreshes_project_as_the_whole_view_does`]: many
+/// compactions, some of them summaries, over short, long and open-ended
+/// turn ranges (every level of the range index), with timestamps out of
+/// log order.
+fn ranged_event() -> impl Strategy<Value = Event> {
+    let compaction = (
+        gen::compaction(),
+        0u64..24,
+        prop_oneof![0u64..3, 0u64..12, Just(u64::MAX / 2), Just(u64::MAX)],
+    )
+        .prop_map(|(mut c, from, len)| {
+            c.from_turn = from;
+            c.to_turn = from.saturating_add(len);
+            c.summary = c.summary.map(|s| s.chars().take(8).collect());
+            convstore_store::EventKind::Compaction(c)
+        });
+    prop_oneof![
+        3 => gen::projection_event(),
+        2 => (0i64..4, compaction).prop_map(|(t, kind)| Event {
+            timestamp: convstore_store::Timestamp::from_micros(1_700_000_000_000_000 + t).unwrap(),
+            meta: None,
+            kind,
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The view of a turn range (`project --turns`), which reads only the
+    /// compactions that meet it, is the whole view's events of those turns,
+    /// as of any record, in a log written in pieces and in a fork of it; a
+    /// stored view refreshed after each piece is the whole view.
+    #[test]
+    fn turn_ranges_and_refreshes_project_as_the_whole_view_does(
+        events in prop::collection::vec(ranged_event(), 1..120),
+        cuts in prop::collection::vec(1usize..40, 1..6),
+        asked in prop::collection::vec((0u64..30, 0u64..8, 0.0..=1.0f64), 1..6),
+        fork_at in 0.0..=1.0f64,
+        backend: u8,
+    ) {
+        use convstore_engine::pipeline::{plan_turns, stream_range, Scope};
+        let place = Place::of(Kind::nth(backend));
+        let store = place.open();
+        let id = store.create_conversation(Some("c")).unwrap();
+        let mut at = 0;
+        for cut in cuts.iter().cycle() {
+            if at >= events.len() {
+                break;
+            }
+            let end = (at + cut).min(events.len());
+            store.append(&id, &events[at..end], &AppendOptions::default()).unwrap();
+            at = end;
+            // A stored view kept current piece by piece reads the
+            // compactions meeting its dirty turns only.
+            views::refresh_with(&store, &id, "v", None, SMALL).unwrap();
+            prop_assert_eq!(stored_view(&store, &id, "v"), model_view(&events[..end]));
+        }
+        let shared = ((events.len() as f64) * fork_at).round() as usize;
+        let (fork, _) = store.fork(&id, shared as u64, None, &[]).unwrap();
+        if shared < events.len() {
+            store.append(&fork, &events[shared..], &AppendOptions::default()).unwrap();
+        }
+        for conversation in [id, fork] {
+            for &(first, len, as_of) in &asked {
+                let end = ((events.len() as f64) * as_of).round().max(1.0) as usize;
+                let turns = first..=first + len;
+                let (projector, seqs) =
+                    plan_turns(&store, &conversation, Scope { end: end as u64 }, turns.clone())
+                        .unwrap();
+                let mut got = Vec::new();
+                stream_range(&store, &conversation, seqs, &projector, |v| v, |v| {
+                    got.extend(v);
+                    Ok(())
+                })
+                .unwrap();
+                let want: Vec<ViewEvent> = model_view(&events[..end])
+                    .into_iter()
+                    .filter(|v| turns.contains(&v.turn))
+                    .collect();
+                prop_assert_eq!(got, want, "turns {:?} of the first {} records", turns, end);
+            }
+        }
+        let verified = store.verify_all().unwrap();
+        prop_assert!(verified.is_ok(), "{:?}", verified);
+    }
+}

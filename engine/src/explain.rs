@@ -4,7 +4,7 @@
 //! (`convstore_projection::resolve`), the one every view is made with, so
 //! what `explain` says is what the view does.
 
-use convstore_projection::{resolve, ContentType, Overlay, Summary, ToolPolicy};
+use convstore_projection::{ContentType, Overlay, Summary, ToolPolicy};
 use convstore_store::event::ReasoningPolicy;
 use convstore_store::{ConversationId, Store};
 use serde_json::{json, Value};
@@ -34,8 +34,11 @@ pub fn explain(store: &Store, id: &ConversationId, scope: Scope, turn: u64) -> R
         return Err(Error::NoSuchTurn { turn, turns });
     }
     let last_turn = turns - 1;
-    let overlays = pipeline::overlays_under(store, id, scope.end, None)?;
-    let mut covering: Vec<Overlay> = overlays
+    // Only the overlays that meet the turn decide it.
+    let resolution =
+        pipeline::resolve_turns(store, id, scope.end, last_turn, &[(turn, turn)], None)?;
+    let mut covering: Vec<Overlay> = resolution
+        .overlays
         .iter()
         .filter(|o| {
             o.covered(last_turn)
@@ -44,7 +47,6 @@ pub fn explain(store: &Store, id: &ConversationId, scope: Scope, turn: u64) -> R
         .cloned()
         .collect();
     covering.sort_by_key(Overlay::precedence);
-    let resolution = resolve(overlays, Some(last_turn));
     let span = resolution.span(turn);
     let winner = |index: Option<usize>| index.map(|i| resolution.overlays[i].clone());
     let winners = vec![

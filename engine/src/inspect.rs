@@ -305,11 +305,15 @@ pub fn page(
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
         // Which records a summary replaces (the view drops them all; only
         // the first carries the summary's events).
-        let last_turn = scope.turns(store, id)?.checked_sub(1);
-        let resolution = resolve(
-            pipeline::overlays_under(store, id, scope.end, None)?,
+        let last_turn = scope.turns(store, id)?.saturating_sub(1);
+        let resolution = pipeline::resolve_turns(
+            store,
+            id,
+            scope.end,
             last_turn,
-        );
+            &[(first.turn, last.turn)],
+            None,
+        )?;
         for (slot, row) in summarized.iter_mut().zip(&rows) {
             if let crate::search::Visibility::Summarized(a, b) =
                 crate::search::disposition(&resolution, row.turn, row.raw.kind.event_type(), None)

@@ -7,11 +7,12 @@
 //! window, not by the log.
 
 use convstore_projection::{
-    estimate_chars, resolve, tokens_for_chars, LogEvent, Overlay, Plan, Projector, Run, Tokenizer,
-    ViewEvent,
+    estimate_chars, resolve, tokens_for_chars, LogEvent, Overlay, Plan, Projector, Resolution, Run,
+    Tokenizer, ViewEvent,
 };
 use convstore_store::{
-    ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError, Timestamp, ToolNames,
+    ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError, StoredOverlay,
+    Timestamp, ToolNames,
 };
 use convstore_store::{Seq, Turn};
 
@@ -142,17 +143,89 @@ pub fn plan_under(
     )?)
 }
 
+/// The overlays of records `0..end` (after `base`, if given) resolved as
+/// far as turns `ranges` (inclusive) go, in a stream whose last turn is
+/// `last_turn`: the spans over those turns and the summary runs that meet
+/// them are exactly those of resolving every overlay; spans and runs
+/// elsewhere are not. Reads the overlays that meet `ranges`, then, when a
+/// summary wins there, those that meet its compaction's range (its run
+/// ends where another summary takes over, inside that range): the cost
+/// follows the turns asked about, not the number of compactions.
+pub fn resolve_turns(
+    store: &Store,
+    id: &ConversationId,
+    end: u64,
+    last_turn: u64,
+    ranges: &[(u64, u64)],
+    base: Option<&Overlay>,
+) -> Result<Resolution> {
+    let read = |ranges: &[(u64, u64)]| -> Result<Resolution> {
+        let mut overlays: Vec<Overlay> = base.into_iter().cloned().collect();
+        overlays.extend(
+            store
+                .overlays_meeting(id, end, ranges)?
+                .iter()
+                .filter_map(overlay_of),
+        );
+        Ok(resolve(overlays, Some(last_turn)))
+    };
+    let ranges = merge(ranges.to_vec());
+    if !store.files_overlays_by_range()
+        || ranges
+            .first()
+            .is_some_and(|&(a, b)| a == 0 && b >= last_turn)
+    {
+        // Every overlay is read (the database does not file them by range,
+        // or every turn is asked about): exact everywhere.
+        let overlays = overlays_under(store, id, end, base.cloned())?;
+        return Ok(resolve(overlays, Some(last_turn)));
+    }
+    let first = read(&ranges)?;
+    let mut wider = ranges.clone();
+    for run in &first.runs {
+        if ranges.iter().any(|&(a, b)| run.first <= b && a <= run.last) {
+            wider.extend(first.overlays[run.overlay].covered(last_turn));
+        }
+    }
+    let wider = merge(wider);
+    if wider == ranges {
+        return Ok(first);
+    }
+    read(&wider)
+}
+
+/// The overlay of a stored compaction.
+fn overlay_of(o: &StoredOverlay) -> Option<Overlay> {
+    match &o.event.kind {
+        EventKind::Compaction(c) => Some(Overlay::from_compaction(o.seq, o.event.timestamp, c)),
+        _ => None,
+    }
+}
+
+/// Sorts and merges overlapping or adjacent inclusive ranges.
+pub(crate) fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
 /// Records of a turn range up to which [`plan_turns`] looks up the names
 /// of its results' calls only, rather than of every call.
 const NAMED_RECORDS: u64 = 4096;
 
 /// Like [`plan`], for a projection of turns `turns` only, with the records
 /// they span among those in `scope` (what [`stream_range`] then reads).
-/// The overlays are resolved over the whole scope (which run a turn belongs
-/// to depends on its neighbours), but only the summary runs that meet
-/// `turns` are placed, and for a short range only the calls of its results
-/// are named (read from the end back): a few turns near the end of a long
-/// log cost about what they return.
+/// The overlays are resolved as far as `turns` go ([`resolve_turns`]:
+/// which run a turn belongs to depends on its neighbours), only the
+/// summary runs that meet `turns` are placed, and for a short range only
+/// the calls of its results are named: a few turns of a long log cost
+/// about what they return.
 pub fn plan_turns(
     store: &Store,
     id: &ConversationId,
@@ -174,18 +247,24 @@ pub fn plan_turns(
         let wanted = calls.iter().map(String::as_str).collect();
         Ok(store.tool_names_of(id, end, &wanted)?)
     };
-    let (overlays, names) = rayon::join(|| overlays_under(store, id, end, None), names);
-    let last_turn = match end {
-        0 => None,
-        _ => Some(store.turn_of(id, Seq(end - 1))?.0),
+    let resolution = || -> Result<Resolution> {
+        if end == 0 {
+            return Ok(resolve(Vec::new(), None));
+        }
+        let last_turn = store.turn_of(id, Seq(end - 1))?.0;
+        let asked = (*turns.start(), (*turns.end()).min(last_turn));
+        if asked.0 > asked.1 {
+            return Ok(resolve(Vec::new(), Some(last_turn)));
+        }
+        resolve_turns(store, id, end, last_turn, &[asked], None)
     };
+    let (resolution, names) = rayon::join(resolution, names);
     let meets = |run: &Run| run.first <= *turns.end() && *turns.start() <= run.last;
-    let projector =
-        Plan::from_resolution(resolve(overlays?, last_turn), names?, end, meets, |turn| {
-            store
-                .first_conversation_seq(id, Turn(turn), Seq(end))
-                .map(|s| s.map(|s| s.0))
-        })?;
+    let projector = Plan::from_resolution(resolution?, names?, end, meets, |turn| {
+        store
+            .first_conversation_seq(id, Turn(turn), Seq(end))
+            .map(|s| s.map(|s| s.0))
+    })?;
     Ok((projector, seqs))
 }
 
@@ -199,17 +278,7 @@ pub fn overlays_under(
     base: Option<Overlay>,
 ) -> Result<Vec<Overlay>> {
     let mut overlays: Vec<Overlay> = base.into_iter().collect();
-    overlays.extend(
-        store
-            .overlays(id, end)?
-            .into_iter()
-            .filter_map(|o| match &o.event.kind {
-                EventKind::Compaction(c) => {
-                    Some(Overlay::from_compaction(o.seq, o.event.timestamp, c))
-                }
-                _ => None,
-            }),
-    );
+    overlays.extend(store.overlays(id, end)?.iter().filter_map(overlay_of));
     Ok(overlays)
 }
 

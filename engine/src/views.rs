@@ -26,14 +26,14 @@ use convstore_store::{Seq, Turn};
 use std::collections::{btree_map, BTreeMap, HashMap, HashSet};
 
 use convstore_projection::config::Config;
-use convstore_projection::{resolve, Overlay, Plan, Projector, Run, ViewEvent};
+use convstore_projection::{Overlay, Plan, Projector, Run, ViewEvent};
 use convstore_store::{
     call_bucket, Address, CallEntry, ConversationId, EventKind, EventType, Store, Timestamp,
     ToolNames, ViewBlock, ViewState, ViewUpdate,
 };
 
 use crate::error::{Error, Result};
-use crate::pipeline::{self as view, Scope};
+use crate::pipeline::{self as view, merge, Scope};
 
 /// Where blocks of a stored view close: at the first turn boundary after
 /// `events` view events or `turns` turns. An update rewrites whole blocks,
@@ -228,7 +228,7 @@ fn try_refresh(
     };
     let update = match &old {
         Some(old) if old.len > 0 && old.len <= info.len => {
-            Update::incremental(store, id, old, state.clone(), base.clone(), limits)?
+            Update::incremental(store, id, old, state.clone(), base.as_ref(), limits)?
         }
         _ => None,
     };
@@ -305,7 +305,7 @@ impl Update {
         id: &ConversationId,
         old: &ViewState,
         state: ViewState,
-        base: Option<Overlay>,
+        base: Option<&Overlay>,
         limits: BlockLimits,
     ) -> Result<Option<(ViewUpdate, Ranges)>> {
         let (h, n) = (old.len, state.len);
@@ -337,23 +337,25 @@ impl Update {
         }
 
         // New compactions: the turns they cover and the turn after them.
-        let has_base = base.is_some();
-        let overlays = view::overlays_under(store, id, n, base)?;
-        let resolution = resolve(overlays, Some(last_turn));
         let mut touched = vec![(old_last, last_turn)];
-        for overlay in resolution.overlays.iter().skip(usize::from(has_base)) {
-            if overlay.seq >= h {
-                if let Some((first, last)) = overlay.covered(last_turn) {
-                    ranges.push((first, (last + 1).min(last_turn)));
-                    touched.push((first.saturating_sub(1), last + 1));
-                }
+        for stored in store.overlays_between(id, h, n)? {
+            let EventKind::Compaction(c) = &stored.event.kind else {
+                continue;
+            };
+            let overlay = Overlay::from_compaction(stored.seq, stored.event.timestamp, c);
+            if let Some((first, last)) = overlay.covered(last_turn) {
+                ranges.push((first, (last + 1).min(last_turn)));
+                touched.push((first.saturating_sub(1), (last + 1).min(last_turn)));
             }
         }
         // A summary run's injected events, in its first turn, say which
         // turns it stands for: a run that gained or lost turns (it meets a
         // new overlay's range or the turns after the old last one, or is
-        // next to them) has its first turn recomputed.
-        for run in &resolution.runs {
+        // next to them) has its first turn recomputed. Only the overlays
+        // that meet those turns are read.
+        let touched = merge(touched);
+        let around = view::resolve_turns(store, id, n, last_turn, &touched, base)?;
+        for run in &around.runs {
             if touched
                 .iter()
                 .any(|&(a, b)| run.first <= b && a <= run.last)
@@ -362,6 +364,12 @@ impl Update {
             }
         }
         let ranges = widen_to_blocks(store, id, &old.name, merge(ranges))?;
+        let inside = |&(a, b): &(u64, u64)| touched.iter().any(|&(c, d)| c <= a && b <= d);
+        let resolution = if ranges.iter().all(inside) {
+            around
+        } else {
+            view::resolve_turns(store, id, n, last_turn, &ranges, base)?
+        };
 
         // The names the dirty turns' results need, and the summaries of the
         // runs that meet them.
@@ -469,19 +477,6 @@ fn result_ids(
         }
     }
     Ok(ids)
-}
-
-/// Sorts and merges overlapping or adjacent ranges.
-fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for (a, b) in ranges {
-        match out.last_mut() {
-            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
 }
 
 /// Widens each range to the blocks that hold its ends, so that whole

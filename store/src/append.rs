@@ -10,14 +10,14 @@
 //! brings the staged records to a settled chunk's size writes them again
 //! as settled chunks (`staging.rs`).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::backend::frames::{self, Frame};
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::{
     encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay,
-    EncodedRecord, EntryRepr, OverlayDirectory, OverlayEntry, TurnEntry, CHUNK_MAX_BYTES,
-    CHUNK_MAX_ENTRIES,
+    EncodedRecord, EntryRepr, OverlayDirectory, OverlayEntry, RangeEntry, RangeGroup, TurnEntry,
+    CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -289,6 +289,7 @@ impl Store {
             to_segments,
             conditions,
             overlay_directories: _,
+            overlay_ranges: _,
         } = writes;
         let mut seen = HashSet::new();
         let mut blobs = Vec::new();
@@ -400,6 +401,8 @@ pub(crate) struct Writes {
     /// Keep compactions in each chunk's overlay directory (format 4), not
     /// a key each.
     overlay_directories: bool,
+    /// File each compaction by its turn range too (format 5).
+    overlay_ranges: Option<RangeGroups>,
 }
 
 impl Writes {
@@ -411,6 +414,7 @@ impl Writes {
             chunks: Vec::new(),
             to_segments: false,
             overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
+            overlay_ranges: (store.format >= keys::OVERLAY_RANGE_FORMAT).then(RangeGroups::default),
         }
     }
 
@@ -611,6 +615,9 @@ pub(crate) fn write_records(
             };
             writes.batch.put(keys::overlay(id, seq), encode(&entry));
         }
+        if let (Some(span), Some(ranges)) = (record.span, &mut writes.overlay_ranges) {
+            ranges.add(seq, span, turn, &record.bytes);
+        }
         let stats = &mut meta.kinds[record.event_type.index()];
         stats.count += 1;
         stats.bytes += record.size;
@@ -633,6 +640,11 @@ pub(crate) fn write_records(
         parent = address;
     }
     chunk.write(id, writes);
+    if let Some(ranges) = &mut writes.overlay_ranges {
+        for (key, value) in ranges.take(id) {
+            writes.batch.put(key, value);
+        }
+    }
     if let Some(staging) = staging {
         writes.batch.put(keys::staging(id), encode(&staging));
     }
@@ -732,6 +744,78 @@ impl<'a> ChunkBuilder<'a> {
         for (key, value) in index {
             writes.batch.put(key, value);
         }
+    }
+}
+
+/// Compactions to file by turn range (format 5), gathered so that each
+/// level and bucket an append meets gets one key, however many of its
+/// compactions fall there (a key each would put a key per compaction in
+/// one batch, which sled holds in memory whole).
+#[derive(Debug, Default)]
+pub(crate) struct RangeGroups {
+    groups: BTreeMap<(u8, u64), Vec<Gathered>>,
+    len: usize,
+}
+
+/// A compaction [`RangeGroups`] holds: seq, turns covered, turn, record.
+#[derive(Debug)]
+struct Gathered {
+    seq: u64,
+    from: u64,
+    to: u64,
+    turn: u64,
+    record: Vec<u8>,
+}
+
+impl RangeGroups {
+    /// Adds compaction `seq`, covering turns `from..=to`, in turn `turn`.
+    pub(crate) fn add(&mut self, seq: u64, (from, to): (u64, u64), turn: u64, record: &[u8]) {
+        let level = keys::overlay_range_level(from, to);
+        let bucket = keys::overlay_range_bucket(from, level);
+        self.groups
+            .entry((level, bucket))
+            .or_default()
+            .push(Gathered {
+                seq,
+                from,
+                to,
+                turn,
+                record: record.to_vec(),
+            });
+        self.len += 1;
+    }
+
+    /// How many compactions are gathered.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The keys and values of the compactions gathered, which are then
+    /// forgotten.
+    pub(crate) fn take(&mut self, id: &ConversationId) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.len = 0;
+        std::mem::take(&mut self.groups)
+            .into_iter()
+            .map(|((level, bucket), entries)| {
+                let group = RangeGroup {
+                    entries: entries
+                        .iter()
+                        .map(|e| RangeEntry {
+                            seq: e.seq,
+                            from_turn: e.from,
+                            to_turn: e.to,
+                            turn: e.turn,
+                            record: &e.record,
+                        })
+                        .collect(),
+                };
+                let first = entries.first().map_or(0, |e| e.seq);
+                (
+                    keys::overlay_range(id, level, bucket, first),
+                    encode(&group),
+                )
+            })
+            .collect()
     }
 }
 

@@ -586,6 +586,10 @@ impl Drop for BulkAppend<'_> {
     }
 }
 
+/// Compactions a bulk append gathers for the overlay range keys before it
+/// adds their keys to its writes.
+const RANGE_GROUP_ENTRIES: usize = 1 << 16;
+
 /// Keys in a group of [`apply_in_groups`], at most...
 const GROUP_KEYS: usize = 512;
 /// ...and bytes, about.
@@ -633,6 +637,8 @@ struct Spill {
     /// Whether compactions go in overlay directories (format 4) rather
     /// than a key each.
     overlay_directories: bool,
+    /// Compactions to file by turn range (format 5).
+    overlay_ranges: Option<crate::append::RangeGroups>,
     /// Bodies waiting to be written, and their bytes.
     bodies: Vec<Body>,
     body_bytes: usize,
@@ -687,6 +693,8 @@ impl Spill {
             staging: staging.is_some(),
             chunk: OpenChunk::new(base.len, base.head),
             overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
+            overlay_ranges: (store.format >= keys::OVERLAY_RANGE_FORMAT)
+                .then(crate::append::RangeGroups::default),
             bodies: Vec::new(),
             body_bytes: 0,
             writes: Vec::new(),
@@ -741,6 +749,12 @@ impl Spill {
                     record: &record.bytes,
                 };
                 self.writes.push((keys::overlay(id, seq), encode(&entry)));
+            }
+            if let (Some(span), Some(ranges)) = (record.span, &mut self.overlay_ranges) {
+                ranges.add(seq, span, turn, &record.bytes);
+                if ranges.len() >= RANGE_GROUP_ENTRIES {
+                    self.writes.extend(ranges.take(id));
+                }
             }
             let stats = &mut self.meta.kinds[record.event_type.index()];
             stats.count += 1;
@@ -895,6 +909,9 @@ impl Spill {
     /// Closes the open chunk, writes every body and syncs the files.
     fn close(&mut self, store: &Store, id: &ConversationId) -> StoreResult<()> {
         self.close_chunk(store, id)?;
+        if let Some(ranges) = &mut self.overlay_ranges {
+            self.writes.extend(ranges.take(id));
+        }
         self.write_bodies(store)?;
         for file in &self.files {
             file.sync()?;

@@ -182,6 +182,8 @@ pub(crate) struct EncodedRecord<'e> {
     pub size: u64,
     /// For a tool call: its id and name.
     pub call: Option<(&'e str, &'e str)>,
+    /// For a compaction: the turns it covers, `from_turn..=to_turn`.
+    pub span: Option<(u64, u64)>,
 }
 
 /// Encodes `event` canonically, moving long texts out as blobs.
@@ -238,12 +240,17 @@ pub(crate) fn encode_event(event: &Event) -> EncodedRecord<'_> {
         EventKind::ToolCall { id, name, .. } => Some((id.as_str(), name.as_str())),
         _ => None,
     };
+    let span = match &event.kind {
+        EventKind::Compaction(c) => Some((c.from_turn, c.to_turn)),
+        _ => None,
+    };
     EncodedRecord {
         bytes,
         event_type: event.kind.event_type(),
         blobs,
         size,
         call,
+        span,
     }
 }
 
@@ -450,6 +457,26 @@ pub(crate) struct OverlayEntry<'a> {
     pub turn: u64,
     #[serde(with = "serde_bytes")]
     pub record: &'a [u8],
+}
+
+/// A compaction in an overlay range group (format 5): its seq, the turns
+/// it covers, its own turn and its record bytes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RangeEntry<'a> {
+    pub seq: u64,
+    pub from_turn: u64,
+    pub to_turn: u64,
+    pub turn: u64,
+    #[serde(with = "serde_bytes", borrow)]
+    pub record: &'a [u8],
+}
+
+/// The value of an overlay range key: the compactions an append files
+/// under one level and bucket, in log order.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RangeGroup<'a> {
+    #[serde(borrow)]
+    pub entries: Vec<RangeEntry<'a>>,
 }
 
 /// The value of a turn index entry: where the chunk starts.

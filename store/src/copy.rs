@@ -145,7 +145,11 @@ impl<'s> ConversationWriter<'s> {
                 BodyRepr::ToolCall { id, name, .. } => Some(((*id).to_owned(), (*name).to_owned())),
                 _ => None,
             });
-            kinds.push((repr.body.event_type(), blob_bytes));
+            let span = match &repr.body {
+                BodyRepr::Compaction(c) => Some((c.from_turn, c.to_turn)),
+                _ => None,
+            };
+            kinds.push((repr.body.event_type(), blob_bytes, span));
         }
         let mut encoded = Vec::with_capacity(records.len());
         let mut texts = Vec::with_capacity(records.len());
@@ -159,12 +163,13 @@ impl<'s> ConversationWriter<'s> {
             .zip(&calls)
             .zip(&kinds)
             .map(
-                |(((bytes, blobs), call), &(event_type, blob_bytes))| EncodedRecord {
+                |(((bytes, blobs), call), &(event_type, blob_bytes, span))| EncodedRecord {
                     size: bytes.len() as u64 + blob_bytes,
                     bytes,
                     event_type,
                     blobs: blobs.iter().map(|(h, t)| (*h, t.as_str())).collect(),
                     call: call.as_ref().map(|(i, n)| (i.as_str(), n.as_str())),
+                    span,
                 },
             )
             .collect();

@@ -16,6 +16,7 @@
 //! | `T` id(16) | where a conversation's staged records start, and their bytes |
 //! | `o` id(16) seq(8 BE) | formats 1-3: a compaction overlay: its turn and record bytes |
 //! | `O` id(16) first_seq(8 BE) | format 4: the compactions of a chunk that has any: (seq, turn, record bytes) |
+//! | `R` id(16) level(1) bucket(8 BE) first_seq(8 BE) | format 5: the compactions an append files under one level and bucket of their turn ranges (`overlay_range_level`): seq, turn range, turn and record bytes of each |
 //! | `k` id(16) first_seq(8 BE) | the tool calls of a chunk: (seq, id, name) |
 //! | `v` id(16) view(8) | a materialized view's state (view = blake3 of its name) |
 //! | `w` id(16) view(8) first_turn(8 BE) | a block of a view's events |
@@ -48,6 +49,7 @@ pub(crate) const CHUNK: u8 = b'c';
 pub(crate) const TURN: u8 = b't';
 pub(crate) const OVERLAY: u8 = b'o';
 pub(crate) const OVERLAYS: u8 = b'O';
+pub(crate) const OVERLAY_RANGES: u8 = b'R';
 pub(crate) const CALLS: u8 = b'k';
 pub(crate) const LINEAGE: u8 = b'L';
 pub(crate) const IDEMPOTENCY: u8 = b'K';
@@ -57,7 +59,7 @@ pub(crate) const AUTO: u8 = b'A';
 pub(crate) const SEGMENT_FILE: u8 = b'S';
 pub(crate) const PENDING_BULK: u8 = b'B';
 /// The tags of every key under a conversation's id (all but its name).
-pub(crate) const CONVERSATION_TAGS: &[u8] = b"CctsujqToOkvwxPAKLB";
+pub(crate) const CONVERSATION_TAGS: &[u8] = b"CctsujqToORkvwxPAKLB";
 pub(crate) const VIEW: u8 = b'v';
 pub(crate) const VIEW_BLOCK: u8 = b'w';
 pub(crate) const VIEW_CALLS: u8 = b'x';
@@ -69,8 +71,10 @@ pub(crate) const BLOBS: &str = "blobs";
 /// sled; format 2 keeps the bodies of large appends in segment files
 /// (`segments.rs`); format 3 also stages small appends (`staging.rs`),
 /// which a build that reads only format 2 would not see; format 4 keeps
-/// compactions in a directory per chunk rather than a key each.
-pub const FORMAT_VERSION: u32 = 4;
+/// compactions in a directory per chunk rather than a key each; format 5
+/// also files each compaction by its turn range, so that the compactions
+/// meeting some turns are found without reading the others.
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The first format version that stages small appends.
 pub(crate) const STAGING_FORMAT: u32 = 3;
@@ -78,6 +82,10 @@ pub(crate) const STAGING_FORMAT: u32 = 3;
 /// The first format version that keeps a chunk's compactions in one
 /// overlay directory beside it (earlier ones: a key per compaction).
 pub(crate) const OVERLAY_DIRECTORY_FORMAT: u32 = 4;
+
+/// The first format version that files compactions by turn range
+/// ([`overlay_range`]).
+pub(crate) const OVERLAY_RANGE_FORMAT: u32 = 5;
 
 /// The oldest format version this build reads and writes.
 pub(crate) const OLDEST_FORMAT: u32 = 1;
@@ -183,6 +191,63 @@ pub(crate) fn overlay_directories(space: Space, id: &ConversationId) -> Vec<u8> 
 
 pub(crate) fn overlay_directory(space: Space, id: &ConversationId, first_seq: u64) -> Vec<u8> {
     numbered(space.tags().3, id, &[first_seq])
+}
+
+/// The level of a compaction covering turns `from..=to` in the overlay
+/// range keys: the number of bits of `to - from`, 0 to 64. Its range
+/// starts in bucket [`overlay_range_bucket`]`(from, level)`, whose turns
+/// are a multiple of `2^level` wide, and ends in that bucket or the next:
+/// the ranges meeting turns `a..=b` are, at each level, among those filed
+/// in the buckets of `a` (less one) to `b`.
+pub(crate) fn overlay_range_level(from: u64, to: u64) -> u8 {
+    (64 - to.saturating_sub(from).leading_zeros()) as u8
+}
+
+/// The bucket of turn `turn` at level `level`: `2^(level + 4)` turns wide,
+/// so that the compactions an append files at a level share few keys.
+pub(crate) fn overlay_range_bucket(turn: u64, level: u8) -> u64 {
+    turn.checked_shr(u32::from(level) + OVERLAY_RANGE_BUCKET_BITS)
+        .unwrap_or(0)
+}
+
+/// A bucket is `2^(level + 4)` turns wide.
+const OVERLAY_RANGE_BUCKET_BITS: u32 = 4;
+
+/// The key of the compactions of `id` an append files at `level` and
+/// `bucket`, the first of them being record `first_seq` (format 5).
+pub(crate) fn overlay_range(
+    id: &ConversationId,
+    level: u8,
+    bucket: u64,
+    first_seq: u64,
+) -> Vec<u8> {
+    let mut key = overlay_range_prefix(id, level);
+    key.extend_from_slice(&bucket.to_be_bytes());
+    key.extend_from_slice(&first_seq.to_be_bytes());
+    key
+}
+
+/// The number of overlay range levels (0 to 64).
+pub(crate) const OVERLAY_RANGE_LEVELS: u8 = 65;
+
+/// The prefix of every overlay range key of `id` at `level`.
+pub(crate) fn overlay_range_prefix(id: &ConversationId, level: u8) -> Vec<u8> {
+    let mut key = prefixed(OVERLAY_RANGES, id.as_bytes());
+    key.push(level);
+    key
+}
+
+/// The prefix of every overlay range key of `id`.
+pub(crate) fn overlay_ranges(id: &ConversationId) -> Vec<u8> {
+    prefixed(OVERLAY_RANGES, id.as_bytes())
+}
+
+/// The (level, bucket, first seq) of an overlay range key.
+pub(crate) fn overlay_range_parts(key: &[u8]) -> Option<(u8, u64, u64)> {
+    if key.len() != 34 {
+        return None;
+    }
+    Some((key[17], be_u64(&key[18..26])?, be_u64(&key[26..34])?))
 }
 
 /// The prefix of every overlay key of a conversation (formats 1-3).

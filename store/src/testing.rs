@@ -113,6 +113,27 @@ pub fn overlay_keys(store: &Store, id: &ConversationId) -> StoreResult<(usize, u
     Ok((directories, count(keys::overlays(id))?))
 }
 
+/// The number of a conversation's overlay range keys (format 5): one per
+/// level and bucket an append filed compactions under.
+pub fn overlay_range_keys(store: &Store, id: &ConversationId) -> StoreResult<usize> {
+    let mut n = 0;
+    for entry in store.scan_prefix(keys::overlay_ranges(id)) {
+        entry?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Deletes a conversation's first overlay range key, as damage would.
+pub fn drop_an_overlay_range_key(store: &Store, id: &ConversationId) -> StoreResult<()> {
+    if let Some(entry) = store.scan_prefix(keys::overlay_ranges(id)).next() {
+        let mut batch = crate::backend::Batch::new();
+        batch.delete(entry?.0.to_vec());
+        store.kv.apply(batch)?;
+    }
+    Ok(())
+}
+
 /// Bulk appends committed on this thread from now on stop before the batch
 /// that would make them visible (after writing their blob references and,
 /// for a new conversation, its records): with `as_a_kill`, leaving what

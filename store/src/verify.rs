@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::backend::Bytes;
 use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, TextRepr};
-use crate::codec::{OverlayDirectory, OverlayEntry, TurnEntry};
+use crate::codec::{OverlayDirectory, OverlayEntry, RangeGroup, TurnEntry};
 use crate::error::StoreResult;
 use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
@@ -575,6 +575,76 @@ impl Checker<'_> {
             return Err(self.fail(
                 first_bad,
                 "the overlay index does not match the log's compactions",
+            ));
+        }
+        if self.store.format >= keys::OVERLAY_RANGE_FORMAT {
+            self.check_overlay_ranges(expected)?;
+        }
+        Ok(())
+    }
+
+    /// The overlay range keys (format 5) file exactly the compaction
+    /// records `expected` (as in [`Self::check_overlays`]), each under the
+    /// key its turn range gives.
+    fn check_overlay_ranges(
+        &self,
+        expected: &[(u64, u64, u64, Vec<u8>)],
+    ) -> Result<(), VerifyFailure> {
+        let id = &self.id;
+        let mut found = Vec::new();
+        for item in self.store.scan_prefix(keys::overlay_ranges(id)) {
+            let (key, value) = item.map_err(|e| self.fail(None, e.to_string()))?;
+            let (level, bucket, first) = keys::overlay_range_parts(&key)
+                .ok_or_else(|| self.fail(None, "an overlay range key is truncated"))?;
+            let group: RangeGroup<'_> = codec::decode(&value, "overlay range group")
+                .map_err(|e| self.fail(Some(first), e.to_string()))?;
+            if group.entries.first().map(|e| e.seq) != Some(first) {
+                return Err(self.fail(Some(first), "an overlay range group is misnamed"));
+            }
+            for entry in group.entries {
+                let level_of = keys::overlay_range_level(entry.from_turn, entry.to_turn);
+                if (
+                    level_of,
+                    keys::overlay_range_bucket(entry.from_turn, level_of),
+                ) != (level, bucket)
+                {
+                    return Err(self.fail(
+                        Some(entry.seq),
+                        "a compaction is filed under another turn range",
+                    ));
+                }
+                found.push((
+                    entry.seq,
+                    entry.turn,
+                    entry.record.to_vec(),
+                    entry.from_turn,
+                    entry.to_turn,
+                ));
+            }
+        }
+        found.sort_unstable_by_key(|f| f.0);
+        let mut wanted = Vec::with_capacity(expected.len());
+        for (_, seq, turn, record) in expected {
+            let repr =
+                codec::decode_record(record).map_err(|e| self.fail(Some(*seq), e.to_string()))?;
+            let codec::BodyRepr::Compaction(c) = &repr.body else {
+                return Err(self.fail(Some(*seq), "an overlay entry holds no compaction"));
+            };
+            wanted.push((*seq, *turn, record.clone(), c.from_turn, c.to_turn));
+        }
+        if found != wanted {
+            let first_bad = found.iter().zip(&wanted).find(|(f, w)| f != w).map_or_else(
+                || {
+                    found
+                        .get(wanted.len())
+                        .or(wanted.get(found.len()))
+                        .map(|f| f.0)
+                },
+                |(f, _)| Some(f.0),
+            );
+            return Err(self.fail(
+                first_bad,
+                "the overlay range index does not match the log's compactions",
             ));
         }
         Ok(())

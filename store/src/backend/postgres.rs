@@ -40,13 +40,16 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::ConversationId;
 
 /// The schema version this build creates and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The channel appends are announced on.
 pub const CHANNEL: &str = "convstore";
 
 /// The migrations, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: &[&str] = &[include_str!("postgres_schema_1.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("postgres_schema_1.sql"),
+    include_str!("postgres_schema_2.sql"),
+];
 
 /// Rows a scan reads per query at first; later pages are larger.
 const FIRST_PAGE: i64 = 64;
@@ -112,6 +115,7 @@ fn main_table(tag: u8) -> Table {
         b'k' => table("calls", Shape::Keyed),
         b'O' => table("overlay_directories", Shape::Keyed),
         b'o' => table("overlays", Shape::Keyed),
+        b'R' => table("overlay_ranges", Shape::Keyed),
         b's' => table("staged_chunks", Shape::Keyed),
         b'u' => table("staged_turns", Shape::Keyed),
         b'j' => table("staged_calls", Shape::Keyed),
@@ -139,6 +143,7 @@ pub const TABLES: &[&str] = &[
     "calls",
     "overlay_directories",
     "overlays",
+    "overlay_ranges",
     "staged_chunks",
     "staged_turns",
     "staged_calls",

@@ -1,7 +1,7 @@
 //! Compaction overlays, read from their entries without scanning the log.
 
 use crate::codec::{self, decode_record, record_to_event};
-use crate::codec::{OverlayDirectory, OverlayEntry};
+use crate::codec::{OverlayDirectory, OverlayEntry, RangeGroup};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
 use crate::ids::ConversationId;
@@ -25,9 +25,19 @@ pub struct StoredOverlay {
 impl Store {
     /// The compaction overlays among records `0..end`, in log order.
     pub fn overlays(&self, id: &ConversationId, end: u64) -> StoreResult<Vec<StoredOverlay>> {
+        self.overlays_between(id, 0, end)
+    }
+
+    /// The compaction overlays among records `start..end`, in log order.
+    pub fn overlays_between(
+        &self,
+        id: &ConversationId,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Vec<StoredOverlay>> {
         let mut out = Vec::new();
         if self.format >= keys::OVERLAY_DIRECTORY_FORMAT {
-            for (space, piece) in self.spaced_pieces(id, 0, end)? {
+            for (space, piece) in self.spaced_pieces(id, start, end)? {
                 let owner = &piece.owner;
                 let from = self.chunk_start(space, owner, piece.start)?;
                 let directories = self.scan_range(
@@ -49,8 +59,11 @@ impl Store {
         }
         for piece in self.pieces(id, end)? {
             let owner = &piece.owner;
+            if piece.end <= start {
+                continue;
+            }
             let entries = self.scan_range(
-                keys::overlay(owner, piece.start),
+                keys::overlay(owner, piece.start.max(start)),
                 keys::overlay(owner, piece.end),
             );
             for item in entries {
@@ -63,6 +76,81 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// Whether compactions are filed by turn range (format 5 and later), so
+    /// that [`Store::overlays_meeting`] reads only those it returns.
+    pub fn files_overlays_by_range(&self) -> bool {
+        self.format >= keys::OVERLAY_RANGE_FORMAT
+    }
+
+    /// The compaction overlays among records `0..end` whose turn range
+    /// meets one of `turns` (inclusive ranges), in log order: what the
+    /// resolution of those turns depends on. Read from the overlay range
+    /// keys (format 5) at a cost that follows what is found, not how many
+    /// compactions the log holds. A database of an older format does not
+    /// file compactions by range: there, every compaction of `0..end`
+    /// (a superset, at the cost of [`Store::overlays`]).
+    pub fn overlays_meeting(
+        &self,
+        id: &ConversationId,
+        end: u64,
+        turns: &[(u64, u64)],
+    ) -> StoreResult<Vec<StoredOverlay>> {
+        if !self.files_overlays_by_range() {
+            return self.overlays(id, end);
+        }
+        let pieces = self.pieces(id, end)?;
+        let mut owners: Vec<(ConversationId, Vec<(u64, u64)>)> = Vec::new();
+        for piece in &pieces {
+            match owners.iter_mut().find(|(o, _)| *o == piece.owner) {
+                Some((_, seqs)) => seqs.push((piece.start, piece.end)),
+                None => owners.push((piece.owner, vec![(piece.start, piece.end)])),
+            }
+        }
+        let mut found = std::collections::BTreeMap::new();
+        for (owner, seqs) in &owners {
+            let mut level = 0u8;
+            // Levels with no key are skipped by seeking to the next one.
+            while let Some(item) = self
+                .scan_range(
+                    keys::overlay_range_prefix(owner, level),
+                    keys::overlay_range_prefix(owner, keys::OVERLAY_RANGE_LEVELS),
+                )
+                .next()
+            {
+                let (key, _) = item?;
+                level = keys::overlay_range_parts(&key)
+                    .ok_or_else(|| truncated(owner))?
+                    .0;
+                for &(a, b) in turns {
+                    let low = keys::overlay_range_bucket(a, level).saturating_sub(1);
+                    let high = keys::overlay_range_bucket(b, level);
+                    let end = match high.checked_add(1) {
+                        Some(next) => keys::overlay_range(owner, level, next, 0),
+                        None => keys::overlay_range_prefix(owner, level + 1),
+                    };
+                    for item in self.scan_range(keys::overlay_range(owner, level, low, 0), end) {
+                        let (_, value) = item?;
+                        let group: RangeGroup<'_> = codec::decode(&value, "overlay range group")?;
+                        for entry in group.entries {
+                            let seq = entry.seq;
+                            let meets = entry.from_turn <= b && a <= entry.to_turn;
+                            let owned = seqs.iter().any(|&(s, e)| (s..e).contains(&seq));
+                            if meets && owned && !found.contains_key(&seq) {
+                                let overlay = self.overlay(owner, seq, entry.turn, entry.record)?;
+                                found.insert(seq, overlay);
+                            }
+                        }
+                    }
+                }
+                if level >= keys::OVERLAY_RANGE_LEVELS - 1 {
+                    break;
+                }
+                level += 1;
+            }
+        }
+        Ok(found.into_values().collect())
     }
 
     /// Compaction `seq` of `owner`'s own log, in turn `turn`, from its
@@ -102,5 +190,11 @@ impl Store {
             cache.clear();
         }
         cache.insert((*owner, overlay.seq), overlay.clone());
+    }
+}
+
+fn truncated(owner: &ConversationId) -> StoreError {
+    StoreError::Corrupt {
+        what: format!("conversation {owner}: an overlay range key is truncated"),
     }
 }
