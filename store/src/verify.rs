@@ -640,7 +640,9 @@ impl Checker<'_> {
                         .or(wanted.get(found.len()))
                         .map(|f| f.0)
                 },
-                |(f, _)| Some(f.0),
+                // Where they part: a missing entry's seq, or an extra or
+                // different one's.
+                |(f, w)| Some(f.0.min(w.0)),
             );
             return Err(self.fail(
                 first_bad,
