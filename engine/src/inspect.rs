@@ -10,7 +10,7 @@
 //! entries and the turn index, as `project --turns` does).
 
 use convstore_projection::{
-    estimate_chars, resolve, tokens_for_chars, Overlay, Plan, Span, Summary, ToolPolicy, ViewEvent,
+    estimate_chars, tokens_for_chars, Overlay, Plan, Span, Summary, ToolPolicy, ViewEvent,
 };
 use convstore_store::event::ReasoningPolicy;
 use convstore_store::{
@@ -74,8 +74,6 @@ pub fn timeline(
 ) -> Result<Timeline> {
     let turns = scope.turns(store, id)?;
     let last_turn = turns.checked_sub(1);
-    let overlays = pipeline::overlays_under(store, id, scope.end, None)?;
-    let resolution = resolve(overlays, last_turn);
     let buckets = buckets.clamp(1, BUCKETS_MAX) as u64;
     let bucket_turns = turns.div_ceil(buckets).max(1);
     let count = turns.div_ceil(bucket_turns) as usize;
@@ -119,8 +117,8 @@ pub fn timeline(
         turns,
         as_of: scope.end.checked_sub(1),
         last_activity,
-        overlays: resolution.overlays,
-        spans: resolution.spans,
+        overlays: view.resolution().overlays.clone(),
+        spans: view.resolution().spans.clone(),
         pins: store.pins(id)?,
         bucket_turns,
         tokens,
@@ -305,24 +303,19 @@ pub fn page(
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
         // Which records a summary replaces (the view drops them all; only
         // the first carries the summary's events).
-        let last_turn = scope.turns(store, id)?.saturating_sub(1);
-        let resolution = pipeline::resolve_turns(
-            store,
-            id,
-            scope.end,
-            last_turn,
-            &[(first.turn, last.turn)],
-            None,
-        )?;
+        // The projector's resolution is exact over the page's turns.
+        let turns = first.turn..=last.turn;
+        let (projector, _) = pipeline::plan_turns(store, id, scope, turns)?;
         for (slot, row) in summarized.iter_mut().zip(&rows) {
-            if let crate::search::Visibility::Summarized(a, b) =
-                crate::search::disposition(&resolution, row.turn, row.raw.kind.event_type(), None)
-            {
+            if let crate::search::Visibility::Summarized(a, b) = crate::search::disposition(
+                projector.resolution(),
+                row.turn,
+                row.raw.kind.event_type(),
+                None,
+            ) {
                 *slot = Some((a, b));
             }
         }
-        let turns = first.turn..=last.turn;
-        let (projector, _) = pipeline::plan_turns(store, id, scope, turns)?;
         let mut view: Vec<ViewEvent> = Vec::new();
         pipeline::stream_range(
             store,

@@ -10,11 +10,11 @@ use convstore_projection::{
     estimate_chars, resolve, tokens_for_chars, LogEvent, Overlay, Plan, Projector, Resolution, Run,
     Tokenizer, ViewEvent,
 };
+use convstore_store::{merge_ranges, Seq, Turn};
 use convstore_store::{
     ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError, StoredOverlay,
     Timestamp, ToolNames,
 };
-use convstore_store::{Seq, Turn};
 
 use crate::error::{Error, Result};
 
@@ -169,7 +169,7 @@ pub fn resolve_turns(
         );
         Ok(resolve(overlays, Some(last_turn)))
     };
-    let ranges = merge(ranges.to_vec());
+    let ranges = merge_ranges(ranges.to_vec());
     if !store.files_overlays_by_range()
         || ranges
             .first()
@@ -183,36 +183,28 @@ pub fn resolve_turns(
     let first = read(&ranges)?;
     let mut wider = ranges.clone();
     for run in &first.runs {
-        if ranges.iter().any(|&(a, b)| run.first <= b && a <= run.last) {
+        if run_meets(run, &ranges) {
             wider.extend(first.overlays[run.overlay].covered(last_turn));
         }
     }
-    let wider = merge(wider);
+    let wider = merge_ranges(wider);
     if wider == ranges {
         return Ok(first);
     }
     read(&wider)
 }
 
+/// Whether summary run `run` has a turn in one of `ranges` (inclusive).
+pub(crate) fn run_meets(run: &Run, ranges: &[(u64, u64)]) -> bool {
+    ranges.iter().any(|&(a, b)| run.first <= b && a <= run.last)
+}
+
 /// The overlay of a stored compaction.
-fn overlay_of(o: &StoredOverlay) -> Option<Overlay> {
+pub(crate) fn overlay_of(o: &StoredOverlay) -> Option<Overlay> {
     match &o.event.kind {
         EventKind::Compaction(c) => Some(Overlay::from_compaction(o.seq, o.event.timestamp, c)),
         _ => None,
     }
-}
-
-/// Sorts and merges overlapping or adjacent inclusive ranges.
-pub(crate) fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for (a, b) in ranges {
-        match out.last_mut() {
-            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
 }
 
 /// Records of a turn range up to which [`plan_turns`] looks up the names

@@ -22,7 +22,7 @@
 //! side data as for `project`; the records read are those of the dirty
 //! turns only.
 
-use convstore_store::{Seq, Turn};
+use convstore_store::{merge_ranges, Seq, Turn};
 use std::collections::{btree_map, BTreeMap, HashMap, HashSet};
 
 use convstore_projection::config::Config;
@@ -33,7 +33,7 @@ use convstore_store::{
 };
 
 use crate::error::{Error, Result};
-use crate::pipeline::{self as view, merge, Scope};
+use crate::pipeline::{self as view, Scope};
 
 /// Where blocks of a stored view close: at the first turn boundary after
 /// `events` view events or `turns` turns. An update rewrites whole blocks,
@@ -338,11 +338,11 @@ impl Update {
 
         // New compactions: the turns they cover and the turn after them.
         let mut touched = vec![(old_last, last_turn)];
-        for stored in store.overlays_between(id, h, n)? {
-            let EventKind::Compaction(c) = &stored.event.kind else {
-                continue;
-            };
-            let overlay = Overlay::from_compaction(stored.seq, stored.event.timestamp, c);
+        for overlay in store
+            .overlays_between(id, h, n)?
+            .iter()
+            .filter_map(view::overlay_of)
+        {
             if let Some((first, last)) = overlay.covered(last_turn) {
                 ranges.push((first, (last + 1).min(last_turn)));
                 touched.push((first.saturating_sub(1), (last + 1).min(last_turn)));
@@ -353,17 +353,14 @@ impl Update {
         // new overlay's range or the turns after the old last one, or is
         // next to them) has its first turn recomputed. Only the overlays
         // that meet those turns are read.
-        let touched = merge(touched);
+        let touched = merge_ranges(touched);
         let around = view::resolve_turns(store, id, n, last_turn, &touched, base)?;
         for run in &around.runs {
-            if touched
-                .iter()
-                .any(|&(a, b)| run.first <= b && a <= run.last)
-            {
+            if view::run_meets(run, &touched) {
                 ranges.push((run.first, run.first));
             }
         }
-        let ranges = widen_to_blocks(store, id, &old.name, merge(ranges))?;
+        let ranges = widen_to_blocks(store, id, &old.name, merge_ranges(ranges))?;
         let inside = |&(a, b): &(u64, u64)| touched.iter().any(|&(c, d)| c <= a && b <= d);
         let resolution = if ranges.iter().all(inside) {
             around
@@ -382,7 +379,7 @@ impl Update {
                 }
             }
         }
-        let meets = |run: &Run| ranges.iter().any(|&(a, b)| run.first <= b && a <= run.last);
+        let meets = |run: &Run| view::run_meets(run, &ranges);
         let projector = Plan::from_resolution(resolution, names, n, meets, |turn| {
             store
                 .first_conversation_seq(id, Turn(turn), Seq(n))
@@ -495,7 +492,7 @@ fn widen_to_blocks(
             .map_or(b, |(_, l)| l.max(b));
         out.push((first, last));
     }
-    Ok(merge(out))
+    Ok(merge_ranges(out))
 }
 
 /// The view events of raw turns `first..=last` of the records `0..n`.

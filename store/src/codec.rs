@@ -138,6 +138,14 @@ pub(crate) struct CompactionRepr<'a> {
 }
 
 impl BodyRepr<'_> {
+    /// For a compaction: the turns it covers, `from_turn..=to_turn`.
+    pub(crate) fn compaction_span(&self) -> Option<(u64, u64)> {
+        match self {
+            BodyRepr::Compaction(c) => Some((c.from_turn, c.to_turn)),
+            _ => None,
+        }
+    }
+
     pub(crate) fn event_type(&self) -> EventType {
         match self {
             BodyRepr::TurnStart => EventType::TurnStart,

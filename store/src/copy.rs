@@ -145,11 +145,11 @@ impl<'s> ConversationWriter<'s> {
                 BodyRepr::ToolCall { id, name, .. } => Some(((*id).to_owned(), (*name).to_owned())),
                 _ => None,
             });
-            let span = match &repr.body {
-                BodyRepr::Compaction(c) => Some((c.from_turn, c.to_turn)),
-                _ => None,
-            };
-            kinds.push((repr.body.event_type(), blob_bytes, span));
+            kinds.push((
+                repr.body.event_type(),
+                blob_bytes,
+                repr.body.compaction_span(),
+            ));
         }
         let mut encoded = Vec::with_capacity(records.len());
         let mut texts = Vec::with_capacity(records.len());

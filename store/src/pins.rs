@@ -32,15 +32,7 @@ impl Store {
     pub fn pin(&self, id: &ConversationId, first: u64, last: u64) -> StoreResult<Vec<(u64, u64)>> {
         self.update_pins(id, |pins| {
             pins.push((first.min(last), first.max(last)));
-            pins.sort_unstable();
-            let mut merged: Vec<(u64, u64)> = Vec::new();
-            for &(a, b) in pins.iter() {
-                match merged.last_mut() {
-                    Some(m) if a <= m.1.saturating_add(1) => m.1 = m.1.max(b),
-                    _ => merged.push((a, b)),
-                }
-            }
-            *pins = merged;
+            *pins = crate::position::merge_ranges(std::mem::take(pins));
         })
     }
 

@@ -41,3 +41,17 @@ impl From<Turn> for u64 {
         turn.0
     }
 }
+
+/// Inclusive turn ranges sorted, overlapping or adjacent ones merged:
+/// `[(5, 9), (0, 2), (3, 3)]` becomes `[(0, 3), (5, 9)]`.
+pub fn merge_ranges(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    ranges.dedup_by(|next, kept| {
+        let joins = next.0 <= kept.1.saturating_add(1);
+        if joins {
+            kept.1 = kept.1.max(next.1);
+        }
+        joins
+    });
+    ranges
+}

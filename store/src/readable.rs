@@ -1,6 +1,6 @@
 //! serde adapters that write values as people and other programs read
 //! them (`#[serde(with = "convstore_store::readable::id")]`): a
-//! conversation id as hex, an event type by its name, a time in RFC 3339.
+//! conversation id as hex, an event type by its name.
 //! For answers in JSON; what is stored keeps its own encodings.
 
 /// A [`ConversationId`](crate::ConversationId) as 32 hex digits.
@@ -38,24 +38,5 @@ pub mod event_type {
         let text = String::deserialize(d)?;
         EventType::from_name(&text)
             .ok_or_else(|| serde::de::Error::custom(format!("\"{text}\" is not an event type")))
-    }
-}
-
-/// A [`Timestamp`](crate::Timestamp) in RFC 3339.
-pub mod time {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    use crate::Timestamp;
-
-    /// Writes the time in RFC 3339 (UTC, microseconds).
-    pub fn serialize<S: Serializer>(time: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&time.to_string())
-    }
-
-    /// Reads a time written in RFC 3339.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
-        let text = String::deserialize(d)?;
-        Timestamp::parse_rfc3339(&text)
-            .ok_or_else(|| serde::de::Error::custom(format!("\"{text}\" is not an RFC 3339 time")))
     }
 }

@@ -627,10 +627,11 @@ impl Checker<'_> {
         for (_, seq, turn, record) in expected {
             let repr =
                 codec::decode_record(record).map_err(|e| self.fail(Some(*seq), e.to_string()))?;
-            let codec::BodyRepr::Compaction(c) = &repr.body else {
-                return Err(self.fail(Some(*seq), "an overlay entry holds no compaction"));
-            };
-            wanted.push((*seq, *turn, record.clone(), c.from_turn, c.to_turn));
+            let (from, to) = repr
+                .body
+                .compaction_span()
+                .ok_or_else(|| self.fail(Some(*seq), "an overlay entry holds no compaction"))?;
+            wanted.push((*seq, *turn, record.clone(), from, to));
         }
         if found != wanted {
             let first_bad = found.iter().zip(&wanted).find(|(f, w)| f != w).map_or_else(

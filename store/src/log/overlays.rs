@@ -6,6 +6,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
 use crate::ids::ConversationId;
 use crate::keys;
+use crate::position::merge_ranges;
 use crate::store::Store;
 
 use super::in_record;
@@ -100,16 +101,15 @@ impl Store {
         if !self.files_overlays_by_range() {
             return self.overlays(id, end);
         }
-        let pieces = self.pieces(id, end)?;
-        let mut owners: Vec<(ConversationId, Vec<(u64, u64)>)> = Vec::new();
-        for piece in &pieces {
-            match owners.iter_mut().find(|(o, _)| *o == piece.owner) {
-                Some((_, seqs)) => seqs.push((piece.start, piece.end)),
-                None => owners.push((piece.owner, vec![(piece.start, piece.end)])),
-            }
-        }
+        let turns = merge_ranges(turns.to_vec());
+        // Whether turns `from..=to` meet one of `turns` (sorted, apart).
+        let meets = |from: u64, to: u64| {
+            let i = turns.partition_point(|&(_, b)| b < from);
+            turns.get(i).is_some_and(|&(a, _)| a <= to)
+        };
         let mut found = std::collections::BTreeMap::new();
-        for (owner, seqs) in &owners {
+        for piece in self.pieces(id, end)? {
+            let owner = &piece.owner;
             let mut level = 0u8;
             // Levels with no key are skipped by seeking to the next one.
             while let Some(item) = self
@@ -123,9 +123,18 @@ impl Store {
                 level = keys::overlay_range_parts(&key)
                     .ok_or_else(|| truncated(owner))?
                     .0;
-                for &(a, b) in turns {
-                    let low = keys::overlay_range_bucket(a, level).saturating_sub(1);
-                    let high = keys::overlay_range_bucket(b, level);
+                // The buckets that can hold a range meeting the turns, each
+                // read once however many of the turns it serves.
+                let buckets = merge_ranges(
+                    turns
+                        .iter()
+                        .map(|&(a, b)| {
+                            let low = keys::overlay_range_bucket(a, level).saturating_sub(1);
+                            (low, keys::overlay_range_bucket(b, level))
+                        })
+                        .collect(),
+                );
+                for (low, high) in buckets {
                     let end = match high.checked_add(1) {
                         Some(next) => keys::overlay_range(owner, level, next, 0),
                         None => keys::overlay_range_prefix(owner, level + 1),
@@ -135,9 +144,9 @@ impl Store {
                         let group: RangeGroup<'_> = codec::decode(&value, "overlay range group")?;
                         for entry in group.entries {
                             let seq = entry.seq;
-                            let meets = entry.from_turn <= b && a <= entry.to_turn;
-                            let owned = seqs.iter().any(|&(s, e)| (s..e).contains(&seq));
-                            if meets && owned && !found.contains_key(&seq) {
+                            if meets(entry.from_turn, entry.to_turn)
+                                && (piece.start..piece.end).contains(&seq)
+                            {
                                 let overlay = self.overlay(owner, seq, entry.turn, entry.record)?;
                                 found.insert(seq, overlay);
                             }
