@@ -94,7 +94,7 @@ pub(crate) async fn pin(
     Path(conv): Path<String>,
     body: Body,
 ) -> Result<Json<Value>> {
-    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
+    let body = read_body(body, &state.limits).await?;
     let body: PinBody = parse_json_body(&body)?;
     let _write = write_permit(&state).await?;
     state
@@ -225,7 +225,7 @@ pub(crate) async fn answer_tool_call(
     body: Body,
 ) -> Result<Json<Value>> {
     let limits = state.limits.clone();
-    let body = read_body(body, limits.max_body_bytes, limits.body_timeout).await?;
+    let body = read_body(body, &limits).await?;
     let text = String::from_utf8(body.to_vec()).map_err(|_| bad("the tool call is not UTF-8"))?;
     let call = recall::parse_tool_call(&text)?;
     let max_tokens = q.max_tokens.unwrap_or(recall::DEFAULT_MAX_TOKENS);
@@ -408,7 +408,7 @@ pub(crate) async fn import(
         ))
     })?;
     let limits = state.limits.clone();
-    let body = read_body(body, limits.max_body_bytes, limits.body_timeout).await?;
+    let body = read_body(body, &limits).await?;
     let name = q.name.as_deref().map(nfc);
     let _write = write_permit(&state).await?;
     let value = state
@@ -468,7 +468,7 @@ pub(crate) struct BackupBody {
 /// conversation, as of one moment, into a new directory on the server's
 /// machine, while the server goes on (a read-write token's to ask).
 pub(crate) async fn backup(State(state): State<Shared>, body: Body) -> Result<Json<Value>> {
-    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
+    let body = read_body(body, &state.limits).await?;
     let body: BackupBody = parse_json_body(&body)?;
     let dest = std::path::PathBuf::from(&body.dest);
     if !dest.is_absolute() {

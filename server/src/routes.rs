@@ -322,7 +322,7 @@ pub(crate) async fn create(
     State(state): State<Shared>,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>)> {
-    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
+    let body = read_body(body, &state.limits).await?;
     let request: CreateBody = if body.iter().all(u8::is_ascii_whitespace) {
         CreateBody::default()
     } else {
@@ -395,7 +395,7 @@ pub(crate) async fn fork(
     Path(conv): Path<String>,
     body: Body,
 ) -> Result<(StatusCode, Json<Value>)> {
-    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
+    let body = read_body(body, &state.limits).await?;
     let request: ForkBody = parse_json_body(if body.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
@@ -515,8 +515,10 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
         .collect()
 }
 
-/// Reads a request body of at most `limit` bytes, within `timeout`.
-pub(crate) async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes> {
+/// Reads a request body of at most `limits.max_body_bytes` bytes, within
+/// `limits.body_timeout`.
+pub(crate) async fn read_body(body: Body, limits: &crate::http::Limits) -> Result<Bytes> {
+    let (limit, timeout) = (limits.max_body_bytes, limits.body_timeout);
     let timed_out = |what: String| {
         Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -833,7 +835,7 @@ pub(crate) async fn append(
         _ => None,
     };
     let limits = state.limits.clone();
-    let body = read_body(body, limits.max_body_bytes, limits.body_timeout).await?;
+    let body = read_body(body, &limits).await?;
     let ndjson = ndjson.unwrap_or_else(|| {
         body.iter()
             .find(|b| !b.is_ascii_whitespace())
@@ -1614,7 +1616,7 @@ pub(crate) async fn compact(
     Path(conv): Path<String>,
     body: Body,
 ) -> Result<Json<Value>> {
-    let body = read_body(body, state.limits.max_body_bytes, state.limits.body_timeout).await?;
+    let body = read_body(body, &state.limits).await?;
     let body: CompactBody = if body.iter().all(u8::is_ascii_whitespace) {
         CompactBody::default()
     } else {
