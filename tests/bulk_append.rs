@@ -86,7 +86,7 @@ const NO_SYNC: AppendOptions = AppendOptions::new().unsynced(true);
 /// conversation with staged records too.
 #[test]
 fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
-    for format in [1, 2, 3, 4] {
+    for format in [1, 2, 3, 4, 5, 6] {
         for memory in [0, 64 * 1024, u64::MAX] {
             let dir = tempfile::tempdir().unwrap();
             let db = database(&dir, format);
@@ -158,7 +158,8 @@ fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
 /// Format 4 keeps a chunk's compactions in one directory beside it,
 /// whichever way they arrive (bulk, one large append, small staged appends
 /// then settled); formats 1 to 3 keep a key per compaction; format 5 also
-/// files them by turn range. All read back the same overlays.
+/// files them by turn range, format 6 without their records. All read back
+/// the same overlays.
 #[test]
 fn compactions_are_kept_in_a_directory_per_chunk_from_format_4_and_by_range_from_5() {
     let all = events(0..5_000);
@@ -168,7 +169,7 @@ fn compactions_are_kept_in_a_directory_per_chunk_from_format_4_and_by_range_from
         .count();
     assert!(compactions > 100);
     let mut read = Vec::new();
-    for format in [3, 4, 5] {
+    for format in [3, 4, 5, 6] {
         let dir = tempfile::tempdir().unwrap();
         let db = database(&dir, format);
         let store = Store::open(&db).unwrap();
@@ -217,6 +218,10 @@ fn compactions_are_kept_in_a_directory_per_chunk_from_format_4_and_by_range_from
         if format < 5 {
             continue;
         }
+        // Reopened, so that no overlay is cached: format 6 reads each
+        // record from its chunk's overlay directory (settled or staged).
+        drop(store);
+        let store = Store::open(&db).unwrap();
         // Format 5 files them by turn range too, a key per level and
         // bucket of each append: the compactions meeting some turns are
         // exactly those of the whole list that meet them.
@@ -241,8 +246,82 @@ fn compactions_are_kept_in_a_directory_per_chunk_from_format_4_and_by_range_from
             "{report:?}"
         );
     }
-    assert_eq!(read[0], read[1]);
-    assert_eq!(read[1], read[2]);
+    assert!(read.windows(2).all(|w| w[0] == w[1]));
+}
+
+/// A bulk append to an existing conversation writes its overlay range keys
+/// before the batch making its records visible (format 5 and later): cut
+/// short there, they are invisible, verify passes, and the next open takes
+/// them back, so that other compactions appended at the same seqs are the
+/// ones found.
+#[test]
+fn range_keys_of_a_commit_cut_short_are_taken_back() {
+    // Compactions over turns far apart: a range key each.
+    let spread = |range: std::ops::Range<u64>, reasoning: ReasoningPolicy| -> Vec<Event> {
+        range
+            .map(|i| {
+                let timestamp = Timestamp::from_micros(1_720_000_000_000_000 + i as i64).unwrap();
+                Event::new(
+                    timestamp,
+                    EventKind::Compaction(Compaction {
+                        from_turn: i * 1_000,
+                        to_turn: i * 1_000 + 2,
+                        summary: None,
+                        reasoning: Some(reasoning),
+                        tool_calls: None,
+                        revert: None,
+                        info: None,
+                    }),
+                )
+            })
+            .collect()
+    };
+    for format in [5, 6] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = database(&dir, format);
+        let id = {
+            let store = Store::open(&db).unwrap();
+            store.set_bulk_memory_bytes(0);
+            let (id, _) = store
+                .create_and_append(Some("c"), &events(0..2_000), &AppendOptions::default())
+                .unwrap();
+            let kept = testing::overlay_range_keys(&store, &id).unwrap();
+            let mut bulk = store
+                .begin_bulk(BulkTarget::Existing(id), &NO_SYNC)
+                .unwrap();
+            bulk.push(&spread(0..5_000, ReasoningPolicy::Strip))
+                .unwrap();
+            testing::interrupt_bulk_commits(Some(true));
+            let cut = bulk.commit();
+            testing::interrupt_bulk_commits(None);
+            assert!(cut.is_err());
+            assert!(testing::overlay_range_keys(&store, &id).unwrap() >= kept + 5_000);
+            assert_eq!(store.info(&id).unwrap().len, 2_000);
+            assert!(store.verify_all().unwrap().is_ok(), "format {format}");
+            id
+        };
+        let store = Store::open(&db).unwrap();
+        let before = testing::overlay_range_keys(&store, &id).unwrap();
+        assert!(before < 100, "format {format}: {before}");
+        assert!(store.verify_all().unwrap().is_ok(), "format {format}");
+        // The same seqs, other compactions: those are found.
+        let mut bulk = store
+            .begin_bulk(BulkTarget::Existing(id), &NO_SYNC)
+            .unwrap();
+        let kept = spread(0..5_000, ReasoningPolicy::Keep);
+        bulk.push(&kept[..2_500]).unwrap();
+        bulk.push(&kept[2_500..]).unwrap();
+        bulk.commit().unwrap();
+        drop(store);
+        let store = Store::open(&db).unwrap();
+        let found = store
+            .overlays_meeting(&id, 7_000, &[(3_000_000, 3_000_000)])
+            .unwrap();
+        assert_eq!(found.len(), 1, "format {format}");
+        assert_eq!(found[0].seq, 5_000);
+        assert_eq!(found[0].event, kept[3_000]);
+        assert!(store.verify_all().unwrap().is_ok(), "format {format}");
+    }
 }
 
 /// A bulk append dropped, or failing its commit, stores nothing and

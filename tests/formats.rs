@@ -1,4 +1,4 @@
-//! Databases written by the builds of formats 1 to 5 (checked in under
+//! Databases written by the builds of formats 1 to 6 (checked in under
 //! `tests/fixtures/`) read as those builds read them, verify, and take new
 //! appends; a backup of each is a current-format copy that reads the same.
 
@@ -127,4 +127,9 @@ fn format_4_databases_read_and_take_appends() {
 #[test]
 fn format_5_databases_read_and_take_appends() {
     reads_as_its_build_did(5);
+}
+
+#[test]
+fn format_6_databases_read_and_take_appends() {
+    reads_as_its_build_did(6);
 }

@@ -414,7 +414,8 @@ impl Writes {
             chunks: Vec::new(),
             to_segments: false,
             overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
-            overlay_ranges: (store.format >= keys::OVERLAY_RANGE_FORMAT).then(RangeGroups::default),
+            overlay_ranges: (store.format >= keys::OVERLAY_RANGE_FORMAT)
+                .then(|| RangeGroups::new(store.format)),
         }
     }
 
@@ -616,7 +617,7 @@ pub(crate) fn write_records(
             writes.batch.put(keys::overlay(id, seq), encode(&entry));
         }
         if let (Some(span), Some(ranges)) = (record.span, &mut writes.overlay_ranges) {
-            ranges.add(seq, span, turn, &record.bytes);
+            ranges.add(seq, span, turn);
         }
         let stats = &mut meta.kinds[record.event_type.index()];
         stats.count += 1;
@@ -641,7 +642,12 @@ pub(crate) fn write_records(
     }
     chunk.write(id, writes);
     if let Some(ranges) = &mut writes.overlay_ranges {
-        for (key, value) in ranges.take(id) {
+        let record_of = |seq: u64| {
+            let i = usize::try_from(seq.checked_sub(first_seq)?).ok()?;
+            encoded.get(i).map(|r| r.bytes.as_slice())
+        };
+        for pair in ranges.take(id, record_of) {
+            let (key, value) = pair?;
             writes.batch.put(key, value);
         }
     }
@@ -750,26 +756,37 @@ impl<'a> ChunkBuilder<'a> {
 /// Compactions to file by turn range (format 5), gathered so that each
 /// level and bucket an append meets gets one key, however many of its
 /// compactions fall there (a key each would put a key per compaction in
-/// one batch, which sled holds in memory whole).
-#[derive(Debug, Default)]
+/// one batch, which sled holds in memory whole). Only where each
+/// compaction is filed is kept: in format 5, whose range keys hold the
+/// records too, each record is looked up when the values are encoded,
+/// from where the append keeps it anyway.
+#[derive(Debug)]
 pub(crate) struct RangeGroups {
     groups: BTreeMap<(u8, u64), Vec<Gathered>>,
-    len: usize,
+    /// Whether the values hold the records (format 5).
+    records: bool,
 }
 
-/// A compaction [`RangeGroups`] holds: seq, turns covered, turn, record.
+/// A compaction [`RangeGroups`] holds: seq, turns covered, turn.
 #[derive(Debug)]
 struct Gathered {
     seq: u64,
     from: u64,
     to: u64,
     turn: u64,
-    record: Vec<u8>,
 }
 
 impl RangeGroups {
+    /// None yet, for a database of format `format` (5 or later).
+    pub(crate) fn new(format: u32) -> RangeGroups {
+        RangeGroups {
+            groups: BTreeMap::new(),
+            records: format < keys::BARE_RANGE_FORMAT,
+        }
+    }
+
     /// Adds compaction `seq`, covering turns `from..=to`, in turn `turn`.
-    pub(crate) fn add(&mut self, seq: u64, (from, to): (u64, u64), turn: u64, record: &[u8]) {
+    pub(crate) fn add(&mut self, seq: u64, (from, to): (u64, u64), turn: u64) {
         let level = keys::overlay_range_level(from, to);
         let bucket = keys::overlay_range_bucket(from, level);
         self.groups
@@ -780,42 +797,48 @@ impl RangeGroups {
                 from,
                 to,
                 turn,
-                record: record.to_vec(),
             });
-        self.len += 1;
     }
 
-    /// How many compactions are gathered.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The keys and values of the compactions gathered, which are then
-    /// forgotten.
-    pub(crate) fn take(&mut self, id: &ConversationId) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.len = 0;
+    /// The keys and values of the compactions gathered, one group at a
+    /// time, each compaction's record bytes (format 5) from `record_of`;
+    /// they are then forgotten.
+    pub(crate) fn take<'r>(
+        &mut self,
+        id: &ConversationId,
+        record_of: impl Fn(u64) -> Option<&'r [u8]>,
+    ) -> impl Iterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>> {
+        let id = *id;
+        let records = self.records;
         std::mem::take(&mut self.groups)
             .into_iter()
-            .map(|((level, bucket), entries)| {
-                let group = RangeGroup {
-                    entries: entries
-                        .iter()
-                        .map(|e| RangeEntry {
-                            seq: e.seq,
-                            from_turn: e.from,
-                            to_turn: e.to,
-                            turn: e.turn,
-                            record: &e.record,
-                        })
-                        .collect(),
-                };
-                let first = entries.first().map_or(0, |e| e.seq);
-                (
-                    keys::overlay_range(id, level, bucket, first),
-                    encode(&group),
-                )
+            .map(move |((level, bucket), gathered)| {
+                let mut entries = Vec::with_capacity(gathered.len());
+                for e in &gathered {
+                    let record = if records {
+                        record_of(e.seq).ok_or_else(|| StoreError::Corrupt {
+                            what: format!(
+                                "conversation {id}: compaction {} is missing from its append",
+                                e.seq
+                            ),
+                        })?
+                    } else {
+                        &[]
+                    };
+                    entries.push(RangeEntry {
+                        seq: e.seq,
+                        from_turn: e.from,
+                        to_turn: e.to,
+                        turn: e.turn,
+                        record,
+                    });
+                }
+                let first = gathered.first().map_or(0, |e| e.seq);
+                Ok((
+                    keys::overlay_range(&id, level, bucket, first),
+                    encode(&RangeGroup { entries }),
+                ))
             })
-            .collect()
     }
 }
 

@@ -7,8 +7,9 @@
 //! at once ([`BulkAppend::commit`]): afterwards the conversation holds all of
 //! them, or none (a new conversation does not exist).
 //!
-//! Until its events reach [`Store::bulk_memory_bytes`] a bulk append keeps
-//! them in memory and commits them as one [`Store::append`] (or
+//! Until its events reach [`Store::bulk_memory_bytes`] (or
+//! [`MEMORY_COMPACTIONS`] compactions) a bulk append keeps them in memory
+//! and commits them as one [`Store::append`] (or
 //! [`Store::create_and_append`]). Past that (format 2 and later), it chains
 //! and encodes them as they come and writes the bodies of their chunks and
 //! new blobs to segment files of its own (`NNNNNNNN.bulk`, see
@@ -22,7 +23,9 @@
 //! else, with the conversation's metadata, to the default tree, both also
 //! recording the files as committed (`keys::segment_file`). Where it keeps
 //! the commit atomic, that is in batches of 512 keys (see `commit`): one
-//! sled batch holds everything it replaces until it ends.
+//! sled batch holds everything it replaces until it ends. The overlay range
+//! keys (format 5) go in such batches first even for an existing
+//! conversation: they name seqs past its length, which readers skip.
 //!
 //! A bulk append dropped without committing deletes its files; one whose
 //! process died leaves them, and the next [`Store::open`] deletes them (or,
@@ -32,15 +35,15 @@
 //! written again in its settled chunks, first, as an append that settles
 //! them would (`staging.rs`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended};
+use crate::append::{check_head, chunk_index, encode_all, AppendOptions, Appended, RangeGroups};
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::backend::{BulkFile, SegmentRef};
 use crate::codec::OverlayEntry;
 use crate::codec::{
-    encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay, EncodedRecord,
-    EntryRepr, OverlayDirectory, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    decode, encode, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay,
+    EncodedRecord, EntryRepr, OverlayDirectory, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -49,6 +52,10 @@ use crate::ids::ConversationId;
 use crate::keys::{self, Space};
 use crate::staging::Staging;
 use crate::store::{ConversationMeta, Store};
+
+/// A bulk append keeps at most this many compactions in memory (then
+/// writes to the segment files like one past [`Store::bulk_memory_bytes`]).
+const MEMORY_COMPACTIONS: usize = 4096;
 
 /// Bodies are written to the bulk files once this many bytes wait.
 const WRITE_BYTES: usize = 1024 * 1024;
@@ -90,6 +97,8 @@ pub struct BulkAppend<'s> {
     /// Events kept in memory, while they are few, and their encoded size.
     pending: Vec<Event>,
     pending_bytes: u64,
+    /// The compactions among them.
+    pending_spans: usize,
     /// Once they are not: what was written to the segment files.
     spill: Option<Box<Spill>>,
     /// On a database server, once they are not: a store over one
@@ -139,6 +148,7 @@ impl Store {
             count: 0,
             pending: Vec::new(),
             pending_bytes: 0,
+            pending_spans: 0,
             spill: None,
             through: None,
             failed: false,
@@ -197,9 +207,17 @@ impl BulkAppend<'_> {
         if self.spill.is_none() {
             let bytes: u64 = encoded.iter().map(|r| r.size).sum();
             let in_memory = self.pending_bytes + bytes;
-            if store.segments().is_none() || in_memory < store.bulk_memory_bytes() {
+            // Compactions can cost a key each in one batch (format 5's
+            // range keys, when their turn ranges spread apart), whatever
+            // their size: they count too.
+            let spans = encoded.iter().filter(|r| r.span.is_some()).count();
+            let spans = self.pending_spans + spans;
+            if store.segments().is_none()
+                || (in_memory < store.bulk_memory_bytes() && spans < MEMORY_COMPACTIONS)
+            {
                 self.pending.extend_from_slice(events);
                 self.pending_bytes = in_memory;
+                self.pending_spans = spans;
                 self.count += events.len() as u64;
                 return Ok(());
             }
@@ -329,6 +347,7 @@ impl BulkAppend<'_> {
 
         let guard = store.lock_writes();
         let writes = std::mem::take(&mut spill.writes);
+        let ranges = spill.overlay_ranges.take();
         let mut last = Vec::new();
         match &self.target {
             Target::New { name } => {
@@ -408,7 +427,13 @@ impl BulkAppend<'_> {
         let mut batch = Batch::new();
         batch.put(marker.clone(), pending);
         store.kv.apply(batch)?;
-        let committed = self.commit_groups(store, &id, blobs, writes, last, &numbers, marker);
+        let groups = Groups {
+            blobs,
+            ranges,
+            writes,
+            last,
+        };
+        let committed = self.commit_groups(store, &id, groups, &numbers, marker);
         if committed.is_err() && !interrupt::as_a_kill() {
             // Taken back now, under the write lock (or at the next open).
             let _ = discard_pending(store);
@@ -423,29 +448,48 @@ impl BulkAppend<'_> {
 
     /// The groups of a bulk append's commit, the last one making it
     /// visible (and removing `marker`).
-    #[allow(clippy::too_many_arguments)]
     fn commit_groups(
         &self,
         store: &Store,
         id: &ConversationId,
-        blobs: Vec<(Vec<u8>, Vec<u8>)>,
-        mut writes: Vec<(Vec<u8>, Vec<u8>)>,
-        last: Vec<(Vec<u8>, Vec<u8>)>,
+        groups: Groups,
         numbers: &[u32],
         marker: Vec<u8>,
     ) -> StoreResult<()> {
         let id = *id;
+        let Groups {
+            blobs,
+            ranges,
+            mut writes,
+            last,
+        } = groups;
         let segments = segment_files(store)?;
         if !blobs.is_empty() {
-            apply_in_groups(store, Keyspace::Blobs, blobs, GROUP_KEYS)?;
+            apply_in_groups(store, Keyspace::Blobs, blobs.into_iter().map(Ok))?;
             // Blob references to the files are stored: they stay.
             segments.committed(numbers.iter().copied());
+        }
+        if let Some(mut ranges) = ranges {
+            // The overlay range keys go in groups too, even for an existing
+            // conversation: readers take only the compactions below its
+            // length, and the marker takes them back (they all name seqs
+            // past its length) if the batch making them visible never
+            // comes. One batch would hold a key per compaction when their
+            // turn ranges spread apart.
+            let records = if store.format < keys::BARE_RANGE_FORMAT {
+                directory_records(&id, &writes)?
+            } else {
+                HashMap::new()
+            };
+            let pairs = ranges.take(&id, |seq| records.get(&seq).copied());
+            apply_in_groups(store, Keyspace::Main, pairs)?;
+            interrupt::check()?;
         }
         writes.sort_unstable();
         interrupt::check()?;
         let (group, conditions) = match &self.target {
             Target::New { name } => {
-                apply_in_groups(store, Keyspace::Main, writes, GROUP_KEYS)?;
+                apply_in_groups(store, Keyspace::Main, writes.into_iter().map(Ok))?;
                 interrupt::check()?;
                 let mut conditions = vec![Condition {
                     key: keys::conversation(&id),
@@ -534,6 +578,17 @@ pub(crate) fn discard_pending(store: &Store) -> StoreResult<Vec<ConversationId>>
                     deletes.push((Keyspace::Main, pair?.0.to_vec()));
                 }
             }
+        } else {
+            // An existing conversation's overlay range keys, written before
+            // the batch that would have made them visible: those past its
+            // length.
+            let len = store.meta(&id)?.len;
+            for pair in store.scan_prefix(keys::overlay_ranges(&id)) {
+                let (key, _) = pair?;
+                if keys::overlay_range_parts(&key).is_some_and(|(_, _, first)| first >= len) {
+                    deletes.push((Keyspace::Main, key.to_vec()));
+                }
+            }
         }
         for pair in store
             .kv
@@ -586,27 +641,23 @@ impl Drop for BulkAppend<'_> {
     }
 }
 
-/// Compactions a bulk append gathers for the overlay range keys before it
-/// adds their keys to its writes.
-const RANGE_GROUP_ENTRIES: usize = 1 << 16;
-
 /// Keys in a group of [`apply_in_groups`], at most...
 const GROUP_KEYS: usize = 512;
 /// ...and bytes, about.
 const GROUP_BYTES: usize = 1 << 20;
 
-/// Applies `writes` to `tree` in order, in batches of at most `keys` keys
-/// and about [`GROUP_BYTES`] bytes (`usize::MAX` keys: in one batch).
+/// Applies `writes` to `space` in order, in batches of at most
+/// [`GROUP_KEYS`] keys and about [`GROUP_BYTES`] bytes.
 fn apply_in_groups(
     store: &Store,
     space: Keyspace,
-    writes: Vec<(Vec<u8>, Vec<u8>)>,
-    keys: usize,
+    writes: impl IntoIterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>>,
 ) -> StoreResult<()> {
     let mut batch = Batch::new();
     let (mut count, mut bytes) = (0, 0);
-    for (key, value) in writes {
-        if keys != usize::MAX && (count == keys || bytes >= GROUP_BYTES) {
+    for pair in writes {
+        let (key, value) = pair?;
+        if count == GROUP_KEYS || bytes >= GROUP_BYTES {
             store.kv.apply(std::mem::take(&mut batch))?;
             (count, bytes) = (0, 0);
         }
@@ -618,6 +669,35 @@ fn apply_in_groups(
         store.kv.apply(batch)?;
     }
     Ok(())
+}
+
+/// What a bulk append's commit writes: blob references, the compactions
+/// to file by turn range (format 5), the default tree's writes and the
+/// keys of the batch making it visible.
+struct Groups {
+    blobs: Vec<(Vec<u8>, Vec<u8>)>,
+    ranges: Option<RangeGroups>,
+    writes: Vec<(Vec<u8>, Vec<u8>)>,
+    last: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The compaction records of the overlay directories among `writes` (a
+/// bulk append's own, of conversation `id`), by seq.
+fn directory_records<'w>(
+    id: &ConversationId,
+    writes: &'w [(Vec<u8>, Vec<u8>)],
+) -> StoreResult<HashMap<u64, &'w [u8]>> {
+    let prefix = keys::overlay_directories(Space::Settled, id);
+    let mut records = HashMap::new();
+    for (key, value) in writes {
+        if key.starts_with(&prefix) {
+            let directory: OverlayDirectory<'w> = decode(value, "overlay directory")?;
+            for overlay in directory.overlays {
+                records.insert(overlay.seq, overlay.record);
+            }
+        }
+    }
+    Ok(records)
 }
 
 fn failed() -> StoreError {
@@ -638,7 +718,7 @@ struct Spill {
     /// than a key each.
     overlay_directories: bool,
     /// Compactions to file by turn range (format 5).
-    overlay_ranges: Option<crate::append::RangeGroups>,
+    overlay_ranges: Option<RangeGroups>,
     /// Bodies waiting to be written, and their bytes.
     bodies: Vec<Body>,
     body_bytes: usize,
@@ -694,7 +774,7 @@ impl Spill {
             chunk: OpenChunk::new(base.len, base.head),
             overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
             overlay_ranges: (store.format >= keys::OVERLAY_RANGE_FORMAT)
-                .then(crate::append::RangeGroups::default),
+                .then(|| RangeGroups::new(store.format)),
             bodies: Vec::new(),
             body_bytes: 0,
             writes: Vec::new(),
@@ -751,10 +831,7 @@ impl Spill {
                 self.writes.push((keys::overlay(id, seq), encode(&entry)));
             }
             if let (Some(span), Some(ranges)) = (record.span, &mut self.overlay_ranges) {
-                ranges.add(seq, span, turn, &record.bytes);
-                if ranges.len() >= RANGE_GROUP_ENTRIES {
-                    self.writes.extend(ranges.take(id));
-                }
+                ranges.add(seq, span, turn);
             }
             let stats = &mut self.meta.kinds[record.event_type.index()];
             stats.count += 1;
@@ -909,9 +986,6 @@ impl Spill {
     /// Closes the open chunk, writes every body and syncs the files.
     fn close(&mut self, store: &Store, id: &ConversationId) -> StoreResult<()> {
         self.close_chunk(store, id)?;
-        if let Some(ranges) = &mut self.overlay_ranges {
-            self.writes.extend(ranges.take(id));
-        }
         self.write_bodies(store)?;
         for file in &self.files {
             file.sync()?;

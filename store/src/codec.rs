@@ -467,8 +467,10 @@ pub(crate) struct OverlayEntry<'a> {
     pub record: &'a [u8],
 }
 
-/// A compaction in an overlay range group (format 5): its seq, the turns
-/// it covers, its own turn and its record bytes.
+/// A compaction in an overlay range group: its seq, the turns it covers,
+/// its own turn and its record bytes (format 5; empty from format 6 on,
+/// where they are read from the overlay directory of the compaction's
+/// chunk).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RangeEntry<'a> {
     pub seq: u64,

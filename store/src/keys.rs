@@ -73,8 +73,10 @@ pub(crate) const BLOBS: &str = "blobs";
 /// which a build that reads only format 2 would not see; format 4 keeps
 /// compactions in a directory per chunk rather than a key each; format 5
 /// also files each compaction by its turn range, so that the compactions
-/// meeting some turns are found without reading the others.
-pub const FORMAT_VERSION: u32 = 5;
+/// meeting some turns are found without reading the others; format 6 files
+/// them there without their record bytes, which are read from the overlay
+/// directories.
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The first format version that stages small appends.
 pub(crate) const STAGING_FORMAT: u32 = 3;
@@ -86,6 +88,10 @@ pub(crate) const OVERLAY_DIRECTORY_FORMAT: u32 = 4;
 /// The first format version that files compactions by turn range
 /// ([`overlay_range`]).
 pub(crate) const OVERLAY_RANGE_FORMAT: u32 = 5;
+
+/// The first format version whose overlay range keys leave each
+/// compaction's record bytes to its chunk's overlay directory.
+pub(crate) const BARE_RANGE_FORMAT: u32 = 6;
 
 /// The oldest format version this build reads and writes.
 pub(crate) const OLDEST_FORMAT: u32 = 1;

@@ -110,6 +110,8 @@ impl Store {
         let mut found = std::collections::BTreeMap::new();
         for piece in self.pieces(id, end)? {
             let owner = &piece.owner;
+            // Compactions whose records are left to the overlay directories.
+            let mut bare = Vec::new();
             let mut level = 0u8;
             // Levels with no key are skipped by seeking to the next one.
             while let Some(item) = self
@@ -144,11 +146,18 @@ impl Store {
                         let group: RangeGroup<'_> = codec::decode(&value, "overlay range group")?;
                         for entry in group.entries {
                             let seq = entry.seq;
-                            if meets(entry.from_turn, entry.to_turn)
-                                && (piece.start..piece.end).contains(&seq)
+                            if !meets(entry.from_turn, entry.to_turn)
+                                || !(piece.start..piece.end).contains(&seq)
                             {
+                                continue;
+                            }
+                            if !entry.record.is_empty() {
                                 let overlay = self.overlay(owner, seq, entry.turn, entry.record)?;
                                 found.insert(seq, overlay);
+                            } else if let Some(hit) = self.cached_overlay(owner, seq) {
+                                found.insert(seq, hit);
+                            } else {
+                                bare.push(seq);
                             }
                         }
                     }
@@ -158,8 +167,56 @@ impl Store {
                 }
                 level += 1;
             }
+            // Format 6: the records from the overlay directories.
+            bare.sort_unstable();
+            for overlay in self.directory_overlays(owner, &bare)? {
+                found.insert(overlay.seq, overlay);
+            }
         }
         Ok(found.into_values().collect())
+    }
+
+    /// Compactions `seqs` (ascending) of `owner`'s own log, read from the
+    /// overlay directories of their chunks, each directory read once.
+    fn directory_overlays(
+        &self,
+        owner: &ConversationId,
+        seqs: &[u64],
+    ) -> StoreResult<Vec<StoredOverlay>> {
+        let mut out = Vec::with_capacity(seqs.len());
+        if seqs.is_empty() {
+            return Ok(out);
+        }
+        let settled = self.settled(owner)?;
+        let mut rest = seqs;
+        while let Some(&seq) = rest.first() {
+            // Staged records are read from their staged chunks until they
+            // are settled, as a scan of the log reads them.
+            let space = Store::space_of(seq, settled);
+            let first = self.chunk_start(space, owner, seq)?;
+            let missing = |seq: u64| StoreError::Corrupt {
+                what: format!(
+                    "conversation {owner}: compaction {seq} is not in its chunk's overlay directory"
+                ),
+            };
+            let value = self
+                .get(&keys::overlay_directory(space, owner, first))?
+                .ok_or_else(|| missing(seq))?;
+            let directory: OverlayDirectory<'_> = codec::decode(&value, "overlay directory")?;
+            let last = directory.overlays.last().map_or(0, |o| o.seq);
+            let stays_in = |s: u64| s <= last && (s < settled) == (seq < settled);
+            let here = rest.partition_point(|&s| stays_in(s));
+            for &seq in &rest[..here.max(1)] {
+                let at = directory
+                    .overlays
+                    .binary_search_by_key(&seq, |o| o.seq)
+                    .map_err(|_| missing(seq))?;
+                let entry = &directory.overlays[at];
+                out.push(self.overlay(owner, seq, entry.turn, entry.record)?);
+            }
+            rest = &rest[here.max(1)..];
+        }
+        Ok(out)
     }
 
     /// Compaction `seq` of `owner`'s own log, in turn `turn`, from its
