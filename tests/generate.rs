@@ -2,9 +2,12 @@
 //! it embeds.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod support;
+
 use convstore_engine::generate::{generate_shaped, jp_shape, Shape, BATCH};
 use convstore_store::Turn;
 use convstore_store::{EventKind, Store};
+use support::TestEnv;
 
 fn median(mut xs: Vec<u64>) -> u64 {
     xs.sort_unstable();
@@ -109,5 +112,42 @@ fn the_log_read_back_does_not_depend_on_how_it_was_appended() {
         assert_eq!(other.2, batched.2, "turn starts, batch {batch}");
         assert_eq!(other.3, batched.3, "tool calls, batch {batch}");
         assert_eq!(other.4, batched.4, "view, batch {batch}");
+    }
+}
+
+/// `log` and `export` read the chunks in parallel: a chunk missing from
+/// the middle or the end of a log fails them with an error naming the
+/// first record missing, never a shorter output.
+#[test]
+fn a_log_missing_a_chunk_is_refused_by_log_and_export() {
+    for nth in [1, 2] {
+        let env = TestEnv::new();
+        env.run(&[
+            "gen",
+            "g",
+            "--events",
+            "2500",
+            "--compactions",
+            "0",
+            "--seed",
+            "3",
+        ])
+        .ok();
+        let store = convstore_store::Store::open(env.db()).unwrap();
+        let id = store.resolve("g").unwrap();
+        let dropped = convstore_store::testing::drop_a_chunk(&store, &id, nth)
+            .unwrap()
+            .unwrap();
+        drop(store);
+        for command in [&["log", "g"][..], &["export", "g", "--format", "ndjson"]] {
+            let failed = env.run(command).fails();
+            assert!(
+                failed
+                    .stderr
+                    .contains(&format!("record {dropped} is missing")),
+                "{command:?}: {}",
+                failed.stderr
+            );
+        }
     }
 }

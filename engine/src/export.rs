@@ -7,7 +7,7 @@ use std::io::Write;
 use convstore_projection::ViewEvent;
 use convstore_store::interop::jp::to_jp;
 use convstore_store::json::write_event;
-use convstore_store::{ConversationId, Store};
+use convstore_store::{ConversationId, Event, RawChunk, Store};
 
 use crate::error::Result;
 use crate::format::{self, Dropped};
@@ -53,17 +53,21 @@ pub fn export(
             let projector = pipeline::plan(store, id, scope, None)?;
             pipeline::stream(store, id, scope, &projector, f)
         } else {
-            for record in store.scan(id, 0..scope.end)? {
-                let record = record?;
-                tick(1);
-                f(&ViewEvent {
-                    seq: record.seq,
-                    turn: record.turn,
-                    summary_of: None,
-                    event: record.event,
-                })?;
-            }
-            Ok(())
+            let read = |chunk: &RawChunk| -> Result<Vec<(u64, u64, Event)>> {
+                Ok(chunk.events(store, 0, scope.end, |_, _, _| false)?)
+            };
+            pipeline::for_each_chunk(store, id, 0..scope.end, read, |events| {
+                for (seq, turn, event) in events {
+                    tick(1);
+                    f(&ViewEvent {
+                        seq,
+                        turn,
+                        summary_of: None,
+                        event,
+                    })?;
+                }
+                Ok(())
+            })
         }
     };
     match format {

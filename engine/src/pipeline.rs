@@ -17,6 +17,7 @@ use convstore_store::{
 };
 
 use crate::error::{Error, Result};
+use rayon::prelude::*;
 
 /// A point in a log's history: a record's seq or a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,6 +359,60 @@ pub fn stream_range<T: Send>(
         }
         store.advance(records as u64);
     }
+}
+
+/// Reads the chunks holding records `seqs` of `id` with `read`, in
+/// parallel, a window at a time, and gives `sink` what it returns, in log
+/// order: for readers of the raw log that need no projection (`log`,
+/// `export`). Fails as corrupt where the chunks leave a record out.
+pub fn for_each_chunk<T: Send>(
+    store: &Store,
+    id: &ConversationId,
+    seqs: std::ops::Range<u64>,
+    read: impl Fn(&RawChunk) -> Result<T> + Sync,
+    mut sink: impl FnMut(T) -> Result<()>,
+) -> Result<()> {
+    let mut chunks = store.chunks(id, seqs.start, seqs.end)?;
+    let mut next = seqs.start;
+    loop {
+        let mut window: Vec<RawChunk> = Vec::new();
+        let mut records = 0;
+        for chunk in chunks.by_ref() {
+            let chunk = chunk?;
+            let held = chunk.seqs();
+            let (start, end) = (held.start.max(next), held.end.min(seqs.end));
+            if start >= end {
+                continue;
+            }
+            if start != next {
+                return Err(missing(id, next));
+            }
+            next = end;
+            records += chunk.len();
+            window.push(chunk);
+            if records >= WINDOW_RECORDS {
+                break;
+            }
+        }
+        if window.is_empty() {
+            break;
+        }
+        let outputs: Vec<Result<T>> = window.par_iter().map(&read).collect();
+        for output in outputs {
+            sink(output?)?;
+        }
+        store.advance(records as u64);
+    }
+    if next < seqs.end {
+        return Err(missing(id, next));
+    }
+    Ok(())
+}
+
+fn missing(id: &ConversationId, seq: u64) -> Error {
+    Error::Store(convstore_store::StoreError::Corrupt {
+        what: format!("conversation {id}: record {seq} is missing from the log"),
+    })
 }
 
 /// The view's events and characters per kind, with `extra` appended.

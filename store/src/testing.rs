@@ -147,3 +147,19 @@ pub fn interrupt_bulk_commits(how: Option<bool>) {
     };
     crate::bulk::interrupt::MODE.with(|m| m.set(mode));
 }
+
+/// Deletes a conversation's settled chunk key number `nth` (in log order),
+/// as damage would; returns the seq it started at.
+pub fn drop_a_chunk(store: &Store, id: &ConversationId, nth: usize) -> StoreResult<Option<u64>> {
+    let Some(entry) = store
+        .scan_prefix(keys::chunks(keys::Space::Settled, id))
+        .nth(nth)
+    else {
+        return Ok(None);
+    };
+    let key = entry?.0.to_vec();
+    let mut batch = crate::backend::Batch::new();
+    batch.delete(key.clone());
+    store.kv.apply(batch)?;
+    Ok(keys::key_seq(&key))
+}

@@ -4,7 +4,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use convstore_engine::pipeline;
 use convstore_engine::store::json::{write_event_fields, ObjectWriter};
+use convstore_engine::store::RawChunk;
 use convstore_engine::Engine;
 use serde_json::json;
 
@@ -47,19 +49,25 @@ pub(crate) fn run(engine: &Engine, args: &LogArgs, notes: &Notes) -> Result<Exit
         ));
     }
     let scope = crate::cmd::scope(store, &id, args.as_of)?;
-    let mut line = Vec::with_capacity(1024);
-    for record in store.scan(&id, 0..scope.end)? {
-        let record = record?;
-        line.clear();
-        let mut object = ObjectWriter::begin(&mut line);
-        object.u64("seq", record.seq);
-        object.u64("turn", record.turn);
-        object.string("address", &record.address.hex());
-        write_event_fields(&record.event, &mut object);
-        object.end();
-        line.push(b'\n');
-        out.write_all(&line)?;
-    }
+    // Chunks are decoded, hashed along the chain and written as JSON in
+    // parallel, and printed in order.
+    let write = |chunk: &RawChunk| -> convstore_engine::Result<Vec<u8>> {
+        let records = chunk.log_records(store, 0, scope.end)?;
+        let mut lines = Vec::with_capacity(records.len() * 256);
+        for record in &records {
+            let mut object = ObjectWriter::begin(&mut lines);
+            object.u64("seq", record.seq);
+            object.u64("turn", record.turn);
+            object.string("address", &record.address.hex());
+            write_event_fields(&record.event, &mut object);
+            object.end();
+            lines.push(b'\n');
+        }
+        Ok(lines)
+    };
+    pipeline::for_each_chunk(store, &id, 0..scope.end, write, |lines| {
+        Ok(out.write_all(&lines)?)
+    })?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -218,7 +218,17 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        // Eight bytes at a time while none needs escaping (most text).
+        if let Some(word) = bytes.get(i..i + 8) {
+            let word = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+            if !needs_escape(word) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
         let escape: &[u8] = match b {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -228,7 +238,10 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
             0x08 => b"\\b",
             0x0c => b"\\f",
             0x00..=0x1f => b"",
-            _ => continue,
+            _ => {
+                i += 1;
+                continue;
+            }
         };
         out.extend_from_slice(&bytes[start..i]);
         if escape.is_empty() {
@@ -238,8 +251,59 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
         } else {
             out.extend_from_slice(escape);
         }
-        start = i + 1;
+        i += 1;
+        start = i;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+}
+
+/// Whether one of the eight bytes of `word` is below 0x20, `"` or `\`
+/// (may say so of a byte after one that is: the caller then looks byte by
+/// byte). The usual zero-byte test: a byte `x` is zero where
+/// `(x - 1) & !x` has its top bit set.
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+    let quote = zero(word ^ (ONES * u64::from(b'"')));
+    let backslash = zero(word ^ (ONES * u64::from(b'\\')));
+    below_space | quote | backslash != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_json_string;
+    use proptest::prelude::*;
+
+    fn written(s: &str) -> String {
+        let mut out = Vec::new();
+        write_json_string(&mut out, s);
+        String::from_utf8(out).expect("valid UTF-8")
+    }
+
+    #[test]
+    fn escapes_as_serde_json_does_at_every_position() {
+        let specials = [
+            '"', '\\', '\n', '\r', '\t', '\u{8}', '\u{c}', '\0', '\u{1f}', '\u{7f}',
+        ];
+        for len in 0..20 {
+            for at in 0..len.max(1) {
+                for special in specials {
+                    let s: String = (0..len)
+                        .map(|i| if i == at { special } else { 'é' })
+                        .collect();
+                    assert_eq!(written(&s), serde_json::to_string(&s).expect("a string"));
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn escapes_any_text_as_serde_json_does(s in "(\\PC|[\\x00-\\x1f\"\\\\]){0,80}") {
+            prop_assert_eq!(written(&s), serde_json::to_string(&s).expect("a string"));
+        }
+    }
 }

@@ -14,6 +14,7 @@ use crate::layout::Piece;
 use crate::store::{KindStats, Store};
 
 use super::in_record;
+use super::LogRecord;
 
 /// A chunk's bytes: a value the backend holds, or read from a segment
 /// file.
@@ -256,6 +257,13 @@ impl RawChunk {
         self.chunk.records() == 0
     }
 
+    /// The seqs of its records that belong to the conversation read.
+    pub fn seqs(&self) -> Range<u64> {
+        let first = self.first_seq();
+        let end = first + self.len() as u64;
+        first.max(self.records.start)..end.min(self.records.end)
+    }
+
     /// Adds the type and size of each of its records before `end` to
     /// `kinds`, without loading blobs.
     pub(crate) fn count_kinds(
@@ -300,6 +308,36 @@ impl RawChunk {
             if seq >= start && seq < end && self.records.contains(&seq) {
                 out.push((seq, chunk.record_bytes(i).to_vec()));
             }
+        }
+        Ok(out)
+    }
+
+    /// Its records with a seq in `start..end` as [`Store::scan`] gives
+    /// them: decoded (blobs loaded from `store`), each with its address,
+    /// chained from the chunk's stored parent.
+    pub fn log_records(&self, store: &Store, start: u64, end: u64) -> StoreResult<Vec<LogRecord>> {
+        let chunk = self.chunk.load(store, &self.id)?;
+        let mut out = Vec::with_capacity(chunk.layout.entries.len());
+        let mut address = chunk.layout.parent;
+        for (i, entry) in chunk.layout.entries.iter().enumerate() {
+            let seq = chunk.first_seq + i as u64;
+            if seq >= end {
+                break;
+            }
+            let bytes = chunk.record_bytes(i);
+            address = address.child(bytes);
+            if seq < start || !self.records.contains(&seq) {
+                continue;
+            }
+            let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
+            let event = record_to_event(&record, &mut |blob| store.load_blob(blob))
+                .map_err(|e| in_record(&self.id, seq, &e))?;
+            out.push(LogRecord {
+                seq,
+                turn: entry.turn,
+                address,
+                event,
+            });
         }
         Ok(out)
     }
