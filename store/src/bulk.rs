@@ -54,8 +54,9 @@ use crate::staging::Staging;
 use crate::store::{ConversationMeta, Store};
 
 /// A bulk append keeps at most this many compactions in memory (then
-/// writes to the segment files like one past [`Store::bulk_memory_bytes`]).
-const MEMORY_COMPACTIONS: usize = 4096;
+/// writes to the segment files like one past [`Store::bulk_memory_bytes`]):
+/// each can cost a key of its own in one batch, however small.
+pub const MEMORY_COMPACTIONS: usize = 4096;
 
 /// Bodies are written to the bulk files once this many bytes wait.
 const WRITE_BYTES: usize = 1024 * 1024;
@@ -471,18 +472,29 @@ impl BulkAppend<'_> {
         }
         if let Some(mut ranges) = ranges {
             // The overlay range keys go in groups too, even for an existing
-            // conversation: readers take only the compactions below its
-            // length, and the marker takes them back (they all name seqs
-            // past its length) if the batch making them visible never
-            // comes. One batch would hold a key per compaction when their
-            // turn ranges spread apart.
-            let records = if store.format < keys::BARE_RANGE_FORMAT {
-                directory_records(&id, &writes)?
+            // conversation of format 6: readers take only the compactions
+            // below its length, and the marker takes them back (they all
+            // name seqs past its length) if the batch making them visible
+            // never comes. One batch would hold a key per compaction when
+            // their turn ranges spread apart. A format-5 build takes back
+            // only a new conversation's keys: a format-5 database's range
+            // keys of an existing conversation stay in that batch.
+            let early = store.format >= keys::BARE_RANGE_FORMAT
+                || matches!(self.target, Target::New { .. });
+            if store.format < keys::BARE_RANGE_FORMAT {
+                let records = directory_records(&id, &writes)?;
+                let pairs: Vec<_> = ranges
+                    .take(&id, |seq| records.get(&seq).copied())
+                    .collect::<StoreResult<_>>()?;
+                drop(records);
+                if early {
+                    apply_in_groups(store, Keyspace::Main, pairs.into_iter().map(Ok))?;
+                } else {
+                    writes.extend(pairs);
+                }
             } else {
-                HashMap::new()
-            };
-            let pairs = ranges.take(&id, |seq| records.get(&seq).copied());
-            apply_in_groups(store, Keyspace::Main, pairs)?;
+                apply_in_groups(store, Keyspace::Main, ranges.take(&id, |_| None))?;
+            }
             interrupt::check()?;
         }
         writes.sort_unstable();

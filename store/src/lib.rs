@@ -65,7 +65,7 @@ pub use append::{event_size, AppendOptions, Appended, IdempotencyKey};
 pub use backend::sled::opening::address_space_limit;
 pub use backend::sled::salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use backup::BackupReport;
-pub use bulk::{BulkAppend, BulkTarget};
+pub use bulk::{BulkAppend, BulkTarget, MEMORY_COMPACTIONS as BULK_MEMORY_COMPACTIONS};
 pub use codec::{BlobRef, INLINE_MAX};
 pub use error::{StoreError, StoreResult};
 pub use event::{Compaction, Event, EventKind, EventType, Json, Timestamp, TurnTracker, ViewEvent};

@@ -586,6 +586,19 @@ impl Store {
         )
     }
 
+    /// Holds off the writes of this process, for a reader that needs the
+    /// database still (`verify`); `None` for a database server.
+    pub(crate) fn hold_writes(&self) -> Option<MutexGuard<'_, ()>> {
+        if self.kv.is_server() {
+            return None;
+        }
+        Some(
+            self.write_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
     /// Creates an empty conversation, with a unique `name` if given.
     pub fn create_conversation(&self, name: Option<&str>) -> StoreResult<ConversationId> {
         let guard = self.lock_writes();

@@ -87,8 +87,14 @@ impl Store {
             else {
                 continue;
             };
+            // Appends from this process wait for the conversation's check
+            // (a server's): a log read while it grows would not match the
+            // metadata read before it.
+            let guard = self.hold_writes();
             let own = self.meta(&id).map(|m| m.len)? - self.fork_point(&id)?.map_or(0, |p| p.at);
-            match self.verify_one(&id, &blobs, &mut done) {
+            let verified = self.verify_one(&id, &blobs, &mut done);
+            drop(guard);
+            match verified {
                 // Shared records are counted once, with their owner.
                 Ok(_) => total.records += own,
                 Err(failure) => return Ok(Err(failure)),
@@ -102,7 +108,9 @@ impl Store {
     /// Verifies one conversation.
     pub fn verify(&self, id: &ConversationId) -> StoreResult<Verified> {
         let blobs = Mutex::new(HashSet::new());
+        let guard = self.hold_writes();
         let mut report = self.verify_one(id, &blobs, &mut HashMap::new());
+        drop(guard);
         if let Ok(report) = &mut report {
             report.conversations = 1;
             report.blobs = lock(&blobs).len() as u64;

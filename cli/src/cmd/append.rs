@@ -2,8 +2,9 @@
 //!
 //! Everything is checked before anything is stored: the flags, the
 //! configuration (`--auto`), and every line of stdin. The events of an
-//! input up to [`IN_MEMORY_BYTES`] are kept in memory and appended in one
-//! batch, the database opened only once they are read. Past that, they
+//! input up to [`IN_MEMORY_BYTES`] (and up to `BULK_MEMORY_COMPACTIONS`
+//! compactions) are kept in memory and appended in one batch, the database
+//! opened only once they are read. Past that, they
 //! are pushed, as they are parsed, to a bulk append (`Store::begin_bulk`):
 //! it writes them to segment files nothing refers to until its commit,
 //! which comes after the last line, so memory does not grow with the input
@@ -17,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
 use convstore_engine::store::{
     Address, AppendOptions, BulkAppend, BulkTarget, Event, EventKind, Store, StoreError, Timestamp,
+    BULK_MEMORY_COMPACTIONS,
 };
 use convstore_engine::Engine;
 
@@ -279,6 +281,7 @@ fn read_ndjson<'s>(
         bytes: &read,
     });
     let mut events = Vec::new();
+    let mut compactions = 0;
     let mut bulk: Option<BulkAppend<'s>> = None;
     let mut begin = Some(begin);
     // Opening the database for the bulk append fails in the command's own
@@ -287,13 +290,15 @@ fn read_ndjson<'s>(
     let read_all =
         convstore_engine::import::for_each_ndjson_event(input, limit, now, |line, event| {
             observe(line, &event);
+            compactions += usize::from(matches!(event.kind, EventKind::Compaction(_)));
             events.push(event);
             match &mut bulk {
                 Some(bulk) if events.len() == BATCH => {
                     bulk.push(&events)?;
                     events.clear();
                 }
-                None if read.get() > IN_MEMORY_BYTES => {
+                // Many compactions, however small, cost a key each.
+                None if read.get() > IN_MEMORY_BYTES || compactions > BULK_MEMORY_COMPACTIONS => {
                     let started = begin
                         .take()
                         .ok_or_else(|| anyhow::anyhow!("a bulk append begins once"))
