@@ -7,7 +7,7 @@ use std::io::Write;
 use convstore_projection::ViewEvent;
 use convstore_store::interop::jp::to_jp;
 use convstore_store::json::write_event;
-use convstore_store::{ConversationId, Event, RawChunk, Store};
+use convstore_store::{ConversationId, RawChunk, Store};
 
 use crate::error::Result;
 use crate::format::{self, Dropped};
@@ -48,26 +48,25 @@ pub fn export(
     out: &mut dyn Write,
     tick: &mut dyn FnMut(u64),
 ) -> Result<Dropped> {
+    if !projected && !matches!(format, ExportFormat::Openai) {
+        return export_raw(store, id, scope, format, out, tick);
+    }
     let mut each = |f: &mut dyn FnMut(&ViewEvent) -> Result<()>| -> Result<()> {
         if projected {
             let projector = pipeline::plan(store, id, scope, None)?;
             pipeline::stream(store, id, scope, &projector, f)
         } else {
-            let read = |chunk: &RawChunk| -> Result<Vec<(u64, u64, Event)>> {
-                Ok(chunk.events(store, 0, scope.end, |_, _, _| false)?)
-            };
-            pipeline::for_each_chunk(store, id, 0..scope.end, read, |events| {
-                for (seq, turn, event) in events {
-                    tick(1);
-                    f(&ViewEvent {
-                        seq,
-                        turn,
-                        summary_of: None,
-                        event,
-                    })?;
-                }
-                Ok(())
-            })
+            for record in store.scan(id, 0..scope.end)? {
+                let record = record?;
+                tick(1);
+                f(&ViewEvent {
+                    seq: record.seq,
+                    turn: record.turn,
+                    summary_of: None,
+                    event: record.event,
+                })?;
+            }
+            Ok(())
         }
     };
     match format {
@@ -100,6 +99,52 @@ pub fn export(
             })?;
             return format::write_openai(out, &events);
         }
+    }
+    Ok(Dropped::default())
+}
+
+/// The raw log in NDJSON or JP's format: each chunk decoded and written on
+/// its own thread (see [`pipeline::for_each_chunk`]), printed in order.
+fn export_raw(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    format: ExportFormat,
+    out: &mut dyn Write,
+    tick: &mut dyn FnMut(u64),
+) -> Result<Dropped> {
+    let jp = matches!(format, ExportFormat::Jp);
+    let write = |chunk: &RawChunk| -> Result<(u64, Vec<u8>)> {
+        let events = chunk.events(store, 0, scope.end, |_, _, _| false)?;
+        let mut bytes = Vec::with_capacity(events.len() * 256);
+        for (_, _, event) in &events {
+            if jp {
+                // Each event after a separator; the first one's is cut.
+                bytes.extend_from_slice(b",\n");
+                serde_json::to_writer(&mut bytes, &to_jp(event)).map_err(std::io::Error::from)?;
+            } else {
+                write_event(event, &mut bytes);
+                bytes.push(b'\n');
+            }
+        }
+        Ok((events.len() as u64, bytes))
+    };
+    if jp {
+        out.write_all(b"[")?;
+    }
+    let mut first = true;
+    pipeline::for_each_chunk(store, id, 0..scope.end, write, |(count, bytes)| {
+        tick(count);
+        let bytes = match (jp && first, bytes.split_first()) {
+            (true, Some((_, rest))) => rest,
+            _ => &bytes,
+        };
+        first &= count == 0;
+        out.write_all(bytes)?;
+        Ok(())
+    })?;
+    if jp {
+        out.write_all(b"\n]\n")?;
     }
     Ok(Dropped::default())
 }
