@@ -642,3 +642,61 @@ fn verify_while_appends_run_in_the_same_process_passes() {
     assert!(verified > 1, "{verified}");
     assert!(store.verify_all().unwrap().is_ok());
 }
+
+/// `Store::append` of more compactions than a bulk append keeps in memory
+/// goes through one (their range keys in groups, not one batch), as one
+/// append still: other appends of the process to the conversation wait
+/// for it rather than make it fail.
+#[test]
+fn an_append_of_many_compactions_is_one_append_beside_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = database(&dir, convstore_store::FORMAT_VERSION);
+    let store = Store::open(&db).unwrap();
+    let (id, _) = store
+        .create_and_append(Some("c"), &events(0..1_000), &AppendOptions::default())
+        .unwrap();
+    let many: Vec<Event> = (0..6_000u64)
+        .map(|i| {
+            let timestamp = Timestamp::from_micros(1_720_000_000_000_000 + i as i64).unwrap();
+            Event::new(
+                timestamp,
+                EventKind::Compaction(Compaction {
+                    from_turn: i * 977,
+                    to_turn: i * 977 + 1,
+                    summary: None,
+                    reasoning: Some(ReasoningPolicy::Strip),
+                    tool_calls: None,
+                    revert: None,
+                    info: None,
+                }),
+            )
+        })
+        .collect();
+    let files_before = files(&db, "").len();
+    std::thread::scope(|s| {
+        let small = s.spawn(|| {
+            for i in 0..40 {
+                store
+                    .append(&id, &events(10_000 + i..10_001 + i), &NO_SYNC)
+                    .unwrap();
+            }
+        });
+        let appended = store.append(&id, &many, &AppendOptions::default()).unwrap();
+        assert_eq!(appended.count, 6_000);
+        small.join().unwrap();
+    });
+    assert!(
+        files(&db, "").len() > files_before,
+        "a bulk append's segment file"
+    );
+    let log = log(&store, &id);
+    assert_eq!(log.len(), 1_000 + 6_000 + 40);
+    let at = log.iter().position(|e| *e == many[0]).unwrap();
+    assert_eq!(&log[at..at + 6_000], many.as_slice());
+    let found = store
+        .overlays_meeting(&id, 7_040, &[(977 * 3_000, 977 * 3_000)])
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].event, many[3_000]);
+    assert!(store.verify_all().unwrap().is_ok());
+}

@@ -167,6 +167,24 @@ impl Store {
             return Err(StoreError::EmptyAppend);
         }
         let encoded = encode_all(events, self.max_event_bytes())?;
+        // Many compactions can cost a key each in one batch, which sled
+        // holds whole: they go through a bulk append (one commit too).
+        let spans = encoded.iter().filter(|r| r.span.is_some()).count();
+        if spans >= crate::bulk::MEMORY_COMPACTIONS
+            && options.idempotency.is_none()
+            && self.segments().is_some()
+            && !self.kv.is_server()
+        {
+            drop(encoded);
+            // This process's other appends to the conversation wait, as
+            // for any append: the bulk append's commit would otherwise
+            // find the head moved. (Its events go to the segment files,
+            // so its commit does not come back here.)
+            let _turn = self.lock_conversation(id);
+            let mut bulk = self.begin_bulk(crate::BulkTarget::Existing(*id), options)?;
+            bulk.push(events)?;
+            return bulk.commit().map(|(_, appended)| appended);
+        }
         // Another process sharing the backend may append between the read
         // of the metadata and the write, which is then not applied: plan
         // again from the new head (or, with an expected head, report it).
