@@ -894,6 +894,10 @@ fn printable(name: &str) -> Result<(), &'static str> {
         Err("it is longer than 200 bytes")
     } else if name.chars().any(char::is_control) {
         Err("it contains a control character")
+    } else if name.contains(['\u{2028}', '\u{2029}']) {
+        // A line break to any reader that follows Unicode: an error line
+        // naming it would read as two.
+        Err("it contains a line or paragraph separator")
     } else if name.chars().any(invisible) {
         Err("it contains an invisible formatting character")
     } else if name.trim() != name {

@@ -973,6 +973,20 @@ fn names_that_look_alike_are_one_or_refused() {
     assert_eq!(events(&env, "caf\u{e9}"), 2);
     let run = env.run(&["append", "a\u{200b}b", "--user", "x"]).usage();
     assert!(run.stderr.contains("invisible"), "{}", run.stderr);
+    for separator in ["a\u{2028}b", "a\u{2029}b"] {
+        let run = env.run(&["append", separator, "--user", "x"]).usage();
+        assert!(
+            run.stderr.contains("line or paragraph separator"),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            !run.stderr.contains(['\u{2028}', '\u{2029}']),
+            "{}",
+            run.stderr
+        );
+    }
+    assert_eq!(conversations(&env).len(), 1);
 }
 
 #[test]
