@@ -53,6 +53,26 @@ fn events(range: std::ops::Range<u64>) -> Vec<Event> {
     range.map(event).collect()
 }
 
+/// Compactions `range` over turns far apart (`i * gap ..= i * gap + 2`):
+/// a range key each.
+fn spread(range: std::ops::Range<u64>, gap: u64, reasoning: ReasoningPolicy) -> Vec<Event> {
+    range
+        .map(|i| {
+            let timestamp = Timestamp::from_micros(1_720_000_000_000_000 + i as i64).unwrap();
+            let compaction = Compaction {
+                from_turn: i * gap,
+                to_turn: i * gap + 2,
+                summary: None,
+                reasoning: Some(reasoning),
+                tool_calls: None,
+                revert: None,
+                info: None,
+            };
+            Event::new(timestamp, EventKind::Compaction(compaction))
+        })
+        .collect()
+}
+
 fn log(store: &Store, id: &ConversationId) -> Vec<Event> {
     store
         .scan(id, 0..u64::MAX)
@@ -257,26 +277,6 @@ fn compactions_are_kept_in_a_directory_per_chunk_from_format_4_and_by_range_from
 /// found.
 #[test]
 fn range_keys_of_a_commit_cut_short_are_taken_back() {
-    // Compactions over turns far apart: a range key each.
-    let spread = |range: std::ops::Range<u64>, reasoning: ReasoningPolicy| -> Vec<Event> {
-        range
-            .map(|i| {
-                let timestamp = Timestamp::from_micros(1_720_000_000_000_000 + i as i64).unwrap();
-                Event::new(
-                    timestamp,
-                    EventKind::Compaction(Compaction {
-                        from_turn: i * 1_000,
-                        to_turn: i * 1_000 + 2,
-                        summary: None,
-                        reasoning: Some(reasoning),
-                        tool_calls: None,
-                        revert: None,
-                        info: None,
-                    }),
-                )
-            })
-            .collect()
-    };
     for format in [5, 6] {
         let dir = tempfile::tempdir().unwrap();
         let db = database(&dir, format);
@@ -290,7 +290,7 @@ fn range_keys_of_a_commit_cut_short_are_taken_back() {
             let mut bulk = store
                 .begin_bulk(BulkTarget::Existing(id), &NO_SYNC)
                 .unwrap();
-            bulk.push(&spread(0..5_000, ReasoningPolicy::Strip))
+            bulk.push(&spread(0..5_000, 1_000, ReasoningPolicy::Strip))
                 .unwrap();
             testing::interrupt_bulk_commits(Some(true));
             let cut = bulk.commit();
@@ -316,7 +316,7 @@ fn range_keys_of_a_commit_cut_short_are_taken_back() {
         let mut bulk = store
             .begin_bulk(BulkTarget::Existing(id), &NO_SYNC)
             .unwrap();
-        let kept = spread(0..5_000, ReasoningPolicy::Keep);
+        let kept = spread(0..5_000, 1_000, ReasoningPolicy::Keep);
         bulk.push(&kept[..2_500]).unwrap();
         bulk.push(&kept[2_500..]).unwrap();
         bulk.commit().unwrap();
@@ -655,23 +655,7 @@ fn an_append_of_many_compactions_is_one_append_beside_others() {
     let (id, _) = store
         .create_and_append(Some("c"), &events(0..1_000), &AppendOptions::default())
         .unwrap();
-    let many: Vec<Event> = (0..6_000u64)
-        .map(|i| {
-            let timestamp = Timestamp::from_micros(1_720_000_000_000_000 + i as i64).unwrap();
-            Event::new(
-                timestamp,
-                EventKind::Compaction(Compaction {
-                    from_turn: i * 977,
-                    to_turn: i * 977 + 1,
-                    summary: None,
-                    reasoning: Some(ReasoningPolicy::Strip),
-                    tool_calls: None,
-                    revert: None,
-                    info: None,
-                }),
-            )
-        })
-        .collect();
+    let many = spread(0..6_000, 977, ReasoningPolicy::Strip);
     let files_before = files(&db, "").len();
     std::thread::scope(|s| {
         let small = s.spawn(|| {

@@ -35,7 +35,7 @@ use convstore_engine::projection::config::Config;
 use convstore_engine::projection::Tokenizer;
 use convstore_engine::recall::{self, CallShape, ToolCall};
 use convstore_engine::search::SearchQuery;
-use convstore_engine::store::json::{write_event_fields, ObjectWriter};
+use convstore_engine::store::json::write_log_record;
 use convstore_engine::store::{AppendOptions, ConversationId, EventType};
 use convstore_engine::{AsOf, Engine, Location, OpenOptions};
 use rmcp::model::{
@@ -575,13 +575,7 @@ fn log_text(engine: &Engine, id: &ConversationId) -> convstore_engine::Result<St
     let len = store.info(id)?.len;
     let mut out = Vec::new();
     for record in store.scan(id, 0..len)? {
-        let record = record?;
-        let mut object = ObjectWriter::begin(&mut out);
-        object.u64("seq", record.seq);
-        object.u64("turn", record.turn);
-        object.string("address", &record.address.hex());
-        write_event_fields(&record.event, &mut object);
-        object.end();
+        write_log_record(&record?, &mut out);
         out.push(b'\n');
     }
     Ok(String::from_utf8_lossy(&out).into_owned())

@@ -17,7 +17,7 @@ use convstore_engine::import::{self, ImportFormat};
 use convstore_engine::projection::Tokenizer;
 use convstore_engine::recall::{self, Target};
 use convstore_engine::search::{Hit, SearchQuery, LIMIT_MAX};
-use convstore_engine::store::json::{write_event_fields, ObjectWriter};
+use convstore_engine::store::json::write_log_record;
 use convstore_engine::store::{EventType, Timestamp};
 use convstore_engine::{stats, turns, views, AsOf, Scope};
 use serde::Deserialize;
@@ -188,12 +188,7 @@ pub(crate) async fn recall(
                         .map_err(|e| internal(e.to_string()))?;
                 } else {
                     line.clear();
-                    let mut object = ObjectWriter::begin(&mut line);
-                    object.u64("seq", record.seq);
-                    object.u64("turn", record.turn);
-                    object.string("address", &record.address.hex());
-                    write_event_fields(&record.event, &mut object);
-                    object.end();
+                    write_log_record(record, &mut line);
                     line.push(b'\n');
                     out.write_all(&line).map_err(|e| internal(e.to_string()))?;
                 }

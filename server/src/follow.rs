@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use convstore_engine::format::write_view_event;
-use convstore_engine::store::json::{write_event_fields, ObjectWriter};
-use convstore_engine::store::{ConversationId, LogRecord};
+use convstore_engine::store::json::write_log_record;
+use convstore_engine::store::ConversationId;
 use convstore_engine::Engine;
 use tokio::sync::{mpsc, watch};
 
@@ -117,16 +117,6 @@ async fn retry_later(tx: &mpsc::Sender<Bytes>, shutdown: &mut watch::Receiver<bo
     }
 }
 
-/// A record as `convstore log` prints it (one line, no newline).
-pub fn record_json(record: &LogRecord, out: &mut Vec<u8>) {
-    let mut object = ObjectWriter::begin(out);
-    object.u64("seq", record.seq);
-    object.u64("turn", record.turn);
-    object.string("address", &record.address.hex());
-    write_event_fields(&record.event, &mut object);
-    object.end();
-}
-
 /// Reads records `from..end` of `id` as SSE events, stopping after about
 /// [`BATCH_BYTES`]; returns them and the seq after the last one.
 fn read_batch(
@@ -140,7 +130,7 @@ fn read_batch(
     for record in engine.store().scan(id, from..end)? {
         let record = record?;
         out.extend_from_slice(format!("id: {}\nevent: record\ndata: ", record.seq).as_bytes());
-        record_json(&record, &mut out);
+        write_log_record(&record, &mut out);
         out.extend_from_slice(b"\n\n");
         next = record.seq + 1;
         if out.len() >= BATCH_BYTES {

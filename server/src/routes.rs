@@ -1137,7 +1137,7 @@ pub(crate) async fn log(
             for record in engine.store().scan(&id, from..to)? {
                 let record = record?;
                 line.clear();
-                follow::record_json(&record, &mut line);
+                convstore_engine::store::json::write_log_record(&record, &mut line);
                 line.push(b'\n');
                 out.write_all(&line).map_err(|e| io_error(&e))?;
             }

@@ -479,21 +479,20 @@ impl BulkAppend<'_> {
             // their turn ranges spread apart. A format-5 build takes back
             // only a new conversation's keys: a format-5 database's range
             // keys of an existing conversation stay in that batch.
-            let early = store.format >= keys::BARE_RANGE_FORMAT
-                || matches!(self.target, Target::New { .. });
-            if store.format < keys::BARE_RANGE_FORMAT {
-                let records = directory_records(&id, &writes)?;
-                let pairs: Vec<_> = ranges
-                    .take(&id, |seq| records.get(&seq).copied())
-                    .collect::<StoreResult<_>>()?;
-                drop(records);
-                if early {
-                    apply_in_groups(store, Keyspace::Main, pairs.into_iter().map(Ok))?;
-                } else {
-                    writes.extend(pairs);
-                }
+            let bare = store.format >= keys::BARE_RANGE_FORMAT;
+            // Format 5's values hold the records, found in the directories.
+            let records = if bare {
+                HashMap::new()
             } else {
-                apply_in_groups(store, Keyspace::Main, ranges.take(&id, |_| None))?;
+                directory_records(&id, &writes)?
+            };
+            let pairs = ranges.take(&id, |seq| records.get(&seq).copied());
+            if bare || matches!(self.target, Target::New { .. }) {
+                apply_in_groups(store, Keyspace::Main, pairs)?;
+            } else {
+                let pairs: Vec<_> = pairs.collect::<StoreResult<_>>()?;
+                drop(records);
+                writes.extend(pairs);
             }
             interrupt::check()?;
         }

@@ -571,27 +571,20 @@ impl Store {
     /// database server.
     pub(crate) fn lock_writes(&self) -> Option<MutexGuard<'_, ()>> {
         self.kv.on_write();
-        // A database server serialises writers itself, where their
-        // conditions meet: writes to different conversations go on in
-        // parallel.
+        self.hold_writes()
+    }
+
+    /// Holds off the writes of this process, for a reader that needs the
+    /// database still (`verify`), as [`Store::lock_writes`] does for a
+    /// writer; `None` for a database server, which serialises writers
+    /// itself where their conditions meet (writes to different
+    /// conversations go on in parallel).
+    pub(crate) fn hold_writes(&self) -> Option<MutexGuard<'_, ()>> {
         if self.kv.is_server() {
             return None;
         }
         // A panic while holding the lock cannot leave sled half-written
         // (writes are single batches), so a poisoned lock is still usable.
-        Some(
-            self.write_lock
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-    }
-
-    /// Holds off the writes of this process, for a reader that needs the
-    /// database still (`verify`); `None` for a database server.
-    pub(crate) fn hold_writes(&self) -> Option<MutexGuard<'_, ()>> {
-        if self.kv.is_server() {
-            return None;
-        }
         Some(
             self.write_lock
                 .lock()

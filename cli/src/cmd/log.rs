@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use convstore_engine::pipeline;
-use convstore_engine::store::json::{write_event_fields, ObjectWriter};
+use convstore_engine::store::json::write_log_record;
 use convstore_engine::store::RawChunk;
 use convstore_engine::Engine;
 use serde_json::json;
@@ -55,12 +55,7 @@ pub(crate) fn run(engine: &Engine, args: &LogArgs, notes: &Notes) -> Result<Exit
         let records = chunk.log_records(store, 0, scope.end)?;
         let mut lines = Vec::with_capacity(records.len() * 256);
         for record in &records {
-            let mut object = ObjectWriter::begin(&mut lines);
-            object.u64("seq", record.seq);
-            object.u64("turn", record.turn);
-            object.string("address", &record.address.hex());
-            write_event_fields(&record.event, &mut object);
-            object.end();
+            write_log_record(record, &mut lines);
             lines.push(b'\n');
         }
         Ok(lines)

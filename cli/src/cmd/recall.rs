@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use convstore_engine::recall::{self, Target, ToolFormat};
-use convstore_engine::store::json::{write_event_fields, ObjectWriter};
+use convstore_engine::store::json::write_log_record;
 use convstore_engine::Engine;
 
 use crate::args::{RecallArgs, RecallFormat, ToolsArgs, ToolsFormat};
@@ -49,12 +49,7 @@ pub(crate) fn run(engine: &Engine, args: &RecallArgs) -> Result<ExitCode> {
         match args.format {
             RecallFormat::Ndjson => {
                 line.clear();
-                let mut object = ObjectWriter::begin(&mut line);
-                object.u64("seq", record.seq);
-                object.u64("turn", record.turn);
-                object.string("address", &record.address.hex());
-                write_event_fields(&record.event, &mut object);
-                object.end();
+                write_log_record(record, &mut line);
                 line.push(b'\n');
                 out.write_all(&line)?;
             }

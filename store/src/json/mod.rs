@@ -13,7 +13,7 @@ pub use crate::event::Json;
 pub use parse::{event_from_value, parse_event, EventError};
 pub use write::{
     event_to_string, tool_call_policy_json, write_event, write_event_fields, write_json_string,
-    ObjectWriter,
+    write_log_record, ObjectWriter,
 };
 
 #[cfg(test)]

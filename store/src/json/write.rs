@@ -5,11 +5,23 @@ use crate::event::{
     Compaction, Event, EventKind, HintAction, ReasoningPolicy, ToolCallKind, ToolCallObject,
     ToolCallPolicy,
 };
+use crate::log::LogRecord;
 
 /// Writes `event` as one JSON object (no newline).
 pub fn write_event(event: &Event, out: &mut Vec<u8>) {
     let mut object = ObjectWriter::begin(out);
     write_event_fields(event, &mut object);
+    object.end();
+}
+
+/// Writes `record` as `convstore log` prints it: one JSON object of its
+/// seq, turn and address and the event's fields (no newline).
+pub fn write_log_record(record: &LogRecord, out: &mut Vec<u8>) {
+    let mut object = ObjectWriter::begin(out);
+    object.u64("seq", record.seq);
+    object.u64("turn", record.turn);
+    object.string("address", &record.address.hex());
+    write_event_fields(&record.event, &mut object);
     object.end();
 }
 

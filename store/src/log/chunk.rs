@@ -14,7 +14,7 @@ use crate::layout::Piece;
 use crate::store::{KindStats, Store};
 
 use super::in_record;
-use super::LogRecord;
+use super::{event_of, LogRecord};
 
 /// A chunk's bytes: a value the backend holds, or read from a segment
 /// file.
@@ -329,14 +329,11 @@ impl RawChunk {
             if seq < start || !self.records.contains(&seq) {
                 continue;
             }
-            let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
-            let event = record_to_event(&record, &mut |blob| store.load_blob(blob))
-                .map_err(|e| in_record(&self.id, seq, &e))?;
             out.push(LogRecord {
                 seq,
                 turn: entry.turn,
                 address,
-                event,
+                event: event_of(store, &self.id, seq, bytes)?,
             });
         }
         Ok(out)

@@ -15,8 +15,23 @@ pub(crate) use chunk::{LoadedChunk, Located};
 pub use overlays::StoredOverlay;
 pub use scan::{LogIter, LogRecord};
 
-use crate::error::StoreError;
+use crate::codec::{decode_record, record_to_event};
+use crate::error::{StoreError, StoreResult};
+use crate::event::Event;
 use crate::ids::ConversationId;
+use crate::store::Store;
+
+/// The event of record `seq` of `id` from its stored bytes, its blobs
+/// loaded from `store`; errors name the record ([`in_record`]).
+pub(crate) fn event_of(
+    store: &Store,
+    id: &ConversationId,
+    seq: u64,
+    bytes: &[u8],
+) -> StoreResult<Event> {
+    let record = decode_record(bytes).map_err(|e| in_record(id, seq, &e))?;
+    record_to_event(&record, &mut |blob| store.load_blob(blob)).map_err(|e| in_record(id, seq, &e))
+}
 
 /// An error met reading record `seq` of `id`, naming them: damage stays
 /// damage (corrupt data), and a failing disk or database stays what it is

@@ -1,6 +1,6 @@
 //! Compaction overlays, read from their entries without scanning the log.
 
-use crate::codec::{self, decode_record, record_to_event};
+use crate::codec;
 use crate::codec::{OverlayDirectory, OverlayEntry, RangeGroup};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
@@ -9,7 +9,7 @@ use crate::keys;
 use crate::position::merge_ranges;
 use crate::store::Store;
 
-use super::in_record;
+use super::event_of;
 
 /// A compaction overlay, read from the overlay entries without scanning the
 /// log.
@@ -231,9 +231,7 @@ impl Store {
         if let Some(hit) = self.cached_overlay(owner, seq) {
             return Ok(hit);
         }
-        let repr = decode_record(record).map_err(|e| in_record(owner, seq, &e))?;
-        let event = record_to_event(&repr, &mut |blob| self.load_blob(blob))
-            .map_err(|e| in_record(owner, seq, &e))?;
+        let event = event_of(self, owner, seq, record)?;
         let overlay = StoredOverlay { seq, turn, event };
         self.cache_overlay(owner, &overlay);
         Ok(overlay)

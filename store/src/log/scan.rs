@@ -4,7 +4,6 @@
 use std::ops::Range;
 
 use crate::backend::{self, Bytes, Keyspace, KvIter};
-use crate::codec::{decode_record, record_to_event};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Event;
 use crate::hash::Address;
@@ -13,7 +12,7 @@ use crate::keys::{self, Space};
 use crate::layout::Piece;
 use crate::store::Store;
 
-use super::{in_record, ChunkIter, LoadedChunk, Located};
+use super::{event_of, ChunkIter, LoadedChunk, Located};
 
 /// A record of a conversation's log, as `log` prints it.
 #[derive(Debug, Clone, PartialEq)]
@@ -226,10 +225,7 @@ impl LogIter<'_> {
                     if seq < self.next_seq {
                         continue;
                     }
-                    let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
-                    let store = self.store;
-                    let event = record_to_event(&record, &mut |blob| store.load_blob(blob))
-                        .map_err(|e| in_record(&self.id, seq, &e))?;
+                    let event = event_of(self.store, &self.id, seq, bytes)?;
                     self.next_seq = seq + 1;
                     return Ok(Some(LogRecord {
                         seq,
