@@ -975,3 +975,45 @@ fn a_serve_that_cannot_listen_creates_nothing() {
         assert!(!db.exists(), "{listen}: the database was created");
     }
 }
+
+#[test]
+fn delete_over_http_and_through_the_cli() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let server = Server::start(&db, &[]);
+    let (code, _, err) = cli(&db, &["append", "chat", "--user", "hi"], None);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(&db, &["fork", "chat", "--name", "retry"], None);
+    assert_eq!(code, 0, "{err}");
+    let url = format!("{}/v1/conversations/chat", server.url);
+    let (status, body) = answer(agent().delete(&url).call());
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("has_forks"))
+    );
+    // Through the CLI: the server's refusal as one line, then the deletion.
+    let (code, _, err) = cli(&db, &["delete", "chat"], None);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: ") && err.contains("--with-forks"),
+        "{err}"
+    );
+    let (code, out, err) = cli(&db, &["delete", "retry", "--json"], None);
+    assert_eq!(code, 0, "{err}");
+    let value: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(value["deleted"][0]["name"], "retry");
+    let (status, body) = answer(agent().delete(&format!("{url}?with_forks=true")).call());
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["deleted"][0]["events"], 1);
+    let (status, _) = answer(agent().get(&url).call());
+    assert_eq!(status, 404);
+    let (status, _) = answer(agent().delete(&url).call());
+    assert_eq!(status, 404);
+    let (code, out, _) = cli(&db, &["list", "--json"], None);
+    assert_eq!((code, out.trim()), (0, "[]"));
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+    let (code, out, err) = cli(&db, &["verify"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok: 0 conversations"), "{out}");
+}

@@ -154,6 +154,19 @@ Examples:
   convstore fork chat --at-turn 12 --name chat-from-12
   convstore fork chat --at-seq 340 --compact=light")]
     Fork(ForkArgs),
+    /// Delete a conversation for good: its records, its views, its search
+    /// documents, and the long texts and segment files nothing else holds.
+    #[command(after_help = "\
+A conversation with forks is refused unless --with-forks, which deletes
+them too (a fork reads its parent's records: copy one to another database
+first to keep it, `convstore copy DB KEEP.db --conv FORK`). Space returns
+to the file system as the files holding only deleted records go; `--json`
+says how much.
+
+Examples:
+  convstore delete scratch
+  convstore delete chat --with-forks --json")]
+    Delete(DeleteArgs),
     /// Store a projected view and keep it current; print it or write it to
     /// a file.
     #[command(after_help = "\
@@ -832,6 +845,20 @@ pub struct ForkArgs {
     /// Then compact the fork's turns with a profile (default: `default`).
     #[arg(long, value_name = "PROFILE", num_args = 0..=1, require_equals = true, default_missing_value = "default")]
     pub compact: Option<String>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `delete`
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// Conversation name, full id or id:PREFIX.
+    #[arg(add = conversations(), value_parser = conversation)]
+    pub conversation: String,
+    /// Delete its forks (and theirs) with it.
+    #[arg(long)]
+    pub with_forks: bool,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

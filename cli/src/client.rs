@@ -818,6 +818,15 @@ pub(crate) fn dispatch(
             drop(out);
             return cmd::backup::report(&value, args.json);
         }
+        Command::Delete(args) => {
+            let path = client.conversation(&args.conversation);
+            let query = [("with_forks", args.with_forks.then(|| "true".to_owned()))];
+            let response = client.call(client.request("DELETE", &path, &query).call())?;
+            let value: Value = response.into_json()?;
+            drop(out);
+            cmd::delete::print(&value, args.json, notes)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Mcp(_) => {
             bail!(
                 "the server at {} holds the database: MCP clients connect to its /mcp endpoint ({}/mcp, streamable HTTP; docs/mcp.md)",

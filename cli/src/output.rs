@@ -90,6 +90,16 @@ pub(crate) fn plural(count: u64, noun: &str) -> String {
     }
 }
 
+/// A size for people: `512 bytes`, `3.4 MB` (powers of 1,000).
+pub(crate) fn bytes(count: u64) -> String {
+    match count {
+        0..1_000 => plural(count, "byte"),
+        1_000..1_000_000 => format!("{:.1} kB", count as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", count as f64 / 1e6),
+        _ => format!("{:.2} GB", count as f64 / 1e9),
+    }
+}
+
 /// Whether stdin is a terminal (nothing piped in).
 pub(crate) fn stdin_is_terminal() -> bool {
     io::stdin().is_terminal()

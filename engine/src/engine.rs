@@ -4,7 +4,7 @@
 use convstore_projection::config::Config;
 use convstore_projection::{Tokenizer, ViewEvent};
 use convstore_store::{
-    json, AppendOptions, Appended, ConversationId, Event, OpenOptions, Store, Timestamp,
+    json, AppendOptions, Appended, ConversationId, Deletion, Event, OpenOptions, Store, Timestamp,
     VerifyFailure, VerifyReport, ViewState,
 };
 
@@ -407,6 +407,61 @@ impl Engine {
         Ok(forked)
     }
 
+    /// Deletes `id` for good (with its forks if `with_forks`; see
+    /// [`Store::delete`]) and its documents in the search index. The
+    /// deletion stands whatever happens to the index (noted as for a
+    /// write, [`Engine::take_index_error`]; `reindex` rebuilds it).
+    pub fn delete(&self, id: &ConversationId, with_forks: bool) -> Result<Deletion> {
+        // The documents go first, so that a process killed in between
+        // leaves an index behind the log (caught up by the next search)
+        // rather than one holding a conversation the database lacks.
+        let mut ids = vec![*id];
+        ids.extend(self.store.forks_of(id)?);
+        if with_forks || ids.len() == 1 {
+            self.forget_in_index(&ids, false);
+        }
+        let deletion = self.store.delete(id, with_forks)?;
+        let ids: Vec<ConversationId> = deletion.conversations.iter().map(|c| c.id).collect();
+        // A write meanwhile may have indexed one again.
+        self.forget_in_index(&ids, true);
+        if let Ok(mut listeners) = self.listeners.lock() {
+            for id in &ids {
+                listeners.retain(|l| l.send(*id).is_ok());
+            }
+        }
+        Ok(deletion)
+    }
+
+    /// Drops the documents of `ids` from the search index, if it exists
+    /// (`only_indexed`: only if the index holds any of them); a failure is
+    /// noted ([`Engine::take_index_error`]).
+    fn forget_in_index(&self, ids: &[ConversationId], only_indexed: bool) {
+        let forgotten = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Some(dir) = self.index_dir()? {
+                if !SearchIndex::exists(&dir) {
+                    return Ok(true);
+                }
+            }
+            let index = self.search_index()?;
+            if only_indexed {
+                let markers = index.markers()?;
+                if !ids.iter().any(|id| markers.contains_key(id)) {
+                    return Ok(true);
+                }
+            }
+            index.forget(ids)
+        }))
+        .unwrap_or_else(|_| Err(Error::Search("the index library panicked".to_owned())));
+        let note = match forgotten {
+            Ok(true) => None,
+            Ok(false) => Some("another process kept the search index busy".to_owned()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let (Some(note), Ok(mut slot)) = (note, self.index_error.lock()) {
+            *slot = Some(note);
+        }
+    }
+
     /// What decides `turn` of `id`'s view as of a point.
     pub fn explain(
         &self,
@@ -448,6 +503,22 @@ impl Engine {
         }
         Ok(Ok((report, views)))
     }
+}
+
+/// A deletion as `delete --json` prints it and the server answers it.
+pub fn deletion_json(deletion: &Deletion) -> serde_json::Value {
+    serde_json::json!({
+        "deleted": deletion.conversations.iter().map(|c| serde_json::json!({
+            "id": c.id.hex(),
+            "name": c.name,
+            "events": c.len,
+            "parent": c.parent.map(|p| p.hex()),
+        })).collect::<Vec<_>>(),
+        "keys": deletion.keys,
+        "blobs": deletion.blobs,
+        "segment_files": deletion.segment_files,
+        "segment_bytes": deletion.segment_bytes,
+    })
 }
 
 /// Parses NDJSON text into events (blank lines skipped); events without a

@@ -55,7 +55,7 @@ pub mod summarizers;
 pub mod turns;
 pub mod views;
 
-pub use engine::{parse_ndjson, Engine, Verification};
+pub use engine::{deletion_json, parse_ndjson, Engine, Verification};
 pub use error::{Error, Result};
 pub use location::Location;
 pub use pipeline::{AsOf, Scope};

@@ -503,6 +503,42 @@ impl SearchIndex {
         Ok(Some(done))
     }
 
+    /// Drops the documents of deleted conversations `ids` and merges the
+    /// segments that held them, so that their texts leave the index's
+    /// files (a deleted document otherwise stays in its segment, marked,
+    /// until a merge). `false` if another process kept the writer busy
+    /// (the next catch-up of every conversation drops them).
+    pub fn forget(&self, ids: &[ConversationId]) -> Result<bool> {
+        guarded(|| {
+            let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
+            let Some(mut writer) = self.writer(false, WRITER_WAIT)? else {
+                return Ok(false);
+            };
+            let mut payload = self.payload()?;
+            payload.layout = LAYOUT;
+            for id in ids {
+                writer.delete_term(Term::from_field_text(self.fields.conv, &id.hex()));
+                payload.conversations.remove(&id.hex());
+            }
+            commit(&mut writer, &payload)?;
+            let holding: Vec<_> = self
+                .index
+                .searchable_segment_metas()
+                .map_err(err)?
+                .into_iter()
+                .filter(tantivy::SegmentMeta::has_deletes)
+                .map(|m| m.id())
+                .collect();
+            if !holding.is_empty() {
+                writer.merge(&holding).wait().map_err(err)?;
+            }
+            writer.garbage_collect_files().wait().map_err(err)?;
+            writer.wait_merging_threads().map_err(err)?;
+            self.reader.reload().map_err(err)?;
+            Ok(true)
+        })
+    }
+
     fn add(&self, writer: &IndexWriter, id: &ConversationId, record: &LogRecord) -> Result<()> {
         let Some(text) = indexed_text(&record.event) else {
             return Ok(());

@@ -140,6 +140,7 @@ fn store_error(error: &StoreError, message: String) -> ApiError {
         StoreError::NameTaken { .. } | StoreError::ViewKeyCollision { .. } => {
             (StatusCode::CONFLICT, "name_taken")
         }
+        StoreError::HasForks { .. } => (StatusCode::CONFLICT, "has_forks"),
         StoreError::HeadMismatch { actual, .. } => {
             return ApiError::new(StatusCode::CONFLICT, "conflict", message)
                 .with("head", json!(actual.hex()))

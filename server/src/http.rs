@@ -430,6 +430,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/conversations", post(routes::create))
         .route(&format!("{conversation}/events"), post(routes::append))
         .route(&format!("{conversation}/fork"), post(routes::fork))
+        .route(conversation, axum::routing::delete(routes::delete))
         .route(&format!("{conversation}/compact"), post(routes::compact))
         .route(
             &format!("{conversation}/pins"),

@@ -1491,6 +1491,35 @@ pub(crate) async fn drop_view(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct DeleteQuery {
+    #[serde(default)]
+    with_forks: bool,
+}
+
+/// `DELETE /v1/conversations/{conv}`: deletes it for good (see
+/// `Store::delete`); answered once the deletion is durable.
+pub(crate) async fn delete(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    Query(q): Query<DeleteQuery>,
+) -> Result<Json<Value>> {
+    let _write = write_permit(&state).await?;
+    let value = state
+        .blocking(move |engine| {
+            let id = resolve_write(engine.store(), &conv)?;
+            let deletion = engine.delete(&id, q.with_forks)?;
+            // The index drops the documents at the next catch-up if it
+            // could not now.
+            let _ = engine.take_index_error();
+            Ok(convstore_engine::deletion_json(&deletion))
+        })
+        .await?;
+    state.committer.durable().await?;
+    Ok(Json(value))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ExplainQuery {
     turn: Option<u64>,
     as_of: Option<String>,

@@ -111,6 +111,9 @@ pub struct BulkAppend<'s> {
     /// Set once a commit batch was applied or tried: the files are then
     /// left to the commit (or, if it failed, to the next open).
     applied: bool,
+    /// [`Store::blob_sweeps`] when it began: blobs it found stored (and so
+    /// did not write) may have been deleted since if it moved.
+    sweeps: u64,
 }
 
 impl Store {
@@ -154,6 +157,7 @@ impl Store {
             through: None,
             failed: false,
             applied: false,
+            sweeps: self.blob_sweeps(),
         })
     }
 }
@@ -372,6 +376,20 @@ impl BulkAppend<'_> {
                     return Err(StoreError::HeadMismatch {
                         expected: self.base.head,
                         actual: now.head,
+                    });
+                }
+            }
+        }
+        if store.blob_sweeps() != self.sweeps {
+            // A deletion removed blobs since this began: those it found
+            // stored must still be.
+            let written: HashSet<BlobHash> = spill.blobs.iter().map(|(h, _)| *h).collect();
+            for hash in spill.seen.iter().filter(|h| !written.contains(h)) {
+                if !store.kv.contains(Keyspace::Blobs, hash.as_bytes())? {
+                    return Err(StoreError::Conflict {
+                        what: "a text the bulk append holds was deleted with another \
+                               conversation meanwhile"
+                            .to_owned(),
                     });
                 }
             }
@@ -630,7 +648,7 @@ pub(crate) fn discard_pending(store: &Store) -> StoreResult<Vec<ConversationId>>
         // (finding less each time).
         store.kv.sync()?;
         if let Some(segments) = store.segments() {
-            segments.remove(&numbers)?;
+            let _ = segments.remove(&numbers)?;
         }
         let mut batch = Batch::new();
         batch.delete(key.to_vec());

@@ -170,6 +170,21 @@ pub enum StoreError {
         /// What changed.
         what: String,
     },
+    /// A conversation that forks depend on cannot be deleted alone.
+    #[error(
+        "conversation \"{}\" has {} fork{} ({}{}); delete them with it (--with-forks), or copy them first",
+        shorten(conversation),
+        forks.len(),
+        if forks.len() == 1 { "" } else { "s" },
+        forks.iter().take(5).map(|f| shorten(f)).collect::<Vec<_>>().join(", "),
+        if forks.len() > 5 { ", ..." } else { "" }
+    )]
+    HasForks {
+        /// The conversation, by name or id.
+        conversation: String,
+        /// Its forks (and theirs), by name or id.
+        forks: Vec<String>,
+    },
     /// A copy (backup, salvage) cannot be written where it was asked to go.
     #[error("cannot write to {}: {reason}", path.display())]
     Destination {

@@ -26,6 +26,7 @@
 //! | `K` id(16) key(32) | an append's idempotency key (blake3 of it): the request's fingerprint and what it stored |
 //! | `L` id(16) | a fork's lineage: parent id, records shared, base address and turn state |
 //! | `S` file(4 BE) | segment file `file` was written by a bulk append that committed (empty value; also in the blob tree, see `segments.rs`) |
+//! | `D` id(16) | a deleted conversation whose keys are still being removed (`delete.rs`): its name, length and when it was deleted |
 //! | `B` id(16) | a bulk append's commit under way (`bulk.rs`): whether it creates the conversation, and its segment files (4 BE each); removed by the batch that makes it visible |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
@@ -58,6 +59,8 @@ pub(crate) const PINS: u8 = b'P';
 pub(crate) const AUTO: u8 = b'A';
 pub(crate) const SEGMENT_FILE: u8 = b'S';
 pub(crate) const PENDING_BULK: u8 = b'B';
+/// A deleted conversation whose keys are still being removed (`delete.rs`).
+pub(crate) const DELETED: u8 = b'D';
 /// The tags of every key under a conversation's id (all but its name).
 pub(crate) const CONVERSATION_TAGS: &[u8] = b"CctsujqToORkvwxPAKLB";
 pub(crate) const VIEW: u8 = b'v';
@@ -130,6 +133,10 @@ pub(crate) fn pending_bulk(id: &ConversationId) -> Vec<u8> {
     prefixed(PENDING_BULK, id.as_bytes())
 }
 
+pub(crate) fn deleted(id: &ConversationId) -> Vec<u8> {
+    prefixed(DELETED, id.as_bytes())
+}
+
 pub(crate) fn name(name: &str) -> Vec<u8> {
     prefixed(NAME, name.as_bytes())
 }
@@ -150,6 +157,11 @@ impl Space {
             Space::Settled => (CHUNK, TURN, CALLS, OVERLAYS),
             Space::Staged => (b's', b'u', b'j', b'q'),
         }
+    }
+
+    /// The tag of its chunk keys.
+    pub(crate) fn chunk_tag(self) -> u8 {
+        self.tags().0
     }
 }
 

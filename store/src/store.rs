@@ -51,6 +51,8 @@ pub struct Store {
     /// so a process that reads the overlays again and again (a server, the
     /// automatic compaction loop) decodes each once.
     pub(crate) overlay_cache: Mutex<HashMap<(ConversationId, u64), crate::log::StoredOverlay>>,
+    /// Deletions that removed blobs so far ([`Store::blob_sweeps`]).
+    blob_sweeps: AtomicU64,
     /// Told how many records long operations have got through.
     progress: std::sync::RwLock<Option<ProgressFn>>,
 }
@@ -324,6 +326,7 @@ impl Store {
         if format >= 2 {
             crate::bulk::discard_pending(&store)?;
         }
+        store.finish_deletions()?;
         Ok(store)
     }
 
@@ -345,7 +348,9 @@ impl Store {
                 })
             }
         };
-        Ok(Store::assemble(backend, format))
+        let store = Store::assemble(backend, format);
+        store.finish_deletions()?;
+        Ok(store)
     }
 
     /// A new, empty database in memory (nothing survives the process).
@@ -369,6 +374,7 @@ impl Store {
             settle_records: AtomicU64::new(crate::staging::SETTLE_RECORDS),
             bulk_memory_bytes: AtomicU64::new(DEFAULT_BULK_MEMORY_BYTES),
             overlay_cache: Mutex::new(HashMap::new()),
+            blob_sweeps: AtomicU64::new(0),
             progress: std::sync::RwLock::new(None),
         }
     }
@@ -549,6 +555,18 @@ impl Store {
     /// what every acknowledged write waits for.
     pub(crate) fn sync(&self) -> StoreResult<()> {
         self.kv.sync()
+    }
+
+    /// How many times this process deleted blobs: a writer that found a
+    /// blob stored without the write lock, and so did not write it, checks
+    /// again under the lock if this moved.
+    pub(crate) fn blob_sweeps(&self) -> u64 {
+        self.blob_sweeps.load(Ordering::SeqCst)
+    }
+
+    /// Notes that blobs are about to be deleted.
+    pub(crate) fn sweeping_blobs(&self) {
+        self.blob_sweeps.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Bytes the database occupies on disk.

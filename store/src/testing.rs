@@ -163,3 +163,9 @@ pub fn drop_a_chunk(store: &Store, id: &ConversationId, nth: usize) -> StoreResu
     store.kv.apply(batch)?;
     Ok(keys::key_seq(&key))
 }
+
+/// Deletes `id` as a process killed right after the batch deciding it
+/// would: tombstoned, nothing removed yet (the next open finishes it).
+pub fn decide_deletion(store: &Store, id: &ConversationId) -> StoreResult<()> {
+    store.decide_deletion(id, true).map(|_| ())
+}

@@ -59,6 +59,12 @@ struct BlockRepr<'a> {
     events: Vec<EventRepr<'a>>,
 }
 
+/// The record bytes of the events of a stored view block.
+pub(crate) fn block_records(bytes: &[u8]) -> StoreResult<Vec<&[u8]>> {
+    let repr: BlockRepr<'_> = decode(bytes, "view block")?;
+    Ok(repr.events.into_iter().map(|e| e.record).collect())
+}
+
 #[derive(Serialize, Deserialize)]
 struct EventRepr<'a> {
     seq: u64,

@@ -5,6 +5,7 @@ mod support;
 
 mod test_append;
 mod test_compact;
+mod test_delete;
 mod test_durable;
 mod test_errors;
 mod test_lineage;

@@ -3,6 +3,7 @@
 pub(crate) mod append;
 pub(crate) mod backup;
 pub(crate) mod compact;
+pub(crate) mod delete;
 mod demo;
 pub(crate) mod diff;
 pub(crate) mod explain;
@@ -81,6 +82,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         // Only a fork that compacts reads the configuration's profiles.
         Command::Fork(args) if args.compact.is_some() => fork::run(&configured()?, args, &notes),
         Command::Fork(args) => fork::run(&read()?, args, &notes),
+        Command::Delete(args) => delete::run(&read()?, args, &notes),
         Command::View(args) => view::run(&read()?, args, &notes),
         Command::Explain(args) => explain::run(&read()?, args),
         Command::Pin(args) => pin::run(&read()?, args),

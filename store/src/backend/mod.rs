@@ -208,6 +208,18 @@ pub trait Backend: Send + Sync {
     /// backend notes that the database changed, for `convstore.state`).
     fn on_write(&self) {}
 
+    /// Called before `conversations` conversations holding `records`
+    /// records in all are deleted (the sled backend lowers the bounds its
+    /// state file keeps, so that a later open does not expect them); an
+    /// error stops the deletion before anything is deleted.
+    fn forgetting(&self, _conversations: u64, _records: u64) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Called once deleted conversations are gone (the sled backend writes
+    /// its catalog again without them).
+    fn forgotten(&self) {}
+
     /// The directory the database is in, for a local backend.
     fn path(&self) -> Option<&Path> {
         None

@@ -180,6 +180,14 @@ impl Backend for SledBackend {
         self.tracker.wrote();
     }
 
+    fn forgetting(&self, conversations: u64, records: u64) -> StoreResult<()> {
+        self.tracker.forgetting(&self.path, conversations, records)
+    }
+
+    fn forgotten(&self) {
+        crate::backend::sled::state::rewrite_catalog(&self.path, &self.db);
+    }
+
     fn path(&self) -> Option<&Path> {
         Some(&self.path)
     }

@@ -114,6 +114,9 @@ struct State {
     highest: Option<u32>,
     /// Bulk files committed and still named `.bulk`.
     committed: Vec<u32>,
+    /// Files whose bodies are being moved out (`delete.rs`): appends do
+    /// not go on in them.
+    retired: Vec<u32>,
 }
 
 /// The segment files of one database.
@@ -124,6 +127,10 @@ pub struct Segments {
     /// Files opened for reading, by number.
     readers: RwLock<HashMap<u32, Arc<File>>>,
     state: Mutex<State>,
+    /// Where bodies moved out of removed files went, by their old file and
+    /// offset: for a reader that read a reference just before it was
+    /// rewritten.
+    moved: RwLock<HashMap<(u32, u64), SegmentRef>>,
 }
 
 impl Segments {
@@ -134,6 +141,7 @@ impl Segments {
             max_bytes: SEGMENT_MAX_BYTES,
             readers: RwLock::new(HashMap::new()),
             state: Mutex::new(State::default()),
+            moved: RwLock::new(HashMap::new()),
         }
     }
 
@@ -156,6 +164,10 @@ impl Segments {
         let total: u64 = bodies.iter().map(|b| b.len() as u64).sum();
         let mut state = self.state();
         let writer = match state.current.take() {
+            Some(w) if state.retired.contains(&w.number) => {
+                let number = self.highest(&mut state)?.max(w.number) + 1;
+                self.create(&mut state, number)?
+            }
             Some(w) if w.len == 0 || w.len + total <= self.max_bytes => w,
             Some(w) => {
                 let number = self.highest(&mut state)?.max(w.number) + 1;
@@ -221,7 +233,7 @@ impl Segments {
             .filter(|(_, bulk)| !bulk)
             .map(|(number, _)| number)
             .max();
-        let Some(number) = last else {
+        let Some(number) = last.filter(|n| !state.retired.contains(n)) else {
             let number = self.highest(state)? + 1;
             return self.create(state, number);
         };
@@ -321,14 +333,50 @@ impl Segments {
         }
     }
 
+    /// Keeps appends out of file `number`, whose bodies are about to be
+    /// moved to other files.
+    pub(crate) fn retire(&self, number: u32) {
+        let mut state = self.state();
+        if !state.retired.contains(&number) {
+            state.retired.push(number);
+        }
+    }
+
+    /// Notes that the body at `from` is now at `to` (its file is about to
+    /// be removed).
+    pub(crate) fn moved(&self, from: &SegmentRef, to: SegmentRef) {
+        self.moved
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((from.file, from.offset), to);
+    }
+
     /// Deletes files `numbers` (under either name) for good: nothing
-    /// refers to them any more. A file already gone is no error.
-    pub(crate) fn remove(&self, numbers: &[u32]) -> StoreResult<()> {
-        self.state().committed.retain(|n| !numbers.contains(n));
+    /// refers to them any more. A file already gone is no error. Returns
+    /// the bytes they held.
+    pub(crate) fn remove(&self, numbers: &[u32]) -> StoreResult<u64> {
+        let mut state = self.state();
+        state.committed.retain(|n| !numbers.contains(n));
+        state.retired.retain(|n| !numbers.contains(n));
+        if state
+            .current
+            .as_ref()
+            .is_some_and(|w| numbers.contains(&w.number))
+        {
+            // Appends go on in a new file.
+            state.current = None;
+        }
+        drop(state);
+        self.readers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|n, _| !numbers.contains(n));
+        let mut bytes = 0;
         for &number in numbers {
             for path in [self.path(number), self.bulk_path(number)] {
+                let len = fs::metadata(&path).map_or(0, |m| m.len());
                 match fs::remove_file(&path) {
-                    Ok(()) => {}
+                    Ok(()) => bytes += len,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                     Err(e) => return Err(io_error(&path, &e)),
                 }
@@ -337,7 +385,7 @@ impl Segments {
         if !numbers.is_empty() {
             sync_directory(&self.dir)?;
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// Settles the `.bulk` files an interrupted process left: renamed to
@@ -393,9 +441,21 @@ impl Segments {
                 format!("{}: {place}: {e}", what()),
             )),
         };
-        let file = self
-            .reader(at.file)
-            .map_err(|e| failed(e, format!("segment file {:08}", at.file)))?;
+        let file = match self.reader(at.file) {
+            Ok(file) => file,
+            Err(e) => {
+                let moved = self
+                    .moved
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&(at.file, at.offset))
+                    .copied();
+                match moved {
+                    Some(to) if to.check == at.check => return self.read(&to, what),
+                    _ => return Err(failed(e, format!("segment file {:08}", at.file))),
+                }
+            }
+        };
         let len = usize::try_from(at.len).map_err(|_| corrupt("too long".to_owned()))?;
         // A damaged length, or too little memory, is an error, not an abort.
         let mut bytes = Vec::new();

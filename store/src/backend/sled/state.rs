@@ -97,6 +97,30 @@ impl Tracker {
         self.wrote.store(true, Ordering::Relaxed);
     }
 
+    /// Lowers the state's bounds by `conversations` and `records`, on disk
+    /// at once: conversations about to be deleted.
+    pub(crate) fn forgetting(
+        &self,
+        path: &Path,
+        conversations: u64,
+        records: u64,
+    ) -> StoreResult<()> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let new = State {
+            conversations: state.conversations.saturating_sub(conversations),
+            records: state.records.saturating_sub(records),
+            ..*state
+        };
+        if new != *state {
+            write_state(path, &new).map_err(StoreError::Io)?;
+            *state = new;
+        }
+        Ok(())
+    }
+
     /// Brings the files up to date after a `Store` that wrote was flushed.
     pub(crate) fn on_drop(&self, path: &Path, db: &sled::Db) {
         if !self.wrote.load(Ordering::Relaxed) {
@@ -241,6 +265,11 @@ pub(crate) fn read_catalog(path: &Path) -> Vec<CatalogEntry> {
 fn write_state(path: &Path, state: &State) -> std::io::Result<()> {
     let text = serde_json::to_vec(state).map_err(std::io::Error::other)?;
     write_atomically(&path.join(STATE), &text)
+}
+
+/// Writes the catalog again, best effort: conversations were deleted.
+pub(crate) fn rewrite_catalog(path: &Path, db: &sled::Db) {
+    let _ = write_catalog(path, db);
 }
 
 fn write_catalog(path: &Path, db: &sled::Db) -> StoreResult<()> {

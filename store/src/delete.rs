@@ -1,0 +1,487 @@
+//! Deleting conversations for good: [`Store::delete`].
+//!
+//! A deletion is decided by one conditional batch: each conversation's
+//! metadata (`C`) and name (`N`) go, and a tombstone (`D` id: its name,
+//! length, the time and, once known, the segment files holding its bodies)
+//! takes their place. From then on no reader finds the conversation and no
+//! write to it applies (writes are conditional on its metadata). The rest
+//! is removal, which the next open finishes if a process dies during it
+//! ([`Store::finish_deletions`]):
+//!
+//! 1. the blobs only the deleted records and views refer to (their hashes
+//!    looked for in every remaining conversation's records and views),
+//! 2. every key under the conversations' ids, in groups,
+//! 3. the segment files that held their bodies: what other conversations
+//!    still refer to moves to another file, then the file goes,
+//! 4. the tombstones, last.
+//!
+//! Blobs are content-addressed and shared: a text another conversation
+//! also holds stays. A database server (PostgreSQL) shares the database
+//! with other processes' appends, which take no lock of this one: there
+//! the keys go but blobs stay (an append elsewhere may have found one
+//! stored and relied on it).
+
+use std::collections::{BTreeSet, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::frames::Frame;
+use crate::backend::{frames, Batch, Condition, Keyspace, SegmentRef};
+use crate::codec::{decode, decode_record, encode, BlobValue, ChunkValue, TextRepr};
+use crate::error::{StoreError, StoreResult};
+use crate::event::Timestamp;
+use crate::fork::ForkPoint;
+use crate::hash::BlobHash;
+use crate::ids::ConversationId;
+use crate::keys::{self, Space};
+use crate::log::Located;
+use crate::store::Store;
+
+/// What a deleted conversation's tombstone holds until its keys are gone.
+#[derive(Debug, Serialize, Deserialize)]
+struct Tombstone {
+    name: Option<String>,
+    len: u64,
+    deleted: Timestamp,
+    /// The segment files that held the deleted bodies, once known.
+    files: Vec<u32>,
+}
+
+/// A conversation [`Store::delete`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Deleted {
+    /// Its id.
+    pub id: ConversationId,
+    /// Its name, if it had one.
+    pub name: Option<String>,
+    /// Its length (a fork's counts the records it shared).
+    pub len: u64,
+    /// The conversation it was forked from, if it was a fork.
+    pub parent: Option<ConversationId>,
+}
+
+/// What [`Store::delete`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Deletion {
+    /// The conversations: the one asked for first, then its forks (parents
+    /// before their forks).
+    pub conversations: Vec<Deleted>,
+    /// Keys removed, besides blobs.
+    pub keys: u64,
+    /// Blobs (long texts) removed: those no remaining record or view
+    /// holds.
+    pub blobs: u64,
+    /// Segment files removed, nothing referring to them any more...
+    pub segment_files: u64,
+    /// ...and their bytes.
+    pub segment_bytes: u64,
+}
+
+impl Store {
+    /// Deletes conversation `id` for good: its records, everything stored
+    /// beside them, its views, and the blobs and segment files nothing
+    /// else refers to. A conversation with forks is refused
+    /// ([`StoreError::HasForks`]) unless `with_forks`, which deletes them
+    /// too (a fork reads its parent's records: to keep one, copy it to a
+    /// database first, `convstore copy`).
+    ///
+    /// Once this returns the deletion is durable; a process killed during
+    /// it leaves either the conversation whole or a deletion that the next
+    /// open of the database finishes.
+    pub fn delete(&self, id: &ConversationId, with_forks: bool) -> StoreResult<Deletion> {
+        let guard = self.lock_writes();
+        let deleted = self.decide_deletion(id, with_forks)?;
+        let mut deletion = self.purge()?;
+        drop(guard);
+        deletion.conversations = deleted;
+        Ok(deletion)
+    }
+
+    /// The batch that deletes `id` (and its forks): metadata and names
+    /// replaced by tombstones, durably. Called under the write lock.
+    pub(crate) fn decide_deletion(
+        &self,
+        id: &ConversationId,
+        with_forks: bool,
+    ) -> StoreResult<Vec<Deleted>> {
+        let mut doomed = vec![*id];
+        doomed.extend(self.forks_of(id)?);
+        if doomed.len() > 1 && !with_forks {
+            let label = |id: &ConversationId| -> StoreResult<String> {
+                Ok(self.meta(id)?.name.unwrap_or_else(|| id.hex()))
+            };
+            return Err(StoreError::HasForks {
+                conversation: label(id)?,
+                forks: doomed[1..].iter().map(label).collect::<StoreResult<_>>()?,
+            });
+        }
+        let mut batch = Batch::new();
+        let mut conditions = Vec::new();
+        let mut deleted = Vec::new();
+        let mut records = 0;
+        for d in &doomed {
+            let (meta, raw) = self.meta_and_bytes(d)?;
+            conditions.push(Condition {
+                key: keys::conversation(d),
+                expected: Some(raw),
+            });
+            batch.delete(keys::conversation(d));
+            if let Some(name) = &meta.name {
+                batch.delete(keys::name(name));
+            }
+            let tombstone = Tombstone {
+                name: meta.name.clone(),
+                len: meta.len,
+                deleted: Timestamp::now(),
+                files: Vec::new(),
+            };
+            batch.put(keys::deleted(d), encode(&tombstone));
+            records += meta.len;
+            deleted.push(Deleted {
+                id: *d,
+                name: meta.name,
+                len: meta.len,
+                parent: self.fork_point(d)?.map(|p| p.parent),
+            });
+        }
+        self.kv.forgetting(doomed.len() as u64, records)?;
+        if !self.kv.apply_if(&conditions, batch)? {
+            return Err(StoreError::Conflict {
+                what: format!("conversation {id} changed while it was being deleted"),
+            });
+        }
+        self.sync()?;
+        Ok(deleted)
+    }
+
+    /// The forks of `id`, and theirs, parents before their forks: what
+    /// [`Store::delete`] with `with_forks` deletes besides `id`.
+    pub fn forks_of(&self, id: &ConversationId) -> StoreResult<Vec<ConversationId>> {
+        let mut children: Vec<(ConversationId, ConversationId)> = Vec::new();
+        for pair in self.scan_prefix([keys::LINEAGE]) {
+            let (key, value) = pair?;
+            let Some(child) = conversation_of(&key) else {
+                continue;
+            };
+            let point: ForkPoint = decode(&value, &format!("lineage of conversation {child}"))?;
+            children.push((point.parent, child));
+        }
+        let mut out: Vec<ConversationId> = Vec::new();
+        let mut next = 0;
+        let mut parents = vec![*id];
+        while let Some(parent) = parents.get(next).copied() {
+            next += 1;
+            for (p, child) in &children {
+                if *p == parent && *child != *id && !out.contains(child) {
+                    out.push(*child);
+                    parents.push(*child);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Finishes deletions a process left unfinished (killed after the
+    /// batch that decided them): run when a database is opened, before
+    /// any write. Returns how many conversations it finished.
+    pub(crate) fn finish_deletions(&self) -> StoreResult<usize> {
+        let pending = self.scan_prefix([keys::DELETED]).count();
+        if pending > 0 {
+            self.purge()?;
+        }
+        Ok(pending)
+    }
+
+    /// Removes what the tombstoned conversations left (see the module
+    /// documentation), the tombstones last. Called under the write lock.
+    fn purge(&self) -> StoreResult<Deletion> {
+        let mut doomed = Vec::new();
+        let mut files = BTreeSet::new();
+        for pair in self.scan_prefix([keys::DELETED]) {
+            let (key, value) = pair?;
+            let Some(id) = conversation_of(&key) else {
+                continue;
+            };
+            let tombstone: Tombstone = decode(&value, &format!("tombstone of {id}"))?;
+            files.extend(tombstone.files.iter().copied());
+            doomed.push((id, tombstone));
+        }
+        let ids: Vec<ConversationId> = doomed.iter().map(|(id, _)| *id).collect();
+        let mut deletion = Deletion::default();
+        // 1. What the deleted records and views refer to: blobs, of which
+        // those nothing else holds go, and segment files.
+        let mut blobs = HashSet::new();
+        for id in &ids {
+            self.own_references(id, &mut blobs, &mut files)?;
+        }
+        let mut dead = Vec::new();
+        if !self.kv.is_server() && !blobs.is_empty() {
+            self.keep_referenced(&ids, &mut blobs)?;
+            for hash in blobs {
+                if let Some(value) = self.kv.get(Keyspace::Blobs, hash.as_bytes())? {
+                    if self.format >= 2 {
+                        if let Ok(BlobValue::Segment(at)) = decode::<BlobValue>(&value, "blob") {
+                            files.insert(at.file);
+                        }
+                    }
+                    dead.push(hash);
+                }
+            }
+        }
+        // The files go into the tombstones before the keys that name them
+        // go: a deletion finished by a later open still empties them.
+        if !files.is_empty() {
+            let mut batch = Batch::new();
+            for (id, tombstone) in &mut doomed {
+                tombstone.files = files.iter().copied().collect();
+                batch.put(keys::deleted(id), encode(&*tombstone));
+            }
+            self.kv.apply(batch)?;
+            self.sync()?;
+        }
+        if !dead.is_empty() {
+            self.sweeping_blobs();
+            for group in dead.chunks(GROUP_KEYS) {
+                let mut batch = Batch::new();
+                for hash in group {
+                    batch.remove(Keyspace::Blobs, hash.as_bytes().to_vec());
+                }
+                self.kv.apply(batch)?;
+            }
+            deletion.blobs = dead.len() as u64;
+        }
+        // 2. Every key under their ids.
+        for id in &ids {
+            for tag in keys::CONVERSATION_TAGS {
+                let mut prefix = vec![*tag];
+                prefix.extend_from_slice(id.as_bytes());
+                let mut batch = Batch::new();
+                for pair in self.scan_prefix(prefix) {
+                    batch.delete(pair?.0.to_vec());
+                    deletion.keys += 1;
+                    if batch.len() >= GROUP_KEYS {
+                        self.kv.apply(std::mem::take(&mut batch))?;
+                    }
+                }
+                if !batch.is_empty() {
+                    self.kv.apply(batch)?;
+                }
+            }
+        }
+        self.sync()?;
+        // 3. The segment files that held their bodies: the bodies other
+        // conversations still refer to move to another file, then the file
+        // goes.
+        if self.segments().is_some() && self.format >= 2 {
+            for number in files {
+                if let Some(bytes) = self.empty_segment_file(number)? {
+                    deletion.segment_files += 1;
+                    deletion.segment_bytes += bytes;
+                }
+            }
+        }
+        // 4. The tombstones.
+        let mut batch = Batch::new();
+        for id in &ids {
+            batch.delete(keys::deleted(id));
+        }
+        self.kv.apply(batch)?;
+        self.sync()?;
+        self.overlay_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(id, _), _| !ids.contains(id));
+        self.kv.forgotten();
+        Ok(deletion)
+    }
+
+    /// Moves the bodies chunks and blobs still refer to out of segment
+    /// file `number`, then removes it; returns its size (`None` if it was
+    /// already gone). Called under the write lock.
+    fn empty_segment_file(&self, number: u32) -> StoreResult<Option<u64>> {
+        let Some(segments) = self.segments() else {
+            return Ok(None);
+        };
+        let mut chunks = Vec::new();
+        for tag in [keys::CHUNK, Space::Staged.chunk_tag()] {
+            for pair in self.scan_prefix([tag]) {
+                let (key, value) = pair?;
+                let Some(id) = conversation_of(&key) else {
+                    continue;
+                };
+                if let Ok(Located::Segment { at, records, .. }) =
+                    Located::new(self.format, &id, &key, value)
+                {
+                    if at.file == number {
+                        chunks.push((key.to_vec(), at, records));
+                    }
+                }
+            }
+        }
+        let mut blobs = Vec::new();
+        for pair in self
+            .kv
+            .scan(Keyspace::Blobs, crate::backend::prefixed(Vec::new()), false)
+        {
+            let (hash, value) = pair?;
+            if hash.len() == 32 {
+                if let Ok(BlobValue::Segment(at)) = decode::<BlobValue>(&value, "blob") {
+                    if at.file == number {
+                        blobs.push((hash.to_vec(), at));
+                    }
+                }
+            }
+        }
+        if !chunks.is_empty() || !blobs.is_empty() {
+            segments.retire(number);
+            // In groups of about 16 MiB: each group's bodies written (and
+            // synced) to the current file, then its references rewritten.
+            let mut moving: Vec<(Vec<u8>, SegmentRef, Option<u64>)> = blobs
+                .into_iter()
+                .map(|(hash, at)| (hash, at, None))
+                .chain(chunks.into_iter().map(|(k, at, r)| (k, at, Some(r))))
+                .collect();
+            while !moving.is_empty() {
+                let mut take = 0;
+                let mut bytes = 0;
+                while take < moving.len() && (take == 0 || bytes < MOVE_BYTES) {
+                    bytes += moving[take].1.len;
+                    take += 1;
+                }
+                let group: Vec<_> = moving.drain(..take).collect();
+                let mut bodies = Vec::with_capacity(group.len());
+                for (key, at, _) in &group {
+                    let what = || format!("a body in segment file {number:08} (key {key:02x?})");
+                    bodies.push(segments.read(at, &what)?);
+                }
+                let frames: Vec<Frame<'_>> = group
+                    .iter()
+                    .map(|(key, _, records)| match records {
+                        Some(records) => Frame::chunk(key, *records),
+                        None => Frame::blob(key),
+                    })
+                    .collect();
+                let parts: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+                let places = frames::write(segments, &frames, &parts)?;
+                let mut batch = Batch::new();
+                for ((key, at, records), to) in group.iter().zip(places) {
+                    match records {
+                        Some(records) => batch.put(
+                            key.clone(),
+                            encode(&ChunkValue::Segment {
+                                at: to,
+                                records: *records,
+                            }),
+                        ),
+                        None => batch.insert(
+                            Keyspace::Blobs,
+                            key.clone(),
+                            encode(&BlobValue::Segment(to)),
+                        ),
+                    }
+                    segments.moved(at, to);
+                }
+                self.kv.apply(batch)?;
+            }
+            self.sync()?;
+        }
+        let mut batch = Batch::new();
+        batch.delete(keys::segment_file(number));
+        batch.remove(Keyspace::Blobs, keys::segment_file(number));
+        self.kv.apply(batch)?;
+        self.sync()?;
+        let bytes = segments.remove(&[number])?;
+        Ok((bytes > 0).then_some(bytes))
+    }
+
+    /// Adds the blobs `id`'s own records and views refer to to `blobs`,
+    /// and the segment files its chunks are in to `files`. A chunk that
+    /// cannot be read is passed over (its blobs stay).
+    fn own_references(
+        &self,
+        id: &ConversationId,
+        blobs: &mut HashSet<BlobHash>,
+        files: &mut BTreeSet<u32>,
+    ) -> StoreResult<()> {
+        for space in [Space::Settled, Space::Staged] {
+            for pair in self.scan_prefix(keys::chunks(space, id)) {
+                let (key, value) = pair?;
+                let Ok(located) = Located::new(self.format, id, &key, value) else {
+                    continue;
+                };
+                if let Located::Segment { at, .. } = &located {
+                    files.insert(at.file);
+                }
+                if let Ok(chunk) = located.into_loaded(self, id) {
+                    for i in 0..chunk.layout.entries.len() {
+                        add_blobs(chunk.record_bytes(i), blobs);
+                    }
+                }
+            }
+        }
+        let mut blocks = vec![keys::VIEW_BLOCK];
+        blocks.extend_from_slice(id.as_bytes());
+        for pair in self.scan_prefix(blocks) {
+            if let Ok(records) = crate::views::block_records(&pair?.1) {
+                for record in records {
+                    add_blobs(record, blobs);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes from `candidates` every blob a conversation other than
+    /// `doomed` refers to (in its records or its views).
+    fn keep_referenced(
+        &self,
+        doomed: &[ConversationId],
+        candidates: &mut HashSet<BlobHash>,
+    ) -> StoreResult<()> {
+        let mut live = Vec::new();
+        for pair in self.scan_prefix([keys::CONVERSATION]) {
+            let (key, _) = pair?;
+            if let Some(id) = conversation_of(&key).filter(|id| !doomed.contains(id)) {
+                live.push(id);
+            }
+        }
+        let mut found = HashSet::new();
+        let mut files = BTreeSet::new();
+        for id in &live {
+            if candidates.is_empty() {
+                break;
+            }
+            found.clear();
+            self.own_references(id, &mut found, &mut files)?;
+            candidates.retain(|hash| !found.contains(hash));
+        }
+        Ok(())
+    }
+}
+
+/// Keys removed in one batch, at most.
+const GROUP_KEYS: usize = 512;
+
+/// Bytes of bodies moved out of a segment file per group, about.
+const MOVE_BYTES: u64 = 16 << 20;
+
+/// The conversation id of a key `tag` id(16) ...
+fn conversation_of(key: &[u8]) -> Option<ConversationId> {
+    key.get(1..17)
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .map(ConversationId::from_bytes)
+}
+
+/// Adds the blobs record `bytes` refers to to `blobs` (nothing if it does
+/// not decode).
+fn add_blobs(bytes: &[u8], blobs: &mut HashSet<BlobHash>) {
+    if let Ok(record) = decode_record(bytes) {
+        for text in record.texts() {
+            if let TextRepr::Blob(blob) = text {
+                blobs.insert(blob.hash);
+            }
+        }
+    }
+}

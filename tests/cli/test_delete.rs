@@ -1,0 +1,160 @@
+//! `convstore delete`: as a user meets it, and killed part-way.
+
+use std::fmt::Write as _;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support::TestEnv;
+
+#[test]
+fn delete_refuses_what_it_should_and_says_what_it_removed() {
+    let env = TestEnv::new();
+    env.run(&["append", "chat", "--user", "hello"]).ok();
+    env.run(&["append", "chat", "--assistant", "hi"]).ok();
+    env.run(&["fork", "chat", "--name", "retry"]).ok();
+    env.run(&["append", "other", "--user", "kept"]).ok();
+
+    env.run(&["delete"]).usage();
+    env.run(&["delete", "nope"]).fails();
+    let id = env.run(&["head", "other", "--json"]).ok().lines()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A destructive command takes no bare id prefix.
+    let run = env.run(&["delete", &id[..8]]).fails();
+    assert!(run.stderr.contains("id:"), "{}", run.stderr);
+    let run = env.run(&["delete", "chat"]).fails();
+    assert!(
+        run.stderr.contains("1 fork (retry)") && run.stderr.contains("--with-forks"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(env.run(&["log", "chat"]).ok().lines().len(), 2);
+
+    let run = env.run(&["delete", "chat", "--with-forks", "--json"]).ok();
+    let value = &run.lines()[0];
+    let names: Vec<&str> = value["deleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["chat", "retry"]);
+    assert_eq!(value["deleted"][0]["events"], 2);
+    assert_eq!(value["deleted"][1]["parent"], value["deleted"][0]["id"]);
+    env.run(&["log", "chat"]).fails();
+    env.run(&["log", "retry"]).fails();
+    let list = env.run(&["list", "--json"]).ok();
+    assert!(list.stdout.contains("other") && !list.stdout.contains("chat"));
+    let run = env.run(&["delete", &format!("id:{}", &id[..8])]).ok();
+    assert!(
+        run.stdout.starts_with("deleted other (1 record)"),
+        "{}",
+        run.stdout
+    );
+    env.run(&["verify"]).ok();
+    // The name can be used again.
+    env.run(&["append", "chat", "--user", "again"]).ok();
+    assert_eq!(env.run(&["log", "chat"]).ok().lines().len(), 1);
+}
+
+#[test]
+fn a_deleted_long_text_leaves_the_segment_files_and_the_search_index() {
+    let env = TestEnv::new();
+    let secret = "QUOKKA-7f3e";
+    let lines = |tag: &str| -> String {
+        let mut text = String::new();
+        for i in 0..200 {
+            let pad = "pad ".repeat(300);
+            writeln!(text, "{{\"type\":\"user\",\"text\":\"{tag} {i} {pad}\"}}").unwrap();
+        }
+        text
+    };
+    // Both large appends go to the same segment file.
+    env.run_with_stdin(&["append", "keep"], &lines("kept-text"))
+        .ok();
+    env.run_with_stdin(&["append", "gone"], &lines(secret)).ok();
+    assert_eq!(env.run(&["search", secret, "--json"]).ok().lines().len(), 1);
+    let holding = || -> Vec<String> {
+        let mut found = Vec::new();
+        for dir in ["segments", "search"] {
+            for entry in std::fs::read_dir(env.db().join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                let bytes = std::fs::read(&path).unwrap();
+                if bytes.windows(secret.len()).any(|w| w == secret.as_bytes()) {
+                    found.push(path.display().to_string());
+                }
+            }
+        }
+        found
+    };
+    assert!(!holding().is_empty());
+    env.run(&["delete", "gone"]).ok();
+    assert_eq!(holding(), Vec::<String>::new());
+    assert!(env.run(&["search", secret, "--json"]).ok().stdout.trim() == "[]");
+    assert_eq!(env.run(&["log", "keep"]).ok().lines().len(), 200);
+    env.run(&["verify"]).ok();
+}
+
+/// A delete killed at any moment leaves the conversation whole or gone,
+/// the others untouched, and the database verifying; the next command
+/// finishes a deletion that was decided.
+#[test]
+fn a_killed_delete_leaves_the_conversation_whole_or_gone() {
+    let env = TestEnv::new();
+    env.run(&["append", "keep", "--user", "stays"]).ok();
+    let mut outcomes = [0, 0];
+    for round in 0..10u64 {
+        let name = format!("big{round}");
+        env.run(&[
+            "gen",
+            &name,
+            "--events",
+            "30000",
+            "--compactions",
+            "10",
+            "--seed",
+            &round.to_string(),
+        ])
+        .ok();
+        let mut child = env
+            .command(&["delete", &name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_millis(round * 12));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(started.elapsed() < Duration::from_secs(60));
+        let log = env.run(&["log", &name]);
+        if log.code == 0 {
+            assert_eq!(log.stdout.lines().count(), 30000);
+            outcomes[0] += 1;
+        } else {
+            log.fails();
+            outcomes[1] += 1;
+        }
+        env.run(&["verify"]).ok();
+        assert_eq!(env.run(&["log", "keep"]).ok().lines().len(), 1);
+    }
+    eprintln!("whole, gone: {outcomes:?}");
+    // Uncut, each conversation that survived goes.
+    for round in 0..10 {
+        let name = format!("big{round}");
+        if env.run(&["log", &name]).code == 0 {
+            env.run(&["delete", &name]).ok();
+        }
+        env.run(&["log", &name]).fails();
+    }
+    env.run(&["verify"]).ok();
+    assert_eq!(
+        env.run(&["list", "--json"]).ok().lines()[0]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

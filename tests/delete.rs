@@ -1,0 +1,208 @@
+//! Deleting conversations (`Store::delete`): every key under them goes,
+//! texts other conversations hold stay, forks are refused unless deleted
+//! with their parent, segment files holding only deleted records go, and
+//! a deletion cut short after the batch that decided it is finished by
+//! the next open. On every backend.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod support;
+
+use convstore_store::backend::{self, Keyspace};
+use convstore_store::{
+    testing, AppendOptions, BlobHash, BulkTarget, ConversationId, Event, EventKind, Store,
+    StoreError, Timestamp,
+};
+use support::backends::Place;
+
+fn user(text: &str) -> Event {
+    Event::new(
+        Timestamp::now(),
+        EventKind::User {
+            text: text.to_owned(),
+        },
+    )
+}
+
+fn append(store: &Store, name: &str, texts: &[&str]) -> ConversationId {
+    let events: Vec<Event> = texts.iter().map(|t| user(t)).collect();
+    store
+        .create_and_append(Some(name), &events, &AppendOptions::default())
+        .unwrap()
+        .0
+}
+
+/// Keys of the main keyspace that hold `id` where every per-conversation
+/// key holds it (after the tag byte).
+fn keys_of(store: &Store, id: &ConversationId) -> Vec<Vec<u8>> {
+    store
+        .backend()
+        .scan(Keyspace::Main, backend::prefixed(Vec::new()), false)
+        .map(|pair| pair.unwrap().0.to_vec())
+        .filter(|key| key.get(1..17) == Some(id.as_bytes().as_slice()))
+        .collect()
+}
+
+fn has_blob(store: &Store, text: &str) -> bool {
+    store
+        .backend()
+        .contains(Keyspace::Blobs, BlobHash::of(text.as_bytes()).as_bytes())
+        .unwrap()
+}
+
+fn ok(store: &Store) {
+    let report = store.verify_all().unwrap().unwrap();
+    assert_eq!(
+        report.conversations as usize,
+        store.conversations().unwrap().len()
+    );
+}
+
+#[test]
+fn a_deleted_conversation_leaves_nothing_and_the_others_stay() {
+    let own = "only in a: ".repeat(200);
+    let shared = "in a and b: ".repeat(200);
+    for place in Place::each() {
+        let store = place.open();
+        let server = store.backend().is_server();
+        let a = append(&store, "a", &["hello", &own, &shared]);
+        let b = append(&store, "b", &[&shared, "bye"]);
+        let (fork, _) = store.fork(&a, 2, Some("a-fork"), &[user("mine")]).unwrap();
+        let (grandchild, _) = store.fork(&fork, 3, None, &[user("deeper")]).unwrap();
+
+        // A parent with forks is refused alone, and nothing changes.
+        match store.delete(&a, false) {
+            Err(StoreError::HasForks {
+                conversation,
+                forks,
+            }) => {
+                assert_eq!(conversation, "a");
+                assert_eq!(forks, vec!["a-fork".to_owned(), grandchild.hex()]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(store.info(&a).unwrap().len, 3);
+        ok(&store);
+
+        // A fork alone goes without touching its parent.
+        let gone = store.delete(&grandchild, false).unwrap();
+        assert_eq!(gone.conversations.len(), 1);
+        assert_eq!(gone.conversations[0].parent, Some(fork));
+        assert!(keys_of(&store, &grandchild).is_empty());
+        ok(&store);
+
+        let gone = store.delete(&a, true).unwrap();
+        let ids: Vec<ConversationId> = gone.conversations.iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec![a, fork]);
+        assert_eq!(gone.conversations[0].len, 3);
+        for id in [a, fork] {
+            assert!(keys_of(&store, &id).is_empty(), "server: {server}");
+            assert!(matches!(
+                store.info(&id),
+                Err(StoreError::NoSuchConversation { .. })
+            ));
+        }
+        assert_eq!(store.find_name("a").unwrap(), None);
+        assert_eq!(store.find_name("a-fork").unwrap(), None);
+        // A server's blobs stay (other processes' appends may rely on
+        // them); elsewhere the text only `a` held goes.
+        assert_eq!(has_blob(&store, &own), server);
+        assert_eq!(gone.blobs, u64::from(!server));
+        assert!(has_blob(&store, &shared));
+        let texts: Vec<String> = store
+            .scan(&b, 0..2)
+            .unwrap()
+            .map(|r| match r.unwrap().event.kind {
+                EventKind::User { text } => text,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(texts, vec![shared.clone(), "bye".to_owned()]);
+        ok(&store);
+
+        // The name is free again, and the database opens as it is.
+        append(&store, "a", &["again"]);
+        drop(store);
+        let store = place.open();
+        assert_eq!(store.conversations().unwrap().len(), 2);
+        ok(&store);
+    }
+}
+
+#[test]
+fn a_database_whose_every_conversation_was_deleted_opens_empty() {
+    for place in Place::each() {
+        let store = place.open();
+        let a = append(&store, "a", &["one", "two"]);
+        store.delete(&a, false).unwrap();
+        assert!(store.conversations().unwrap().is_empty());
+        drop(store);
+        // The sled backend's state file no longer counts it: an open that
+        // expected a conversation would refuse the database.
+        let store = place.open();
+        assert!(store.conversations().unwrap().is_empty());
+        append(&store, "a", &["three"]);
+        ok(&store);
+    }
+}
+
+#[test]
+fn a_deletion_cut_short_is_finished_when_the_database_opens() {
+    let own = "only in a: ".repeat(200);
+    for place in Place::each() {
+        let store = place.open();
+        let server = store.backend().is_server();
+        let a = append(&store, "a", &["hello", &own]);
+        let b = append(&store, "b", &["kept"]);
+        testing::decide_deletion(&store, &a).unwrap();
+        // Decided: no reader finds it, though its keys are still there.
+        assert!(store.find_name("a").unwrap().is_none());
+        assert!(!keys_of(&store, &a).is_empty());
+        drop(store);
+        let store = place.open();
+        assert!(keys_of(&store, &a).is_empty());
+        assert_eq!(has_blob(&store, &own), server);
+        assert_eq!(store.info(&b).unwrap().len, 1);
+        ok(&store);
+    }
+}
+
+#[test]
+fn segment_files_holding_only_deleted_records_are_removed() {
+    let place = Place::new(false);
+    let store = place.open();
+    store.set_bulk_memory_bytes(1 << 16);
+    let long = |i: usize| format!("{i} {}", "x".repeat(3000));
+    let mut bulk = store
+        .begin_bulk(
+            BulkTarget::New { name: Some("big") },
+            &AppendOptions::default(),
+        )
+        .unwrap();
+    let events: Vec<Event> = (0..2000).map(|i| user(&long(i))).collect();
+    bulk.push(&events).unwrap();
+    let (big, _) = bulk.commit().unwrap();
+    let small = append(&store, "small", &["one"]);
+    let dir = store.path().unwrap().join("segments");
+    let files = || std::fs::read_dir(&dir).unwrap().count();
+    assert!(files() > 0);
+    let before = store.size_on_disk().unwrap();
+    let gone = store.delete(&big, false).unwrap();
+    assert_eq!(gone.blobs, 2000);
+    assert!(gone.segment_files > 0);
+    assert!(gone.segment_bytes > 5_500_000, "{gone:?}");
+    assert_eq!(files(), 0);
+    let after = store.size_on_disk().unwrap();
+    assert!(after + 5_500_000 < before, "{before} -> {after}");
+    ok(&store);
+    // Appends go on in a new file.
+    store.set_segment_min_bytes(0);
+    store
+        .append(&small, &[user(&long(7))], &AppendOptions::default())
+        .unwrap();
+    assert_eq!(files(), 1);
+    drop(store);
+    let store = place.open();
+    assert_eq!(store.info(&small).unwrap().len, 2);
+    ok(&store);
+}
