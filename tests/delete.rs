@@ -206,3 +206,179 @@ fn segment_files_holding_only_deleted_records_are_removed() {
     assert_eq!(store.info(&small).unwrap().len, 2);
     ok(&store);
 }
+
+/// An operation of the model test.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Appends texts (indexes into the pool) to conversation `c`, in
+    /// sled (`false`) or the segment files (`true`).
+    Append(usize, Vec<usize>, bool),
+    /// Forks conversation `c` at a fraction of its length.
+    Fork(usize, u8),
+    /// Deletes conversation `c`, with its forks or not.
+    Delete(usize, bool),
+    /// Opens the database again.
+    Reopen,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0..4usize, proptest::collection::vec(0..8usize, 1..5), any::<bool>())
+            .prop_map(|(c, t, s)| Op::Append(c, t, s)),
+        2 => (0..4usize, any::<u8>()).prop_map(|(c, f)| Op::Fork(c, f)),
+        2 => (0..4usize, any::<bool>()).prop_map(|(c, w)| Op::Delete(c, w)),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// Texts appended: short ones stay in the records, long ones (over 1 KiB)
+/// are blobs shared by every record that holds them.
+fn pool(i: usize) -> String {
+    if i % 2 == 0 {
+        format!("short {i}")
+    } else {
+        format!("long {i} {}", "y".repeat(1500 + i))
+    }
+}
+
+/// A conversation of the model: its name, parent, and texts.
+#[derive(Debug, Clone)]
+struct Modelled {
+    name: String,
+    id: ConversationId,
+    parent: Option<usize>,
+    texts: Vec<String>,
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Appends, forks, deletes and reopens against a model: after each step
+    /// the store holds exactly the model's conversations with their texts,
+    /// verifies, and (but on a database server) holds exactly the blobs of
+    /// the long texts they hold.
+    #[test]
+    fn deletes_match_a_model(ops in proptest::collection::vec(op(), 1..24), memory: bool) {
+        let place = Place::new(memory);
+        let mut store = place.open();
+        let mut model: Vec<Option<Modelled>> = Vec::new();
+        let mut named = 0;
+        for op in ops {
+            let live: Vec<usize> = (0..model.len()).filter(|&i| model[i].is_some()).collect();
+            match op {
+                Op::Append(c, texts, segments) => {
+                    store.set_segment_min_bytes(if segments { 0 } else { u64::MAX });
+                    let texts: Vec<String> = texts.into_iter().map(pool).collect();
+                    let events: Vec<Event> = texts.iter().map(|t| user(t)).collect();
+                    match live.get(c) {
+                        Some(&i) => {
+                            let m = model[i].as_mut().unwrap();
+                            store.append(&m.id, &events, &AppendOptions::default()).unwrap();
+                            m.texts.extend(texts);
+                        }
+                        None => {
+                            named += 1;
+                            let name = format!("c{named}");
+                            let (id, _) = store
+                                .create_and_append(Some(&name), &events, &AppendOptions::default())
+                                .unwrap();
+                            model.push(Some(Modelled { name, id, parent: None, texts }));
+                        }
+                    }
+                }
+                Op::Fork(c, fraction) => {
+                    if let Some(&i) = live.get(c) {
+                        let parent = model[i].clone().unwrap();
+                        let at = parent.texts.len() * usize::from(fraction) / 255;
+                        named += 1;
+                        let name = format!("c{named}");
+                        let (id, _) = store.fork(&parent.id, at as u64, Some(&name), &[]).unwrap();
+                        model.push(Some(Modelled {
+                            name,
+                            id,
+                            parent: Some(i),
+                            texts: parent.texts[..at].to_vec(),
+                        }));
+                    }
+                }
+                Op::Delete(c, with_forks) => {
+                    if let Some(&i) = live.get(c) {
+                        // Its descendants in the model.
+                        let mut doomed = vec![i];
+                        let mut k = 0;
+                        while k < doomed.len() {
+                            let p = doomed[k];
+                            for (j, m) in model.iter().enumerate() {
+                                if m.as_ref().is_some_and(|m| m.parent == Some(p)) {
+                                    doomed.push(j);
+                                }
+                            }
+                            k += 1;
+                        }
+                        let id = model[i].as_ref().unwrap().id;
+                        match store.delete(&id, with_forks) {
+                            Ok(gone) => {
+                                proptest::prop_assert!(with_forks || doomed.len() == 1);
+                                proptest::prop_assert_eq!(gone.conversations.len(), doomed.len());
+                                for j in doomed {
+                                    model[j] = None;
+                                }
+                            }
+                            Err(StoreError::HasForks { .. }) => {
+                                proptest::prop_assert!(!with_forks && doomed.len() > 1);
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                Op::Reopen => {
+                    drop(store);
+                    store = place.open();
+                }
+            }
+            // The store holds the model.
+            let mut names: Vec<String> = store
+                .conversations()
+                .unwrap()
+                .into_iter()
+                .map(|c| c.name.unwrap())
+                .collect();
+            names.sort();
+            let mut expected: Vec<String> = model.iter().flatten().map(|m| m.name.clone()).collect();
+            expected.sort();
+            proptest::prop_assert_eq!(names, expected);
+            for m in model.iter().flatten() {
+                let texts: Vec<String> = store
+                    .scan(&m.id, 0..u64::MAX)
+                    .unwrap()
+                    .map(|r| match r.unwrap().event.kind {
+                        EventKind::User { text } => text,
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                proptest::prop_assert_eq!(&texts, &m.texts);
+            }
+            ok(&store);
+            if !store.backend().is_server() {
+                let mut held: Vec<[u8; 32]> = model
+                    .iter()
+                    .flatten()
+                    .flat_map(|m| m.texts.iter())
+                    .filter(|t| t.len() > convstore_store::INLINE_MAX)
+                    .map(|t| *BlobHash::of(t.as_bytes()).as_bytes())
+                    .collect();
+                held.sort_unstable();
+                held.dedup();
+                let mut stored: Vec<[u8; 32]> = store
+                    .backend()
+                    .scan(Keyspace::Blobs, backend::prefixed(Vec::new()), false)
+                    .map(|pair| pair.unwrap().0.to_vec())
+                    .filter_map(|k| <[u8; 32]>::try_from(k.as_slice()).ok())
+                    .collect();
+                stored.sort_unstable();
+                proptest::prop_assert_eq!(stored, held);
+            }
+        }
+    }
+}
