@@ -271,20 +271,17 @@ proptest::proptest! {
                     store.set_segment_min_bytes(if segments { 0 } else { u64::MAX });
                     let texts: Vec<String> = texts.into_iter().map(pool).collect();
                     let events: Vec<Event> = texts.iter().map(|t| user(t)).collect();
-                    match live.get(c) {
-                        Some(&i) => {
-                            let m = model[i].as_mut().unwrap();
-                            store.append(&m.id, &events, &AppendOptions::default()).unwrap();
-                            m.texts.extend(texts);
-                        }
-                        None => {
-                            named += 1;
-                            let name = format!("c{named}");
-                            let (id, _) = store
-                                .create_and_append(Some(&name), &events, &AppendOptions::default())
-                                .unwrap();
-                            model.push(Some(Modelled { name, id, parent: None, texts }));
-                        }
+                    if let Some(&i) = live.get(c) {
+                        let m = model[i].as_mut().unwrap();
+                        store.append(&m.id, &events, &AppendOptions::default()).unwrap();
+                        m.texts.extend(texts);
+                    } else {
+                        named += 1;
+                        let name = format!("c{named}");
+                        let (id, _) = store
+                            .create_and_append(Some(&name), &events, &AppendOptions::default())
+                            .unwrap();
+                        model.push(Some(Modelled { name, id, parent: None, texts }));
                     }
                 }
                 Op::Fork(c, fraction) => {
