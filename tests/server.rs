@@ -991,6 +991,38 @@ fn delete_over_http_and_through_the_cli() {
         (status, body["error"]["code"].as_str()),
         (409, Some("has_forks"))
     );
+    // A follower of a conversation being deleted is told, and its stream
+    // ends.
+    let follow = agent()
+        .get(&format!("{}/v1/conversations/retry/follow", server.url))
+        .call()
+        .expect("follow");
+    let (sent, streamed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut follow.into_reader(), &mut text);
+        let _ = sent.send(text);
+    });
+    // An append's idempotency key is forgotten with its conversation: a
+    // retry after the deletion stores the event again.
+    let idem = format!("{}/v1/conversations/idem/events", server.url);
+    let append = || {
+        answer(
+            agent()
+                .post(&idem)
+                .set("Idempotency-Key", "key-1")
+                .send_string(TURN),
+        )
+    };
+    assert_eq!(append().0, 201);
+    let (status, _) = answer(agent().delete(&idem.replace("/events", "")).call());
+    assert_eq!(status, 200);
+    let (status, body) = append();
+    assert_eq!(
+        (status, body["created"].as_bool()),
+        (201, Some(true)),
+        "{body}"
+    );
     // Through the CLI: the server's refusal as one line, then the deletion.
     let (code, _, err) = cli(&db, &["delete", "chat"], None);
     assert_eq!(code, 1);
@@ -1002,6 +1034,13 @@ fn delete_over_http_and_through_the_cli() {
     assert_eq!(code, 0, "{err}");
     let value: Value = serde_json::from_str(&out).expect("json");
     assert_eq!(value["deleted"][0]["name"], "retry");
+    let streamed = streamed
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the follow stream ends");
+    assert!(
+        streamed.contains("event: error") && streamed.contains("was deleted"),
+        "{streamed}"
+    );
     let (status, body) = answer(agent().delete(&format!("{url}?with_forks=true")).call());
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["deleted"][0]["events"], 1);
@@ -1010,10 +1049,13 @@ fn delete_over_http_and_through_the_cli() {
     let (status, _) = answer(agent().delete(&url).call());
     assert_eq!(status, 404);
     let (code, out, _) = cli(&db, &["list", "--json"], None);
-    assert_eq!((code, out.trim()), (0, "[]"));
+    assert!(
+        code == 0 && out.contains("idem") && !out.contains("chat"),
+        "{out}"
+    );
     let (code, _) = server.stop();
     assert_eq!(code, Some(0));
     let (code, out, err) = cli(&db, &["verify"], None);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("ok: 0 conversations"), "{out}");
+    assert!(out.starts_with("ok: 1 conversation,"), "{out}");
 }

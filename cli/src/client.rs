@@ -93,7 +93,8 @@ fn flags_for_fields(message: &str) -> String {
             return format!("{flag}{rest}");
         }
     }
-    message.to_owned()
+    // A query parameter named inside the sentence.
+    message.replace("(with_forks=true)", "(--with-forks)")
 }
 
 /// Pinned ranges from a server's JSON (`[[A, B|null], ...]`).

@@ -513,6 +513,7 @@ pub fn deletion_json(deletion: &Deletion) -> serde_json::Value {
             "name": c.name,
             "events": c.len,
             "parent": c.parent.map(|p| p.hex()),
+            "shared": c.shared,
         })).collect::<Vec<_>>(),
         "keys": deletion.keys,
         "blobs": deletion.blobs,

@@ -140,7 +140,10 @@ fn store_error(error: &StoreError, message: String) -> ApiError {
         StoreError::NameTaken { .. } | StoreError::ViewKeyCollision { .. } => {
             (StatusCode::CONFLICT, "name_taken")
         }
-        StoreError::HasForks { .. } => (StatusCode::CONFLICT, "has_forks"),
+        StoreError::HasForks { .. } => {
+            let message = message.replace("--with-forks", "with_forks=true");
+            return ApiError::new(StatusCode::CONFLICT, "has_forks", message);
+        }
         StoreError::HeadMismatch { actual, .. } => {
             return ApiError::new(StatusCode::CONFLICT, "conflict", message)
                 .with("head", json!(actual.hex()))

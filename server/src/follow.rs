@@ -72,6 +72,13 @@ impl Notifier {
         }
     }
 
+    /// Conversation `id` was deleted: its followers are told so, and
+    /// their streams end.
+    pub fn forget(&self, id: &ConversationId) {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        channels.remove(id);
+    }
+
     /// The conversations someone follows.
     pub fn followed(&self) -> Vec<ConversationId> {
         let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
@@ -141,6 +148,17 @@ fn read_batch(
 }
 
 /// An SSE event with this name and one-line data.
+/// Ends a follow stream of conversation `id`, deleted meanwhile, with an
+/// `error` event saying so.
+async fn deleted(tx: &mpsc::Sender<Bytes>, id: &ConversationId) {
+    let error = crate::error::ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "not_found",
+        format!("conversation {id} was deleted"),
+    );
+    let _ = tx.send(sse("error", &error.body().to_string())).await;
+}
+
 fn sse(event: &str, data: &str) -> Bytes {
     Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
 }
@@ -212,7 +230,7 @@ pub(crate) async fn raw(
             }
         }
         tokio::select! {
-            changed = lengths.changed() => if changed.is_err() { return },
+            changed = lengths.changed() => if changed.is_err() { return deleted(&tx, &id).await },
             () = tx.closed() => return,
             _ = shutdown.changed() => return,
             () = tokio::time::sleep(KEEPALIVE) => {
@@ -337,7 +355,7 @@ pub(crate) async fn view(
             }
         }
         tokio::select! {
-            changed = lengths.changed() => if changed.is_err() { return },
+            changed = lengths.changed() => if changed.is_err() { return deleted(&tx, &id).await },
             () = tx.closed() => return,
             _ = shutdown.changed() => return,
             () = tokio::time::sleep(KEEPALIVE) => {

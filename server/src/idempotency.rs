@@ -114,6 +114,22 @@ impl Idempotency {
     }
 }
 
+impl Idempotency {
+    /// Forgets the answers of appends to conversations `ids` (hex):
+    /// deleted, a retry must not be told its events are stored.
+    pub fn forget_conversations(&self, ids: &[String]) {
+        let mut inner = self.lock();
+        inner.entries.retain(|_, entry| match entry {
+            Entry::Done { body, .. } => !body["id"]
+                .as_str()
+                .is_some_and(|id| ids.iter().any(|i| i == id)),
+            Entry::Pending { .. } => true,
+        });
+        let Inner { entries, order } = &mut *inner;
+        order.retain(|key| entries.contains_key(key));
+    }
+}
+
 impl Ticket {
     /// Remembers the answer of the key's request.
     pub fn finish(mut self, status: StatusCode, body: &Value) {

@@ -1514,6 +1514,16 @@ pub(crate) async fn delete(
             Ok(convstore_engine::deletion_json(&deletion))
         })
         .await?;
+    let ids: Vec<String> = value["deleted"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["id"].as_str().map(str::to_owned))
+        .collect();
+    state.idempotency.forget_conversations(&ids);
+    for id in ids.iter().filter_map(|id| ConversationId::from_hex(id)) {
+        state.notifier.forget(&id);
+    }
     state.committer.durable().await?;
     Ok(Json(value))
 }

@@ -57,8 +57,10 @@ pub struct Deleted {
     pub name: Option<String>,
     /// Its length (a fork's counts the records it shared).
     pub len: u64,
-    /// The conversation it was forked from, if it was a fork.
+    /// The conversation it was forked from, if it was a fork...
     pub parent: Option<ConversationId>,
+    /// ...and how many of its records were its parent's (they stay).
+    pub shared: u64,
 }
 
 /// What [`Store::delete`] removed.
@@ -73,9 +75,10 @@ pub struct Deletion {
     /// Blobs (long texts) removed: those no remaining record or view
     /// holds.
     pub blobs: u64,
-    /// Segment files removed, nothing referring to them any more...
+    /// Segment files removed (the bodies other conversations still held
+    /// moved to another file first)...
     pub segment_files: u64,
-    /// ...and their bytes.
+    /// ...and the bytes the segment files took less afterwards.
     pub segment_bytes: u64,
 }
 
@@ -139,11 +142,13 @@ impl Store {
             };
             batch.put(keys::deleted(d), encode(&tombstone));
             records += meta.len;
+            let point = self.fork_point(d)?;
             deleted.push(Deleted {
                 id: *d,
                 name: meta.name,
                 len: meta.len,
-                parent: self.fork_point(d)?.map(|p| p.parent),
+                parent: point.map(|p| p.parent),
+                shared: point.map_or(0, |p| p.at),
             });
         }
         self.kv.forgetting(doomed.len() as u64, records)?;
@@ -274,13 +279,14 @@ impl Store {
         // 3. The segment files that held their bodies: the bodies other
         // conversations still refer to move to another file, then the file
         // goes.
-        if self.segments().is_some() && self.format >= 2 {
+        if let Some(segments) = self.segments().filter(|_| self.format >= 2) {
+            let before = segments.size_on_disk();
             for number in files {
-                if let Some(bytes) = self.empty_segment_file(number)? {
+                if self.empty_segment_file(number)?.is_some() {
                     deletion.segment_files += 1;
-                    deletion.segment_bytes += bytes;
                 }
             }
+            deletion.segment_bytes = before.saturating_sub(segments.size_on_disk());
         }
         // 4. The tombstones.
         let mut batch = Batch::new();

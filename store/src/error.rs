@@ -172,12 +172,14 @@ pub enum StoreError {
     },
     /// A conversation that forks depend on cannot be deleted alone.
     #[error(
-        "conversation \"{}\" has {} fork{} ({}{}); delete them with it (--with-forks), or copy them first",
+        "conversation \"{}\" has {} fork{} ({}{}): delete {} too (--with-forks), or copy {} to another database first",
         shorten(conversation),
         forks.len(),
         if forks.len() == 1 { "" } else { "s" },
         forks.iter().take(5).map(|f| shorten(f)).collect::<Vec<_>>().join(", "),
-        if forks.len() > 5 { ", ..." } else { "" }
+        if forks.len() > 5 { ", ..." } else { "" },
+        if forks.len() == 1 { "it" } else { "them" },
+        if forks.len() == 1 { "it" } else { "them" }
     )]
     HasForks {
         /// The conversation, by name or id.

@@ -37,11 +37,20 @@ pub(crate) fn print(value: &Value, json: bool, notes: &Notes) -> Result<()> {
             .as_str()
             .map_or_else(|| c["id"].as_str().unwrap_or("").to_owned(), str::to_owned);
         let events = c["events"].as_u64().unwrap_or(0);
-        writeln!(
-            out,
-            "deleted {label} ({})",
-            output::plural(events, "record")
-        )?;
+        let shared = c["shared"].as_u64().unwrap_or(0);
+        if shared > 0 {
+            writeln!(
+                out,
+                "deleted {label} ({} of its own; the {shared} shared with its parent stay)",
+                output::plural(events - shared.min(events), "record")
+            )?;
+        } else {
+            writeln!(
+                out,
+                "deleted {label} ({})",
+                output::plural(events, "record")
+            )?;
+        }
     }
     let blobs = value["blobs"].as_u64().unwrap_or(0);
     let bytes = value["segment_bytes"].as_u64().unwrap_or(0);
