@@ -519,6 +519,7 @@ pub fn deletion_json(deletion: &Deletion) -> serde_json::Value {
         "blobs": deletion.blobs,
         "segment_files": deletion.segment_files,
         "segment_bytes": deletion.segment_bytes,
+        "problems": deletion.problems,
     })
 }
 

@@ -430,6 +430,9 @@ impl SearchIndex {
         let Some(mut writer) = self.writer(total > 10_000, wait)? else {
             return Ok(None);
         };
+        // Files a process killed during a commit left (a deletion's
+        // `.del` file would be written again under the same name).
+        writer.garbage_collect_files().wait().map_err(err)?;
         // Another process may have indexed some of it while this one
         // waited: plan again from the markers as they are now.
         let mut payload = self.payload()?;
@@ -448,14 +451,40 @@ impl SearchIndex {
             payload.conversations.remove(&key);
         }
         let mut since_commit = 0u64;
+        let mut vanished: Vec<ConversationId> = Vec::new();
         for (id, from, to, drop_old) in work {
             if drop_old {
                 writer.delete_term(Term::from_field_text(self.fields.conv, &id.hex()));
                 done.reindexed += 1;
             }
             let mut last: Option<LogRecord> = None;
-            for record in store.scan(&id, from..to)? {
-                let record = record?;
+            // A conversation deleted meanwhile is passed over, its
+            // documents dropped.
+            let gone = || {
+                matches!(
+                    store.info(&id),
+                    Err(convstore_store::StoreError::NoSuchConversation { .. })
+                )
+            };
+            let records = match store.scan(&id, from..to) {
+                Ok(records) => records,
+                Err(_) if gone() => {
+                    vanished.push(id);
+                    writer.delete_term(Term::from_field_text(self.fields.conv, &id.hex()));
+                    payload.conversations.remove(&id.hex());
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            for record in records {
+                let record = match record {
+                    Ok(record) => record,
+                    Err(_) if gone() => {
+                        vanished.push(id);
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 self.add(&writer, &id, &record)?;
                 since_commit += 1;
                 last = Some(record);
@@ -475,6 +504,11 @@ impl SearchIndex {
                     since_commit = 0;
                 }
             }
+            if vanished.last() == Some(&id) {
+                writer.delete_term(Term::from_field_text(self.fields.conv, &id.hex()));
+                payload.conversations.remove(&id.hex());
+                continue;
+            }
             done.records += to - from;
             done.conversations += 1;
             let head = match last {
@@ -488,7 +522,7 @@ impl SearchIndex {
                 .conversations
                 .insert(id.hex(), Marker { len: to, head });
         }
-        for info in &infos {
+        for info in infos.iter().filter(|i| !vanished.contains(&i.id)) {
             payload
                 .conversations
                 .entry(info.id.hex())
@@ -514,6 +548,7 @@ impl SearchIndex {
             let Some(mut writer) = self.writer(false, WRITER_WAIT)? else {
                 return Ok(false);
             };
+            writer.garbage_collect_files().wait().map_err(err)?;
             let mut payload = self.payload()?;
             payload.layout = LAYOUT;
             for id in ids {
@@ -788,37 +823,49 @@ impl SearchIndex {
             let (seq, turn) = (u64_of(f.seq), u64_of(f.turn));
             let kind = EventType::from_name(&text_of(f.kind))
                 .ok_or_else(|| err("a document names no event type"))?;
-            let record = store.record(&conversation, seq)?;
-            let text = indexed_text(&record.event).unwrap_or_default();
-            let snippet = snippets.snippet(&text);
-            if let std::collections::hash_map::Entry::Vacant(slot) = views.entry(conversation) {
-                slot.insert(self.resolution(store, &conversation)?);
-            }
-            let resolution = &views[&conversation];
-            let tool = match &record.event.kind {
-                EventKind::ToolCall { name, .. } => Some(name.clone()),
-                EventKind::ToolResult { id, .. } => {
-                    self.call_name(&searcher, store, &conversation, id)?
+            let hit = (|| -> Result<Hit> {
+                let record = store.record(&conversation, seq)?;
+                let text = indexed_text(&record.event).unwrap_or_default();
+                let snippet = snippets.snippet(&text);
+                if let std::collections::hash_map::Entry::Vacant(slot) = views.entry(conversation) {
+                    slot.insert(self.resolution(store, &conversation)?);
                 }
-                _ => None,
-            };
-            let visibility = disposition(resolution, turn, kind, tool.as_deref());
-            hits.push(Hit {
-                conversation,
-                name: store.info(&conversation)?.name,
-                seq,
-                turn,
-                kind,
-                score,
-                time: record.event.timestamp,
-                snippet: snippet.fragment().to_owned(),
-                highlights: snippet
-                    .highlighted()
-                    .iter()
-                    .map(|r| (r.start, r.end))
-                    .collect(),
-                visibility,
-            });
+                let resolution = &views[&conversation];
+                let tool = match &record.event.kind {
+                    EventKind::ToolCall { name, .. } => Some(name.clone()),
+                    EventKind::ToolResult { id, .. } => {
+                        self.call_name(&searcher, store, &conversation, id)?
+                    }
+                    _ => None,
+                };
+                let visibility = disposition(resolution, turn, kind, tool.as_deref());
+                Ok(Hit {
+                    conversation,
+                    name: store.info(&conversation)?.name,
+                    seq,
+                    turn,
+                    kind,
+                    score,
+                    time: record.event.timestamp,
+                    snippet: snippet.fragment().to_owned(),
+                    highlights: snippet
+                        .highlighted()
+                        .iter()
+                        .map(|r| (r.start, r.end))
+                        .collect(),
+                    visibility,
+                })
+            })();
+            match hit {
+                Ok(hit) => hits.push(hit),
+                // Deleted since the index was caught up: not a hit.
+                Err(_)
+                    if matches!(
+                        store.info(&conversation),
+                        Err(convstore_store::StoreError::NoSuchConversation { .. })
+                    ) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(hits)
     }

@@ -80,6 +80,10 @@ pub struct Deletion {
     pub segment_files: u64,
     /// ...and the bytes the segment files took less afterwards.
     pub segment_bytes: u64,
+    /// What could not be reclaimed, and why (a damaged segment file stays
+    /// as it is; a failed write leaves the rest to the next open): the
+    /// conversations are deleted all the same.
+    pub problems: Vec<String>,
 }
 
 impl Store {
@@ -96,7 +100,12 @@ impl Store {
     pub fn delete(&self, id: &ConversationId, with_forks: bool) -> StoreResult<Deletion> {
         let guard = self.lock_writes();
         let deleted = self.decide_deletion(id, with_forks)?;
-        let mut deletion = self.purge()?;
+        let mut deletion = self.purge().unwrap_or_else(|e| Deletion {
+            problems: vec![format!(
+                "{e}; the next open of the database finishes removing what is left"
+            )],
+            ..Deletion::default()
+        });
         drop(guard);
         deletion.conversations = deleted;
         Ok(deletion)
@@ -219,11 +228,18 @@ impl Store {
         // those nothing else holds go, and segment files.
         let mut blobs = HashSet::new();
         for id in &ids {
+            // What cannot be read of them keeps its blobs.
             self.own_references(id, &mut blobs, &mut files)?;
         }
         let mut dead = Vec::new();
         if !self.kv.is_server() && !blobs.is_empty() {
-            self.keep_referenced(&ids, &mut blobs)?;
+            if !self.keep_referenced(&ids, &mut blobs)? {
+                deletion.problems.push(
+                    "some records of other conversations cannot be read (`convstore verify` \
+                     names them): no long text was removed"
+                        .to_owned(),
+                );
+            }
             for hash in blobs {
                 if let Some(value) = self.kv.get(Keyspace::Blobs, hash.as_bytes())? {
                     if self.format >= 2 {
@@ -282,8 +298,16 @@ impl Store {
         if let Some(segments) = self.segments().filter(|_| self.format >= 2) {
             let before = segments.size_on_disk();
             for number in files {
-                if self.empty_segment_file(number)?.is_some() {
-                    deletion.segment_files += 1;
+                match self.empty_segment_file(number) {
+                    Ok(Some(_)) => deletion.segment_files += 1,
+                    Ok(None) => {}
+                    // A body that cannot be read stays where it is, with
+                    // its file.
+                    Err(StoreError::Corrupt { what }) => deletion.problems.push(format!(
+                        "segment file {number:08} was not emptied: {what} (`convstore verify` \
+                         names what it holds; `convstore salvage` copies out what can be read)"
+                    )),
+                    Err(e) => return Err(e),
                 }
             }
             deletion.segment_bytes = before.saturating_sub(segments.size_on_disk());
@@ -410,42 +434,51 @@ impl Store {
         id: &ConversationId,
         blobs: &mut HashSet<BlobHash>,
         files: &mut BTreeSet<u32>,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
+        let mut complete = true;
         for space in [Space::Settled, Space::Staged] {
             for pair in self.scan_prefix(keys::chunks(space, id)) {
                 let (key, value) = pair?;
                 let Ok(located) = Located::new(self.format, id, &key, value) else {
+                    complete = false;
                     continue;
                 };
                 if let Located::Segment { at, .. } = &located {
                     files.insert(at.file);
                 }
-                if let Ok(chunk) = located.into_loaded(self, id) {
-                    for i in 0..chunk.layout.entries.len() {
-                        add_blobs(chunk.record_bytes(i), blobs);
+                match located.into_loaded(self, id) {
+                    Ok(chunk) => {
+                        for i in 0..chunk.layout.entries.len() {
+                            complete &= add_blobs(chunk.record_bytes(i), blobs);
+                        }
                     }
+                    Err(_) => complete = false,
                 }
             }
         }
         let mut blocks = vec![keys::VIEW_BLOCK];
         blocks.extend_from_slice(id.as_bytes());
         for pair in self.scan_prefix(blocks) {
-            if let Ok(records) = crate::views::block_records(&pair?.1) {
-                for record in records {
-                    add_blobs(record, blobs);
+            match crate::views::block_records(&pair?.1) {
+                Ok(records) => {
+                    for record in records {
+                        complete &= add_blobs(record, blobs);
+                    }
                 }
+                Err(_) => complete = false,
             }
         }
-        Ok(())
+        Ok(complete)
     }
 
     /// Removes from `candidates` every blob a conversation other than
-    /// `doomed` refers to (in its records or its views).
+    /// `doomed` refers to (in its records or its views); if a record or
+    /// view cannot be read, every candidate (and returns `false`).
     fn keep_referenced(
         &self,
         doomed: &[ConversationId],
         candidates: &mut HashSet<BlobHash>,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         let mut live = Vec::new();
         for pair in self.scan_prefix([keys::CONVERSATION]) {
             let (key, _) = pair?;
@@ -460,10 +493,13 @@ impl Store {
                 break;
             }
             found.clear();
-            self.own_references(id, &mut found, &mut files)?;
+            if !self.own_references(id, &mut found, &mut files)? {
+                candidates.clear();
+                return Ok(false);
+            }
             candidates.retain(|hash| !found.contains(hash));
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -480,14 +516,16 @@ fn conversation_of(key: &[u8]) -> Option<ConversationId> {
         .map(ConversationId::from_bytes)
 }
 
-/// Adds the blobs record `bytes` refers to to `blobs` (nothing if it does
-/// not decode).
-fn add_blobs(bytes: &[u8], blobs: &mut HashSet<BlobHash>) {
-    if let Ok(record) = decode_record(bytes) {
-        for text in record.texts() {
-            if let TextRepr::Blob(blob) = text {
-                blobs.insert(blob.hash);
-            }
+/// Adds the blobs record `bytes` refers to to `blobs`; `false` if it does
+/// not decode.
+fn add_blobs(bytes: &[u8], blobs: &mut HashSet<BlobHash>) -> bool {
+    let Ok(record) = decode_record(bytes) else {
+        return false;
+    };
+    for text in record.texts() {
+        if let TextRepr::Blob(blob) = text {
+            blobs.insert(blob.hash);
         }
     }
+    true
 }

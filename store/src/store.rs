@@ -326,7 +326,9 @@ impl Store {
         if format >= 2 {
             crate::bulk::discard_pending(&store)?;
         }
-        store.finish_deletions()?;
+        // A deletion that cannot be finished now (a full disk) stays
+        // decided, its conversations unseen; the next open tries again.
+        let _ = store.finish_deletions();
         Ok(store)
     }
 
@@ -349,7 +351,9 @@ impl Store {
             }
         };
         let store = Store::assemble(backend, format);
-        store.finish_deletions()?;
+        // A deletion that cannot be finished now (a full disk) stays
+        // decided, its conversations unseen; the next open tries again.
+        let _ = store.finish_deletions();
         Ok(store)
     }
 

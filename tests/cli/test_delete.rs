@@ -158,3 +158,48 @@ fn a_killed_delete_leaves_the_conversation_whole_or_gone() {
         1
     );
 }
+
+/// A damaged segment file never stops a deletion or the commands after
+/// it: what cannot be moved out stays, with a warning.
+#[test]
+fn a_damaged_segment_file_does_not_block_a_deletion_or_the_database() {
+    for damage in ["remove", "truncate"] {
+        let env = TestEnv::new();
+        let lines = |tag: &str| -> String {
+            let mut text = String::new();
+            for i in 0..100 {
+                let pad = "pad ".repeat(300);
+                writeln!(text, "{{\"type\":\"user\",\"text\":\"{tag} {i} {pad}\"}}").unwrap();
+            }
+            text
+        };
+        // Both large appends go to segment file 1.
+        env.run_with_stdin(&["append", "a"], &lines("first")).ok();
+        env.run_with_stdin(&["append", "b"], &lines("second")).ok();
+        env.run(&["append", "c", "--user", "small"]).ok();
+        let file = env.db().join("segments").join("00000001");
+        if damage == "remove" {
+            std::fs::remove_file(&file).unwrap();
+        } else {
+            let len = std::fs::metadata(&file).unwrap().len();
+            let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+            f.set_len(len / 2).unwrap();
+        }
+        let run = env.run(&["delete", "a"]).ok();
+        assert!(run.stdout.starts_with("deleted a"), "{}", run.stdout);
+        assert!(
+            run.stderr.contains("segment file 00000001 was not emptied"),
+            "{}",
+            run.stderr
+        );
+        env.run(&["log", "a"]).fails();
+        let list = env.run(&["list", "--json"]).ok();
+        assert!(!list.stdout.contains("\"a\""), "{}", list.stdout);
+        assert_eq!(env.run(&["log", "c"]).ok().lines().len(), 1);
+        env.run(&["append", "c", "--user", "more"]).ok();
+        // b's damage is b's: verify names it, as before the deletion.
+        env.run(&["verify", "c"]).ok();
+        let run = env.run(&["verify"]).fails();
+        assert!(run.stderr.contains("(b)"), "{}", run.stderr);
+    }
+}

@@ -52,6 +52,12 @@ pub(crate) fn print(value: &Value, json: bool, notes: &Notes) -> Result<()> {
             )?;
         }
     }
+    for problem in value["problems"].as_array().into_iter().flatten() {
+        notes.warn(&format!(
+            "deleted, but not all of it was reclaimed: {}",
+            problem.as_str().unwrap_or("")
+        ));
+    }
     let blobs = value["blobs"].as_u64().unwrap_or(0);
     let bytes = value["segment_bytes"].as_u64().unwrap_or(0);
     notes.say(&format!(
