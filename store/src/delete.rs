@@ -382,8 +382,13 @@ impl Store {
                 }
                 let group: Vec<_> = moving.drain(..take).collect();
                 let mut bodies = Vec::with_capacity(group.len());
-                for (key, at, _) in &group {
-                    let what = || format!("a body in segment file {number:08} (key {key:02x?})");
+                for (key, at, records) in &group {
+                    let what = || match (records, conversation_of(key), keys::key_seq(key)) {
+                        (Some(_), Some(id), Some(seq)) => {
+                            format!("conversation {id}: chunk at seq {seq}")
+                        }
+                        _ => format!("long text {}", crate::hash::hex(key)),
+                    };
                     bodies.push(segments.read(at, &what)?);
                 }
                 let frames: Vec<Frame<'_>> = group
