@@ -460,26 +460,14 @@ impl SearchIndex {
             let mut last: Option<LogRecord> = None;
             // A conversation deleted meanwhile is passed over, its
             // documents dropped.
-            let gone = || {
-                matches!(
-                    store.info(&id),
-                    Err(convstore_store::StoreError::NoSuchConversation { .. })
-                )
-            };
-            let records = match store.scan(&id, from..to) {
-                Ok(records) => records,
-                Err(_) if gone() => {
-                    vanished.push(id);
-                    writer.delete_term(Term::from_field_text(self.fields.conv, &id.hex()));
-                    payload.conversations.remove(&id.hex());
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+            let records: Box<dyn Iterator<Item = _>> = match store.scan(&id, from..to) {
+                Ok(records) => Box::new(records),
+                Err(e) => Box::new(std::iter::once(Err(e))),
             };
             for record in records {
                 let record = match record {
                     Ok(record) => record,
-                    Err(_) if gone() => {
+                    Err(_) if deleted(store, &id) => {
                         vanished.push(id);
                         break;
                     }
@@ -859,11 +847,7 @@ impl SearchIndex {
             match hit {
                 Ok(hit) => hits.push(hit),
                 // Deleted since the index was caught up: not a hit.
-                Err(_)
-                    if matches!(
-                        store.info(&conversation),
-                        Err(convstore_store::StoreError::NoSuchConversation { .. })
-                    ) => {}
+                Err(_) if deleted(store, &conversation) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -938,6 +922,15 @@ impl SearchIndex {
         }
         Ok(best.map(|(_, name)| name))
     }
+}
+
+/// Whether conversation `id` is gone from `store` (deleted since the
+/// reader looked).
+fn deleted(store: &Store, id: &ConversationId) -> bool {
+    matches!(
+        store.info(id),
+        Err(convstore_store::StoreError::NoSuchConversation { .. })
+    )
 }
 
 fn term_query(field: Field, text: &str) -> Box<dyn Query> {

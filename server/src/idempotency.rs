@@ -14,6 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::http::StatusCode;
+use convstore_engine::store::ConversationId;
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -115,9 +116,10 @@ impl Idempotency {
 }
 
 impl Idempotency {
-    /// Forgets the answers of appends to conversations `ids` (hex):
-    /// deleted, a retry must not be told its events are stored.
-    pub fn forget_conversations(&self, ids: &[String]) {
+    /// Forgets the answers of appends to conversations `ids`: deleted, a
+    /// retry must not be told its events are stored.
+    pub fn forget_conversations(&self, ids: &[ConversationId]) {
+        let ids: Vec<String> = ids.iter().map(ConversationId::hex).collect();
         let mut inner = self.lock();
         inner.entries.retain(|_, entry| match entry {
             Entry::Done { body, .. } => !body["id"]

@@ -1504,28 +1504,23 @@ pub(crate) async fn delete(
     Query(q): Query<DeleteQuery>,
 ) -> Result<Json<Value>> {
     let _write = write_permit(&state).await?;
-    let value = state
+    let deletion = state
         .blocking(move |engine| {
             let id = resolve_write(engine.store(), &conv)?;
             let deletion = engine.delete(&id, q.with_forks)?;
             // The index drops the documents at the next catch-up if it
             // could not now.
             let _ = engine.take_index_error();
-            Ok(convstore_engine::deletion_json(&deletion))
+            Ok(deletion)
         })
         .await?;
-    let ids: Vec<String> = value["deleted"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["id"].as_str().map(str::to_owned))
-        .collect();
+    let ids: Vec<ConversationId> = deletion.conversations.iter().map(|c| c.id).collect();
     state.idempotency.forget_conversations(&ids);
-    for id in ids.iter().filter_map(|id| ConversationId::from_hex(id)) {
-        state.notifier.forget(&id);
+    for id in &ids {
+        state.notifier.forget(id);
     }
     state.committer.durable().await?;
-    Ok(Json(value))
+    Ok(Json(convstore_engine::deletion_json(&deletion)))
 }
 
 #[derive(Deserialize)]

@@ -261,13 +261,9 @@ impl Store {
         let mut captured = Vec::new();
         for item in self.scan_prefix([keys::CONVERSATION]) {
             let (key, value) = item?;
-            let id = key
-                .get(1..17)
-                .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                .map(ConversationId::from_bytes)
-                .ok_or_else(|| StoreError::Corrupt {
-                    what: "a conversation key is truncated".to_owned(),
-                })?;
+            let id = keys::conversation_of(&key).ok_or_else(|| StoreError::Corrupt {
+                what: "a conversation key is truncated".to_owned(),
+            })?;
             if wanted.as_ref().is_some_and(|w| !w.contains(&id)) {
                 continue;
             }

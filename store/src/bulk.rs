@@ -576,12 +576,8 @@ pub(crate) fn discard_pending(store: &Store) -> StoreResult<Vec<ConversationId>>
         .collect::<StoreResult<Vec<_>>>()?;
     let mut discarded = Vec::new();
     for (key, value) in markers {
-        let (Some(id), Some((&new, files))) = (
-            key.get(1..17)
-                .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                .map(ConversationId::from_bytes),
-            value.split_first(),
-        ) else {
+        let (Some(id), Some((&new, files))) = (keys::conversation_of(&key), value.split_first())
+        else {
             return Err(StoreError::Corrupt {
                 what: "a pending bulk append's marker does not decode".to_owned(),
             });
@@ -637,13 +633,7 @@ pub(crate) fn discard_pending(store: &Store) -> StoreResult<Vec<ConversationId>>
             deletes.push((Keyspace::Main, keys::segment_file(number)));
             deletes.push((Keyspace::Blobs, keys::segment_file(number)));
         }
-        for group in deletes.chunks(GROUP_KEYS) {
-            let mut batch = Batch::new();
-            for (space, key) in group {
-                batch.remove(*space, key.clone());
-            }
-            store.kv.apply(batch)?;
-        }
+        remove_in_groups(store, deletes.into_iter().map(Ok))?;
         // The marker last: until it goes, the next open takes back again
         // (finding less each time).
         store.kv.sync()?;
@@ -698,6 +688,28 @@ fn apply_in_groups(
         store.kv.apply(batch)?;
     }
     Ok(())
+}
+
+/// Removes `keys` in order, in batches of at most [`GROUP_KEYS`] keys;
+/// returns how many.
+pub(crate) fn remove_in_groups(
+    store: &Store,
+    keys: impl IntoIterator<Item = StoreResult<(Keyspace, Vec<u8>)>>,
+) -> StoreResult<u64> {
+    let mut batch = Batch::new();
+    let mut removed = 0;
+    for key in keys {
+        let (space, key) = key?;
+        if batch.len() == GROUP_KEYS {
+            store.kv.apply(std::mem::take(&mut batch))?;
+        }
+        batch.remove(space, key);
+        removed += 1;
+    }
+    if !batch.is_empty() {
+        store.kv.apply(batch)?;
+    }
+    Ok(removed)
 }
 
 /// What a bulk append's commit writes: blob references, the compactions

@@ -21,12 +21,13 @@
 //! the keys go but blobs stay (an append elsewhere may have found one
 //! stored and relied on it).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::backend::frames::Frame;
 use crate::backend::{frames, Batch, Condition, Keyspace, SegmentRef};
+use crate::bulk::remove_in_groups;
 use crate::codec::{decode, decode_record, encode, BlobValue, ChunkValue, TextRepr};
 use crate::error::{StoreError, StoreResult};
 use crate::event::Timestamp;
@@ -176,7 +177,7 @@ impl Store {
         let mut children: Vec<(ConversationId, ConversationId)> = Vec::new();
         for pair in self.scan_prefix([keys::LINEAGE]) {
             let (key, value) = pair?;
-            let Some(child) = conversation_of(&key) else {
+            let Some(child) = keys::conversation_of(&key) else {
                 continue;
             };
             let point: ForkPoint = decode(&value, &format!("lineage of conversation {child}"))?;
@@ -199,13 +200,13 @@ impl Store {
 
     /// Finishes deletions a process left unfinished (killed after the
     /// batch that decided them): run when a database is opened, before
-    /// any write. Returns how many conversations it finished.
-    pub(crate) fn finish_deletions(&self) -> StoreResult<usize> {
-        let pending = self.scan_prefix([keys::DELETED]).count();
-        if pending > 0 {
-            self.purge()?;
+    /// any write. Best effort: a deletion that cannot be finished now (a
+    /// full disk) stays decided, its conversations unseen, and the next
+    /// open tries again.
+    pub(crate) fn finish_deletions(&self) {
+        if self.scan_prefix([keys::DELETED]).next().is_some() {
+            let _ = self.purge();
         }
-        Ok(pending)
     }
 
     /// Removes what the tombstoned conversations left (see the module
@@ -215,7 +216,7 @@ impl Store {
         let mut files = BTreeSet::new();
         for pair in self.scan_prefix([keys::DELETED]) {
             let (key, value) = pair?;
-            let Some(id) = conversation_of(&key) else {
+            let Some(id) = keys::conversation_of(&key) else {
                 continue;
             };
             let tombstone: Tombstone = decode(&value, &format!("tombstone of {id}"))?;
@@ -264,31 +265,21 @@ impl Store {
         }
         if !dead.is_empty() {
             self.sweeping_blobs();
-            for group in dead.chunks(GROUP_KEYS) {
-                let mut batch = Batch::new();
-                for hash in group {
-                    batch.remove(Keyspace::Blobs, hash.as_bytes().to_vec());
-                }
-                self.kv.apply(batch)?;
-            }
-            deletion.blobs = dead.len() as u64;
+            deletion.blobs = remove_in_groups(
+                self,
+                dead.iter()
+                    .map(|hash| Ok((Keyspace::Blobs, hash.as_bytes().to_vec()))),
+            )?;
         }
         // 2. Every key under their ids.
         for id in &ids {
             for tag in keys::CONVERSATION_TAGS {
                 let mut prefix = vec![*tag];
                 prefix.extend_from_slice(id.as_bytes());
-                let mut batch = Batch::new();
-                for pair in self.scan_prefix(prefix) {
-                    batch.delete(pair?.0.to_vec());
-                    deletion.keys += 1;
-                    if batch.len() >= GROUP_KEYS {
-                        self.kv.apply(std::mem::take(&mut batch))?;
-                    }
-                }
-                if !batch.is_empty() {
-                    self.kv.apply(batch)?;
-                }
+                let keys = self
+                    .scan_prefix(prefix)
+                    .map(|pair| pair.map(|(key, _)| (Keyspace::Main, key.to_vec())));
+                deletion.keys += remove_in_groups(self, keys)?;
             }
         }
         self.sync()?;
@@ -297,10 +288,11 @@ impl Store {
         // goes.
         if let Some(segments) = self.segments().filter(|_| self.format >= 2) {
             let before = segments.size_on_disk();
+            let mut held = self.bodies_in(&files)?;
             for number in files {
-                match self.empty_segment_file(number) {
-                    Ok(Some(_)) => deletion.segment_files += 1,
-                    Ok(None) => {}
+                let bodies = held.remove(&number).unwrap_or_default();
+                match self.empty_segment_file(number, bodies) {
+                    Ok(removed) => deletion.segment_files += u64::from(removed),
                     // A body that cannot be read stays where it is, with
                     // its file.
                     Err(StoreError::Corrupt { what }) => deletion.problems.push(format!(
@@ -327,30 +319,32 @@ impl Store {
         Ok(deletion)
     }
 
-    /// Moves the bodies chunks and blobs still refer to out of segment
-    /// file `number`, then removes it; returns its size (`None` if it was
-    /// already gone). Called under the write lock.
-    fn empty_segment_file(&self, number: u32) -> StoreResult<Option<u64>> {
-        let Some(segments) = self.segments() else {
-            return Ok(None);
-        };
-        let mut chunks = Vec::new();
+    /// The bodies in segment files `files` that chunks and blobs refer
+    /// to, by file: one read of every chunk and blob reference.
+    fn bodies_in(&self, files: &BTreeSet<u32>) -> StoreResult<HashMap<u32, Vec<Held>>> {
+        let mut held: HashMap<u32, Vec<Held>> = HashMap::new();
+        if files.is_empty() {
+            return Ok(held);
+        }
         for tag in [keys::CHUNK, Space::Staged.chunk_tag()] {
             for pair in self.scan_prefix([tag]) {
                 let (key, value) = pair?;
-                let Some(id) = conversation_of(&key) else {
+                let Some(id) = keys::conversation_of(&key) else {
                     continue;
                 };
                 if let Ok(Located::Segment { at, records, .. }) =
                     Located::new(self.format, &id, &key, value)
                 {
-                    if at.file == number {
-                        chunks.push((key.to_vec(), at, records));
+                    if files.contains(&at.file) {
+                        held.entry(at.file).or_default().push(Held {
+                            key: key.to_vec(),
+                            at,
+                            records: Some(records),
+                        });
                     }
                 }
             }
         }
-        let mut blobs = Vec::new();
         for pair in self
             .kv
             .scan(Keyspace::Blobs, crate::backend::prefixed(Vec::new()), false)
@@ -358,32 +352,41 @@ impl Store {
             let (hash, value) = pair?;
             if hash.len() == 32 {
                 if let Ok(BlobValue::Segment(at)) = decode::<BlobValue>(&value, "blob") {
-                    if at.file == number {
-                        blobs.push((hash.to_vec(), at));
+                    if files.contains(&at.file) {
+                        held.entry(at.file).or_default().push(Held {
+                            key: hash.to_vec(),
+                            at,
+                            records: None,
+                        });
                     }
                 }
             }
         }
-        if !chunks.is_empty() || !blobs.is_empty() {
+        Ok(held)
+    }
+
+    /// Moves `bodies` (those chunks and blobs still refer to) out of
+    /// segment file `number`, then removes it; returns whether it was
+    /// there. Called under the write lock.
+    fn empty_segment_file(&self, number: u32, mut moving: Vec<Held>) -> StoreResult<bool> {
+        let Some(segments) = self.segments() else {
+            return Ok(false);
+        };
+        if !moving.is_empty() {
             segments.retire(number);
             // In groups of about 16 MiB: each group's bodies written (and
             // synced) to the current file, then its references rewritten.
-            let mut moving: Vec<(Vec<u8>, SegmentRef, Option<u64>)> = blobs
-                .into_iter()
-                .map(|(hash, at)| (hash, at, None))
-                .chain(chunks.into_iter().map(|(k, at, r)| (k, at, Some(r))))
-                .collect();
             while !moving.is_empty() {
                 let mut take = 0;
                 let mut bytes = 0;
                 while take < moving.len() && (take == 0 || bytes < MOVE_BYTES) {
-                    bytes += moving[take].1.len;
+                    bytes += moving[take].at.len;
                     take += 1;
                 }
-                let group: Vec<_> = moving.drain(..take).collect();
+                let group: Vec<Held> = moving.drain(..take).collect();
                 let mut bodies = Vec::with_capacity(group.len());
-                for (key, at, records) in &group {
-                    let what = || match (records, conversation_of(key), keys::key_seq(key)) {
+                for Held { key, at, records } in &group {
+                    let what = || match (records, keys::conversation_of(key), keys::key_seq(key)) {
                         (Some(_), Some(id), Some(seq)) => {
                             format!("conversation {id}: chunk at seq {seq}")
                         }
@@ -393,7 +396,7 @@ impl Store {
                 }
                 let frames: Vec<Frame<'_>> = group
                     .iter()
-                    .map(|(key, _, records)| match records {
+                    .map(|Held { key, records, .. }| match records {
                         Some(records) => Frame::chunk(key, *records),
                         None => Frame::blob(key),
                     })
@@ -401,7 +404,7 @@ impl Store {
                 let parts: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
                 let places = frames::write(segments, &frames, &parts)?;
                 let mut batch = Batch::new();
-                for ((key, at, records), to) in group.iter().zip(places) {
+                for (Held { key, at, records }, to) in group.iter().zip(places) {
                     match records {
                         Some(records) => batch.put(
                             key.clone(),
@@ -427,8 +430,7 @@ impl Store {
         batch.remove(Keyspace::Blobs, keys::segment_file(number));
         self.kv.apply(batch)?;
         self.sync()?;
-        let bytes = segments.remove(&[number])?;
-        Ok((bytes > 0).then_some(bytes))
+        Ok(segments.remove(&[number])? > 0)
     }
 
     /// Adds the blobs `id`'s own records and views refer to to `blobs`,
@@ -487,7 +489,7 @@ impl Store {
         let mut live = Vec::new();
         for pair in self.scan_prefix([keys::CONVERSATION]) {
             let (key, _) = pair?;
-            if let Some(id) = conversation_of(&key).filter(|id| !doomed.contains(id)) {
+            if let Some(id) = keys::conversation_of(&key).filter(|id| !doomed.contains(id)) {
                 live.push(id);
             }
         }
@@ -508,18 +510,16 @@ impl Store {
     }
 }
 
-/// Keys removed in one batch, at most.
-const GROUP_KEYS: usize = 512;
+/// A body in a segment file that a chunk (`records` of them) or a blob
+/// refers to, under `key`.
+struct Held {
+    key: Vec<u8>,
+    at: SegmentRef,
+    records: Option<u64>,
+}
 
 /// Bytes of bodies moved out of a segment file per group, about.
 const MOVE_BYTES: u64 = 16 << 20;
-
-/// The conversation id of a key `tag` id(16) ...
-fn conversation_of(key: &[u8]) -> Option<ConversationId> {
-    key.get(1..17)
-        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-        .map(ConversationId::from_bytes)
-}
 
 /// Adds the blobs record `bytes` refers to to `blobs`; `false` if it does
 /// not decode.

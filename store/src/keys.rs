@@ -133,6 +133,13 @@ pub(crate) fn pending_bulk(id: &ConversationId) -> Vec<u8> {
     prefixed(PENDING_BULK, id.as_bytes())
 }
 
+/// The conversation id of a key `tag` id(16) ..., if it is that long.
+pub(crate) fn conversation_of(key: &[u8]) -> Option<ConversationId> {
+    key.get(1..17)
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .map(ConversationId::from_bytes)
+}
+
 pub(crate) fn deleted(id: &ConversationId) -> Vec<u8> {
     prefixed(DELETED, id.as_bytes())
 }

@@ -326,9 +326,7 @@ impl Store {
         if format >= 2 {
             crate::bulk::discard_pending(&store)?;
         }
-        // A deletion that cannot be finished now (a full disk) stays
-        // decided, its conversations unseen; the next open tries again.
-        let _ = store.finish_deletions();
+        store.finish_deletions();
         Ok(store)
     }
 
@@ -351,9 +349,7 @@ impl Store {
             }
         };
         let store = Store::assemble(backend, format);
-        // A deletion that cannot be finished now (a full disk) stays
-        // decided, its conversations unseen; the next open tries again.
-        let _ = store.finish_deletions();
+        store.finish_deletions();
         Ok(store)
     }
 
@@ -851,12 +847,9 @@ enum Lookup {
 pub const ID_MARKER: &str = "id:";
 
 fn conversation_id_of(key: &[u8]) -> StoreResult<ConversationId> {
-    key.get(1..17)
-        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-        .map(ConversationId::from_bytes)
-        .ok_or_else(|| StoreError::Corrupt {
-            what: "a conversation key is truncated".to_owned(),
-        })
+    keys::conversation_of(key).ok_or_else(|| StoreError::Corrupt {
+        what: "a conversation key is truncated".to_owned(),
+    })
 }
 
 /// Conversation names are 1 to 200 bytes of printable text without

@@ -80,11 +80,7 @@ impl Store {
         let mut done = HashMap::new();
         for item in self.scan_prefix([keys::CONVERSATION]) {
             let (key, _) = item?;
-            let Some(id) = key
-                .get(1..17)
-                .and_then(|b| <[u8; 16]>::try_from(b).ok())
-                .map(ConversationId::from_bytes)
-            else {
+            let Some(id) = keys::conversation_of(&key) else {
                 continue;
             };
             // Appends from this process wait for the conversation's check

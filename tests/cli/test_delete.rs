@@ -6,6 +6,18 @@ use std::time::{Duration, Instant};
 
 use crate::support::TestEnv;
 
+/// `count` user events of about 1.2 KB, each starting with `tag`: an
+/// append of them is large enough for the segment files.
+fn user_lines(tag: &str, count: usize) -> String {
+    let pad = "pad ".repeat(300);
+    let mut text = String::new();
+    for i in 0..count {
+        writeln!(text, "{{\"type\":\"user\",\"text\":\"{tag} {i} {pad}\"}}")
+            .expect("a String takes every write");
+    }
+    text
+}
+
 #[test]
 fn delete_refuses_what_it_should_and_says_what_it_removed() {
     let env = TestEnv::new();
@@ -62,18 +74,11 @@ fn delete_refuses_what_it_should_and_says_what_it_removed() {
 fn a_deleted_long_text_leaves_the_segment_files_and_the_search_index() {
     let env = TestEnv::new();
     let secret = "QUOKKA-7f3e";
-    let lines = |tag: &str| -> String {
-        let mut text = String::new();
-        for i in 0..200 {
-            let pad = "pad ".repeat(300);
-            writeln!(text, "{{\"type\":\"user\",\"text\":\"{tag} {i} {pad}\"}}").unwrap();
-        }
-        text
-    };
     // Both large appends go to the same segment file.
-    env.run_with_stdin(&["append", "keep"], &lines("kept-text"))
+    env.run_with_stdin(&["append", "keep"], &user_lines("kept-text", 200))
         .ok();
-    env.run_with_stdin(&["append", "gone"], &lines(secret)).ok();
+    env.run_with_stdin(&["append", "gone"], &user_lines(secret, 200))
+        .ok();
     assert_eq!(env.run(&["search", secret, "--json"]).ok().lines().len(), 1);
     let holding = || -> Vec<String> {
         let mut found = Vec::new();
@@ -165,17 +170,11 @@ fn a_killed_delete_leaves_the_conversation_whole_or_gone() {
 fn a_damaged_segment_file_does_not_block_a_deletion_or_the_database() {
     for damage in ["remove", "truncate"] {
         let env = TestEnv::new();
-        let lines = |tag: &str| -> String {
-            let mut text = String::new();
-            for i in 0..100 {
-                let pad = "pad ".repeat(300);
-                writeln!(text, "{{\"type\":\"user\",\"text\":\"{tag} {i} {pad}\"}}").unwrap();
-            }
-            text
-        };
         // Both large appends go to segment file 1.
-        env.run_with_stdin(&["append", "a"], &lines("first")).ok();
-        env.run_with_stdin(&["append", "b"], &lines("second")).ok();
+        env.run_with_stdin(&["append", "a"], &user_lines("first", 100))
+            .ok();
+        env.run_with_stdin(&["append", "b"], &user_lines("second", 100))
+            .ok();
         env.run(&["append", "c", "--user", "small"]).ok();
         let file = env.db().join("segments").join("00000001");
         if damage == "remove" {

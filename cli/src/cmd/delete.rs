@@ -42,7 +42,7 @@ pub(crate) fn print(value: &Value, json: bool, notes: &Notes) -> Result<()> {
             writeln!(
                 out,
                 "deleted {label} ({} of its own; the {shared} shared with its parent stay)",
-                output::plural(events - shared.min(events), "record")
+                output::plural(events.saturating_sub(shared), "record")
             )?;
         } else {
             writeln!(

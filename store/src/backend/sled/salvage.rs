@@ -466,7 +466,7 @@ impl Sources {
                 db.scan_prefix([keys::CONVERSATION])
                     .map_while(Result::ok)
                     .filter_map(|(key, value)| {
-                        let id = id_of(&key)?;
+                        let id = keys::conversation_of(&key)?;
                         Some((id, decode::<ConversationMeta>(&value, "metadata").ok()))
                     })
                     .collect()
@@ -510,7 +510,7 @@ impl Sources {
                 [keys::CHUNK, b's']
                     .iter()
                     .flat_map(|tag| db.scan_prefix([*tag]).keys().map_while(Result::ok))
-                    .filter_map(|key| id_of(&key))
+                    .filter_map(|key| keys::conversation_of(&key))
                     .collect()
             })
             .unwrap_or_default();
@@ -519,7 +519,7 @@ impl Sources {
             }
         }
         for key in self.frame_chunks.keys() {
-            if let Some(id) = id_of(key) {
+            if let Some(id) = keys::conversation_of(key) {
                 entry(&mut known, id);
             }
         }
@@ -1412,12 +1412,6 @@ fn read_at(path: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
     buffer.resize(len, 0);
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut buffer, offset)?;
     Ok(buffer)
-}
-
-fn id_of(key: &[u8]) -> Option<ConversationId> {
-    key.get(1..17)
-        .and_then(|b| <[u8; 16]>::try_from(b).ok())
-        .map(ConversationId::from_bytes)
 }
 
 fn dedup(items: Vec<String>) -> Vec<String> {

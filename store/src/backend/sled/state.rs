@@ -276,11 +276,7 @@ fn write_catalog(path: &Path, db: &sled::Db) -> StoreResult<()> {
     let mut text = Vec::new();
     for item in db.scan_prefix([keys::CONVERSATION]) {
         let (key, value) = item?;
-        let Some(id) = key
-            .get(1..17)
-            .and_then(|b| <[u8; 16]>::try_from(b).ok())
-            .map(ConversationId::from_bytes)
-        else {
+        let Some(id) = keys::conversation_of(&key) else {
             continue;
         };
         let Ok(meta) = decode::<ConversationMeta>(&value, "metadata") else {
