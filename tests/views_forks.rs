@@ -222,6 +222,76 @@ fn check_finds_a_view_that_differs_from_the_log() {
     }
 }
 
+/// A view whose state outlived its blocks (what a view update that failed
+/// part way on a full disk left once) is named by `check` and rebuilt by
+/// the next refresh, never served short.
+#[test]
+fn a_torn_view_is_rebuilt_at_its_next_refresh() {
+    for place in Place::each() {
+        let store = place.open();
+        let now = convstore_store::Timestamp::now();
+        let mut events = Vec::new();
+        for i in 0..300 {
+            events.push(Event::new(now, convstore_store::EventKind::TurnStart));
+            events.push(Event::new(
+                now,
+                convstore_store::EventKind::User {
+                    text: format!("message {i}"),
+                },
+            ));
+        }
+        let (id, _) = store
+            .create_and_append(Some("c"), &events, &AppendOptions::default())
+            .unwrap();
+        let (state, _) = views::refresh(&store, &id, "v", None).unwrap();
+        let whole = read_view(&store, &id, "v");
+        assert_eq!(whole.len(), 600);
+
+        // Every block gone, the state kept: the torn write's result.
+        let torn_state = convstore_store::ViewState {
+            events: 0,
+            ..state.clone()
+        };
+        store
+            .write_view(
+                &id,
+                &convstore_store::ViewUpdate {
+                    expected_len: Some(state.len),
+                    state: torn_state,
+                    removed: vec![(1, u64::MAX)],
+                    blocks: Vec::new(),
+                    reset_calls: false,
+                    calls: Vec::new(),
+                    no_sync: false,
+                },
+            )
+            .unwrap();
+        let torn = store.view_state(&id, "v").unwrap().unwrap();
+        let problem = views::check(&store, &id, &torn).unwrap().unwrap();
+        assert!(problem.contains("blocks cover turns up to"), "{problem}");
+
+        let (rebuilt, outcome) = views::refresh(&store, &id, "v", None).unwrap();
+        assert_eq!(outcome, views::Refresh::Built);
+        assert_eq!(rebuilt.events, 600);
+        assert_eq!(views::check(&store, &id, &rebuilt).unwrap(), None);
+        assert_eq!(read_view(&store, &id, "v"), whole);
+        assert_eq!(
+            views::refresh(&store, &id, "v", None).unwrap().1,
+            views::Refresh::Current
+        );
+    }
+}
+
+fn read_view(store: &Store, id: &ConversationId, name: &str) -> Vec<ViewEvent> {
+    let mut out = Vec::new();
+    views::read(store, id, name, |e| {
+        out.push(e);
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
 /// Events for [`turn_ranges_and_refreshes_project_as_the_whole_view_does`]: many
 /// compactions, some of them summaries, over short, long and open-ended
 /// turn ranges (every level of the range index), with timestamps out of

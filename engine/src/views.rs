@@ -211,7 +211,12 @@ fn try_refresh(
             });
         }
     }
-    if let Some(old) = &old {
+    // A view a failed write left torn is rebuilt whole.
+    let whole = match &old {
+        Some(old) if old.len <= info.len => torn(store, id, old)?.is_none(),
+        _ => true,
+    };
+    if let Some(old) = old.as_ref().filter(|_| whole) {
         if old.len == info.len && old.head == info.head {
             return Ok((old.clone(), Refresh::Current));
         }
@@ -227,7 +232,7 @@ fn try_refresh(
         created: old.as_ref().map_or_else(Timestamp::now, |o| o.created),
     };
     let update = match &old {
-        Some(old) if old.len > 0 && old.len <= info.len => {
+        Some(old) if whole && old.len > 0 && old.len <= info.len => {
             Update::incremental(store, id, old, state.clone(), base.as_ref(), limits)?
         }
         _ => None,
@@ -601,25 +606,12 @@ pub fn check(store: &Store, id: &ConversationId, state: &ViewState) -> Result<Op
         fresh.push(v.clone());
         Ok(())
     })?;
-    let mut stored = Vec::new();
-    let mut next_turn = 0;
-    for block in store.view_blocks(id, &state.name, 0)? {
-        let block = block?;
-        if block.first_turn != next_turn {
-            return Ok(Some(format!(
-                "its blocks do not tile the turns: a block starts at turn {} where turn {next_turn} was expected",
-                block.first_turn
-            )));
-        }
-        next_turn = block.last_turn + 1;
-        stored.extend(block.events);
+    if let Some(problem) = torn(store, id, state)? {
+        return Ok(Some(problem));
     }
-    if stored.len() as u64 != state.events {
-        return Ok(Some(format!(
-            "its state counts {} events but its blocks hold {}",
-            state.events,
-            stored.len()
-        )));
+    let mut stored = Vec::new();
+    for block in store.view_blocks(id, &state.name, 0)? {
+        stored.extend(block?.events);
     }
     if let Some(i) = (0..fresh.len().max(stored.len())).find(|&i| fresh.get(i) != stored.get(i)) {
         return Ok(Some(format!(
@@ -631,6 +623,46 @@ pub fn check(store: &Store, id: &ConversationId, state: &ViewState) -> Result<Op
             fresh
                 .get(i)
                 .map_or("nothing".to_owned(), |v| format!("seq {}", v.seq)),
+        )));
+    }
+    Ok(None)
+}
+
+/// What is wrong with the shape of the stored view `state`, if anything:
+/// its blocks must tile turns 0 to the turn of its last record and hold
+/// the events its state counts. Reads only the blocks' outline.
+///
+/// sled applies a batch key by key, and an insert that fails part way (a
+/// full disk) cancels the batch without undoing the inserts before it,
+/// which can reach the disk: a view update (state key before block keys)
+/// was seen to leave a state counting 18,000 events over no blocks.
+/// [`refresh`] rebuilds such a view instead of serving it.
+fn torn(store: &Store, id: &ConversationId, state: &ViewState) -> Result<Option<String>> {
+    let mut next_turn = 0;
+    let mut events = 0;
+    for block in store.view_outline(id, &state.name)? {
+        if block.first_turn != next_turn {
+            return Ok(Some(format!(
+                "its blocks do not tile the turns: a block starts at turn {} where turn {next_turn} was expected",
+                block.first_turn
+            )));
+        }
+        next_turn = block.last_turn + 1;
+        events += block.events;
+    }
+    let end = match state.len.checked_sub(1) {
+        Some(last) => store.turn_of(id, Seq(last))?.0 + 1,
+        None => 0,
+    };
+    if next_turn != end {
+        return Ok(Some(format!(
+            "its blocks cover turns up to {next_turn} (exclusive) but its records reach turn {end} (exclusive)"
+        )));
+    }
+    if events != state.events {
+        return Ok(Some(format!(
+            "its state counts {} events but its blocks hold {events}",
+            state.events
         )));
     }
     Ok(None)

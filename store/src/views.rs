@@ -52,6 +52,17 @@ pub struct ViewBlock {
     pub events: Vec<ViewEvent>,
 }
 
+/// A stored view block without its events: see [`Store::view_outline`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockOutline {
+    /// Its first raw turn.
+    pub first_turn: u64,
+    /// Its last raw turn.
+    pub last_turn: u64,
+    /// How many view events it holds.
+    pub events: u64,
+}
+
 #[derive(Serialize, Deserialize)]
 struct BlockRepr<'a> {
     last_turn: u64,
@@ -190,6 +201,23 @@ impl Store {
                 let (k, bytes) = item?;
                 self.decode_block(&id, &k, &bytes)
             }))
+    }
+
+    /// The outline of view `name`'s blocks, in order: the first and last
+    /// turn and the number of events of each (the events are not decoded).
+    pub fn view_outline(&self, id: &ConversationId, name: &str) -> StoreResult<Vec<BlockOutline>> {
+        let mut out = Vec::new();
+        for item in self.scan_prefix(keys::view_blocks(id, view_key(name))) {
+            let (k, bytes) = item?;
+            let first_turn = keys::view_block_turn(&k).ok_or_else(|| truncated(id))?;
+            let repr: BlockRepr<'_> = decode(&bytes, "view block")?;
+            out.push(BlockOutline {
+                first_turn,
+                last_turn: repr.last_turn,
+                events: repr.events.len() as u64,
+            });
+        }
+        Ok(out)
     }
 
     /// Bucket `bucket` of the call index of view `name`.

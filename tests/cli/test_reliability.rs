@@ -232,5 +232,16 @@ fn commands_on_a_full_disk_end_with_an_error() {
     // Reads still work, and what was stored is there.
     assert_eq!(env.run(&["--db", db, "log", "s"]).ok().stdout, log);
     std::fs::remove_file(fs.0.path().join("fill")).unwrap();
+    // The view the failed command wrote part of (sled can keep the keys a
+    // failed batch inserted before its failure) reads as a fresh one.
+    let x = env
+        .run(&["--db", db, "view", "a", "--name", "x", "--profile", "light"])
+        .ok()
+        .stdout;
+    let y = env
+        .run(&["--db", db, "view", "a", "--name", "y", "--profile", "light"])
+        .ok()
+        .stdout;
+    assert!(x == y, "view x differs from a fresh view");
     env.run(&["--db", db, "verify"]).ok();
 }
