@@ -167,6 +167,24 @@ Examples:
   convstore delete scratch
   convstore delete chat --with-forks --json")]
     Delete(DeleteArgs),
+    /// Remove one text of one record for good, keeping the chain
+    /// verifiable: the record reads as [redacted] and a redaction event is
+    /// appended.
+    #[command(after_help = "\
+The text goes from the record, from the views showing it, from the search
+index, and (if nothing else holds it) from the long texts and segment
+files; the record keeps the text's hash and length, so `verify` still
+proves every other record untouched and names each redaction. sled keeps
+overwritten values in its own files until it reuses their space.
+
+By default the record's main text: `text` (user, assistant, reasoning,
+system), `arguments` (tool_call), `content` (tool_result), `payload`
+(extension) or `delta` (config); `--field meta` removes its meta.
+
+Examples:
+  convstore redact chat 41 --reason 'API key pasted by mistake'
+  convstore redact chat 57 --field meta --reason 'personal data' --json")]
+    Redact(RedactArgs),
     /// Store a projected view and keep it current; print it or write it to
     /// a file.
     #[command(after_help = "\
@@ -859,6 +877,25 @@ pub struct DeleteArgs {
     /// Delete its forks (and theirs) with it.
     #[arg(long)]
     pub with_forks: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `redact`
+#[derive(Debug, Args)]
+pub struct RedactArgs {
+    /// Conversation name, full id or id:PREFIX.
+    #[arg(add = conversations(), value_parser = conversation)]
+    pub conversation: String,
+    /// The record's seq (as `convstore log` shows it).
+    pub seq: u64,
+    /// The text to remove (default: the record's main text).
+    #[arg(long, value_parser = ["text", "content", "arguments", "payload", "delta", "meta"])]
+    pub field: Option<String>,
+    /// Why: kept with the record and in the redaction event.
+    #[arg(long)]
+    pub reason: String,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

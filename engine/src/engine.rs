@@ -432,6 +432,34 @@ impl Engine {
         Ok(deletion)
     }
 
+    /// Redacts `field` of record `seq` of `id` ([`Store::redact`]) and
+    /// the text from the search index: the documents of the conversation
+    /// holding the record go first (a process killed in between leaves
+    /// the index behind the log, never holding the text after the log
+    /// lost it), and the index catches it up from the redacted log.
+    pub fn redact(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        field: Option<convstore_store::RedactField>,
+        reason: &str,
+    ) -> Result<convstore_store::Redaction> {
+        let mut owner = *id;
+        while let Some(point) = self.store.fork_point(&owner)? {
+            if seq >= point.at {
+                break;
+            }
+            owner = point.parent;
+        }
+        self.forget_in_index(&[owner], true);
+        let redaction = self.store.redact(id, seq, field, reason)?;
+        // A write meanwhile may have indexed it again.
+        self.forget_in_index(&[redaction.owner], true);
+        self.after_write(&redaction.owner);
+        self.after_write(id);
+        Ok(redaction)
+    }
+
     /// Drops the documents of `ids` from the search index, if it exists
     /// (`only_indexed`: only if the index holds any of them); a failure is
     /// noted ([`Engine::take_index_error`]).

@@ -619,12 +619,12 @@ pub(crate) fn write_records(
                     chunk.overlays.overlays.push(overlay);
                 }
             }
-            address = address.child(record);
+            address = crate::codec::link(&address, record);
         }
     }
     for (i, record) in encoded.iter().enumerate() {
         let seq = first_seq + i as u64;
-        let address = parent.child(&record.bytes);
+        let address = crate::codec::link(&parent, &record.bytes);
         let turn = meta.turns.next(record.event_type);
         let compaction = record.event_type == EventType::Compaction;
         if compaction && !writes.overlay_directories {

@@ -846,7 +846,7 @@ impl Spill {
             }
             let entry = (turn, check, record);
             spill.push_record(store, id, seq, address, entry, call, compaction)?;
-            address = address.child(record);
+            address = crate::codec::link(&address, record);
         }
         Ok(spill)
     }
@@ -861,7 +861,7 @@ impl Spill {
         for record in encoded {
             let seq = self.meta.len;
             let parent = self.meta.head;
-            let address = parent.child(&record.bytes);
+            let address = crate::codec::link(&parent, &record.bytes);
             let turn = self.meta.turns.next(record.event_type);
             let compaction = record.event_type == EventType::Compaction;
             if compaction && !self.overlay_directories {

@@ -73,6 +73,61 @@ pub(crate) enum TextRepr<'a> {
     Inline(&'a str),
     /// A text stored by content hash.
     Blob(BlobRef),
+    /// A text removed by a redaction: what its hash and length were (see
+    /// [`Envelope`]).
+    Redacted(BlobRef),
+}
+
+/// The text a redacted text field reads as.
+pub const REDACTED_TEXT: &str = "[redacted]";
+/// The JSON a redacted JSON field (arguments, delta, payload, meta) reads
+/// as.
+pub const REDACTED_JSON: &str = r#"{"redacted":true}"#;
+
+/// The first byte of a redacted record's stored bytes. A record's own
+/// encoding starts with its timestamp as a bincode varint, whose first
+/// byte is never 255.
+pub(crate) const REDACTED_MARK: u8 = 0xFF;
+
+/// How a redacted record is stored: [`REDACTED_MARK`], then this. The
+/// record's address can no longer be computed from its bytes (a text it
+/// hashed is gone), so it is kept here; the next record's address, which
+/// hashes it, is what binds it to the chain.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Envelope<'a> {
+    /// The record's address, as computed before the redaction.
+    pub address: Address,
+    /// When it was redacted.
+    pub time: Timestamp,
+    /// The conversation whose log holds the redaction event.
+    pub by: [u8; 16],
+    /// Why, as given.
+    pub reason: &'a str,
+    /// The record's encoding with its redacted text replaced by
+    /// [`TextRepr::Redacted`].
+    #[serde(with = "serde_bytes")]
+    pub record: &'a [u8],
+}
+
+/// The envelope of `bytes` if the record is redacted.
+pub(crate) fn envelope(bytes: &[u8]) -> StoreResult<Option<Envelope<'_>>> {
+    match bytes.split_first() {
+        Some((&REDACTED_MARK, rest)) => Ok(Some(decode(rest, "redacted record")?)),
+        _ => Ok(None),
+    }
+}
+
+/// The address of the record stored as `bytes` after `parent`: the chain
+/// step, or the address a redacted record keeps.
+pub(crate) fn link(parent: &Address, bytes: &[u8]) -> Address {
+    match bytes.split_first() {
+        Some((&REDACTED_MARK, rest)) if rest.len() >= 32 => {
+            let mut address = [0u8; 32];
+            address.copy_from_slice(&rest[..32]);
+            Address::from_bytes(address)
+        }
+        _ => parent.child(bytes),
+    }
 }
 
 /// A reference to a stored text.
@@ -276,8 +331,31 @@ fn text_repr<'e>(s: &'e str, blobs: &mut Vec<(BlobHash, &'e str)>) -> TextRepr<'
     }
 }
 
-/// Decodes a record's canonical bytes.
+/// The size an event stored as `bytes` (decoded: `record`) counts for:
+/// its record's encoding plus its blobs' lengths, as when it was appended
+/// (a redacted text counts as it did).
+pub(crate) fn record_size(bytes: &[u8], record: &RecordRepr<'_>) -> u64 {
+    let base = match envelope(bytes) {
+        Ok(Some(envelope)) => envelope.record.len() as u64,
+        _ => bytes.len() as u64,
+    };
+    record.texts().fold(base, |size, text| match text {
+        TextRepr::Inline(_) => size,
+        // Stored inline, it took its bytes where the hash now is.
+        TextRepr::Redacted(blob) if blob.len <= INLINE_MAX as u64 => {
+            (size + blob.len).saturating_sub(32)
+        }
+        TextRepr::Blob(blob) | TextRepr::Redacted(blob) => size + blob.len,
+    })
+}
+
+/// Decodes a record's canonical bytes (a redacted record's, from its
+/// envelope).
 pub(crate) fn decode_record(bytes: &[u8]) -> StoreResult<RecordRepr<'_>> {
+    let bytes = match envelope(bytes)? {
+        Some(envelope) => envelope.record,
+        None => bytes,
+    };
     let record: RecordRepr<'_> = decode(bytes, "record")?;
     if Timestamp::from_micros(record.timestamp.as_micros()).is_none() {
         return Err(StoreError::Corrupt {
@@ -292,21 +370,28 @@ pub(crate) fn record_to_event(
     record: &RecordRepr<'_>,
     load: &mut dyn FnMut(BlobRef) -> StoreResult<String>,
 ) -> StoreResult<Event> {
-    let mut text = |t: TextRepr<'_>| -> StoreResult<String> {
+    let mut read = |t: TextRepr<'_>, redacted: &str| -> StoreResult<String> {
         match t {
             TextRepr::Inline(s) => Ok(s.to_owned()),
             TextRepr::Blob(blob) => load(blob),
+            TextRepr::Redacted(_) => Ok(redacted.to_owned()),
         }
     };
     let meta = match record.meta {
-        Some(t) => Some(Json::from_stored(text(t)?)),
+        Some(t) => Some(Json::from_stored(read(t, REDACTED_JSON)?)),
         None => None,
     };
     let kind = match &record.body {
         BodyRepr::TurnStart => EventKind::TurnStart,
-        BodyRepr::User(t) => EventKind::User { text: text(*t)? },
-        BodyRepr::Assistant(t) => EventKind::Assistant { text: text(*t)? },
-        BodyRepr::Reasoning(t) => EventKind::Reasoning { text: text(*t)? },
+        BodyRepr::User(t) => EventKind::User {
+            text: read(*t, REDACTED_TEXT)?,
+        },
+        BodyRepr::Assistant(t) => EventKind::Assistant {
+            text: read(*t, REDACTED_TEXT)?,
+        },
+        BodyRepr::Reasoning(t) => EventKind::Reasoning {
+            text: read(*t, REDACTED_TEXT)?,
+        },
         BodyRepr::ToolCall {
             id,
             name,
@@ -314,7 +399,7 @@ pub(crate) fn record_to_event(
         } => EventKind::ToolCall {
             id: (*id).to_owned(),
             name: (*name).to_owned(),
-            arguments: Json::from_stored(text(*arguments)?),
+            arguments: Json::from_stored(read(*arguments, REDACTED_JSON)?),
         },
         BodyRepr::ToolResult {
             id,
@@ -322,25 +407,31 @@ pub(crate) fn record_to_event(
             is_error,
         } => EventKind::ToolResult {
             id: (*id).to_owned(),
-            content: text(*content)?,
+            content: read(*content, REDACTED_TEXT)?,
             is_error: *is_error,
         },
-        BodyRepr::System(t) => EventKind::System { text: text(*t)? },
+        BodyRepr::System(t) => EventKind::System {
+            text: read(*t, REDACTED_TEXT)?,
+        },
         BodyRepr::Config(t) => EventKind::Config {
-            delta: Json::from_stored(text(*t)?),
+            delta: Json::from_stored(read(*t, REDACTED_JSON)?),
         },
         BodyRepr::Extension { name, payload } => EventKind::Extension {
             name: (*name).to_owned(),
-            payload: Json::from_stored(text(*payload)?),
+            payload: Json::from_stored(read(*payload, REDACTED_JSON)?),
         },
         BodyRepr::Compaction(c) => EventKind::Compaction(Compaction {
             from_turn: c.from_turn,
             to_turn: c.to_turn,
-            summary: c.summary.map(&mut text).transpose()?,
+            summary: c.summary.map(|t| read(t, REDACTED_TEXT)).transpose()?,
             reasoning: c.reasoning,
             tool_calls: c.tool_calls.as_ref().map(|p| p.clone().into_owned()),
             revert: c.revert,
-            info: c.info.map(&mut text).transpose()?.map(Json::from_stored),
+            info: c
+                .info
+                .map(|t| read(t, REDACTED_JSON))
+                .transpose()?
+                .map(Json::from_stored),
         }),
     };
     Ok(Event {

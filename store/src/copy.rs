@@ -15,7 +15,7 @@
 //! the same copy again writes the same keys.
 
 use crate::append::{write_records, Placement, Writes};
-use crate::codec::{decode_record, encode, BodyRepr, EncodedRecord, TextRepr};
+use crate::codec::{decode_record, encode, BodyRepr, EncodedRecord};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Timestamp, TurnTracker};
 use crate::fork::ForkPoint;
@@ -135,21 +135,12 @@ impl<'s> ConversationWriter<'s> {
                     self.meta.len + kinds.len() as u64
                 ),
             })?;
-            let mut blob_bytes = 0;
-            for text in repr.texts() {
-                if let TextRepr::Blob(blob) = text {
-                    blob_bytes += blob.len;
-                }
-            }
+            let size = crate::codec::record_size(&record.bytes, &repr);
             calls.push(match &repr.body {
                 BodyRepr::ToolCall { id, name, .. } => Some(((*id).to_owned(), (*name).to_owned())),
                 _ => None,
             });
-            kinds.push((
-                repr.body.event_type(),
-                blob_bytes,
-                repr.body.compaction_span(),
-            ));
+            kinds.push((repr.body.event_type(), size, repr.body.compaction_span()));
         }
         let mut encoded = Vec::with_capacity(records.len());
         let mut texts = Vec::with_capacity(records.len());
@@ -163,8 +154,8 @@ impl<'s> ConversationWriter<'s> {
             .zip(&calls)
             .zip(&kinds)
             .map(
-                |(((bytes, blobs), call), &(event_type, blob_bytes, span))| EncodedRecord {
-                    size: bytes.len() as u64 + blob_bytes,
+                |(((bytes, blobs), call), &(event_type, size, span))| EncodedRecord {
+                    size,
                     bytes,
                     event_type,
                     blobs: blobs.iter().map(|(h, t)| (*h, t.as_str())).collect(),

@@ -481,7 +481,7 @@ impl Store {
     /// Removes from `candidates` every blob a conversation other than
     /// `doomed` refers to (in its records or its views); if a record or
     /// view cannot be read, every candidate (and returns `false`).
-    fn keep_referenced(
+    pub(crate) fn keep_referenced(
         &self,
         doomed: &[ConversationId],
         candidates: &mut HashSet<BlobHash>,

@@ -148,6 +148,14 @@ pub enum StoreError {
         /// How many records there are.
         len: u64,
     },
+    /// A record that cannot be redacted as asked.
+    #[error("record {seq} cannot be redacted: {why}")]
+    NotRedactable {
+        /// The record.
+        seq: u64,
+        /// Why not.
+        why: String,
+    },
     /// Reading or writing the database files failed (a full disk, a file
     /// size limit, a failing device); what was acknowledged before is kept.
     #[error("I/O error on the database: {}", describe_io(.0))]

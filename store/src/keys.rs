@@ -27,6 +27,7 @@
 //! | `L` id(16) | a fork's lineage: parent id, records shared, base address and turn state |
 //! | `S` file(4 BE) | segment file `file` was written by a bulk append that committed (empty value; also in the blob tree, see `segments.rs`) |
 //! | `D` id(16) | a deleted conversation whose keys are still being removed (`delete.rs`): its name, length and when it was deleted |
+//! | `Z` id(16) seq(8 BE) | a redaction of record `seq` decided and not finished (`redact.rs`): the blob and segment bodies still to remove, and the redaction event still to append |
 //! | `B` id(16) | a bulk append's commit under way (`bulk.rs`): whether it creates the conversation, and its segment files (4 BE each); removed by the batch that makes it visible |
 //!
 //! Blobs (long texts, by content hash) live in the tree [`BLOBS`], keyed by
@@ -62,7 +63,10 @@ pub(crate) const PENDING_BULK: u8 = b'B';
 /// A deleted conversation whose keys are still being removed (`delete.rs`).
 pub(crate) const DELETED: u8 = b'D';
 /// The tags of every key under a conversation's id (all but its name).
-pub(crate) const CONVERSATION_TAGS: &[u8] = b"CctsujqToORkvwxPAKLB";
+pub(crate) const CONVERSATION_TAGS: &[u8] = b"CctsujqToORkvwxPAKLBZ";
+/// A redaction decided and not finished (`redact.rs`), by conversation and
+/// seq.
+pub(crate) const REDACTING: u8 = b'Z';
 pub(crate) const VIEW: u8 = b'v';
 pub(crate) const VIEW_BLOCK: u8 = b'w';
 pub(crate) const VIEW_CALLS: u8 = b'x';
@@ -138,6 +142,10 @@ pub(crate) fn conversation_of(key: &[u8]) -> Option<ConversationId> {
     key.get(1..17)
         .and_then(|b| <[u8; 16]>::try_from(b).ok())
         .map(ConversationId::from_bytes)
+}
+
+pub(crate) fn redacting(id: &ConversationId, seq: u64) -> Vec<u8> {
+    numbered(REDACTING, id, &[seq])
 }
 
 pub(crate) fn deleted(id: &ConversationId) -> Vec<u8> {

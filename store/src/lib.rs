@@ -53,6 +53,7 @@ mod names;
 mod pins;
 mod position;
 pub mod readable;
+mod redact;
 mod staging;
 mod store;
 pub mod strict;
@@ -81,6 +82,7 @@ pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
 pub use names::ToolNames;
 pub use pins::AutoState;
 pub use position::{merge_ranges, Seq, Turn};
+pub use redact::{RedactField, Redaction};
 pub use store::{
     validate_conversation_name, validate_view_name, ConversationInfo, KindStats, OpenOptions,
     ProgressFn, Store, DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES,

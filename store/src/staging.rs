@@ -160,7 +160,7 @@ impl Store {
                 ));
             }
             for (i, entry) in chunk.layout.entries.iter().enumerate() {
-                at = at.child(chunk.record_bytes(i));
+                at = crate::codec::link(&at, chunk.record_bytes(i));
                 if at.check() != entry.check {
                     let problem = "does not match its address";
                     return Err(staged_corrupt(id, seq + i as u64, problem));

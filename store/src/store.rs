@@ -327,6 +327,7 @@ impl Store {
             crate::bulk::discard_pending(&store)?;
         }
         store.finish_deletions();
+        store.finish_redactions();
         Ok(store)
     }
 
@@ -350,6 +351,7 @@ impl Store {
         };
         let store = Store::assemble(backend, format);
         store.finish_deletions();
+        store.finish_redactions();
         Ok(store)
     }
 

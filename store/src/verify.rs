@@ -370,7 +370,7 @@ impl Checker<'_> {
         };
         for (i, entry) in entries.iter().enumerate() {
             let bytes = chunk.record_bytes(i);
-            let address = check.last.child(bytes);
+            let address = crate::codec::link(&check.last, bytes);
             if address.check() != entry.check {
                 let problem = "stored bytes do not match their address".to_owned();
                 check.failure = Some((Some(i), problem));
@@ -383,7 +383,7 @@ impl Checker<'_> {
                     break;
                 }
             };
-            let mut size = bytes.len() as u64;
+            let size = crate::codec::record_size(bytes, &record);
             let mut bad_blob = None;
             for text in record.texts() {
                 if let TextRepr::Blob(blob) = text {
@@ -391,7 +391,6 @@ impl Checker<'_> {
                         bad_blob = Some(problem);
                         break;
                     }
-                    size += blob.len;
                 }
             }
             check

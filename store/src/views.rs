@@ -76,7 +76,39 @@ pub(crate) fn block_records(bytes: &[u8]) -> StoreResult<Vec<&[u8]>> {
     Ok(repr.events.into_iter().map(|e| e.record).collect())
 }
 
-#[derive(Serialize, Deserialize)]
+/// Stored view block `bytes` with the record of each event from raw
+/// record `seq` that `redact` rewrites (`None`: leave it) replaced; `None`
+/// if no event changed.
+pub(crate) fn redact_block(
+    bytes: &[u8],
+    seq: u64,
+    redact: &dyn Fn(&[u8]) -> Option<Vec<u8>>,
+) -> StoreResult<Option<Vec<u8>>> {
+    let repr: BlockRepr<'_> = decode(bytes, "view block")?;
+    let rewritten: Vec<Option<Vec<u8>>> = repr
+        .events
+        .iter()
+        .map(|e| if e.seq == seq { redact(e.record) } else { None })
+        .collect();
+    if rewritten.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let events = repr
+        .events
+        .iter()
+        .zip(&rewritten)
+        .map(|(e, new)| EventRepr {
+            record: new.as_deref().unwrap_or(e.record),
+            ..*e
+        })
+        .collect();
+    Ok(Some(encode(&BlockRepr {
+        last_turn: repr.last_turn,
+        events,
+    })))
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
 struct EventRepr<'a> {
     seq: u64,
     turn: u64,

@@ -16,6 +16,7 @@ mod mcp;
 pub(crate) mod pin;
 mod project;
 pub(crate) mod recall;
+mod redact;
 pub(crate) mod search;
 mod serve;
 
@@ -83,6 +84,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Fork(args) if args.compact.is_some() => fork::run(&configured()?, args, &notes),
         Command::Fork(args) => fork::run(&read()?, args, &notes),
         Command::Delete(args) => delete::run(&read()?, args, &notes),
+        Command::Redact(args) => redact::run(&read()?, args, &notes),
         Command::View(args) => view::run(&read()?, args, &notes),
         Command::Explain(args) => explain::run(&read()?, args),
         Command::Pin(args) => pin::run(&read()?, args),

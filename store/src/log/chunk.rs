@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use crate::backend::SegmentRef;
 use crate::backend::{Bytes, KvIter};
-use crate::codec::{self, decode_record, record_to_event, ChunkLayout, ChunkValue, TextRepr};
+use crate::codec::{self, decode_record, record_to_event, ChunkLayout, ChunkValue};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
 use crate::ids::ConversationId;
@@ -280,12 +280,7 @@ impl RawChunk {
             }
             let bytes = chunk.record_bytes(i);
             let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
-            let mut size = bytes.len() as u64;
-            for text in record.texts() {
-                if let TextRepr::Blob(blob) = text {
-                    size += blob.len;
-                }
-            }
+            let size = crate::codec::record_size(bytes, &record);
             let stats = &mut kinds[record.body.event_type().index()];
             stats.count += 1;
             stats.bytes += size;
@@ -325,7 +320,7 @@ impl RawChunk {
                 break;
             }
             let bytes = chunk.record_bytes(i);
-            address = address.child(bytes);
+            address = crate::codec::link(&address, bytes);
             if seq < start || !self.records.contains(&seq) {
                 continue;
             }

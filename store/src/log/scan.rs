@@ -218,7 +218,7 @@ impl LogIter<'_> {
                 if *index < chunk.layout.entries.len() {
                     let seq = chunk.first_seq + *index as u64;
                     let bytes = chunk.record_bytes(*index);
-                    let address = parent.child(bytes);
+                    let address = crate::codec::link(parent, bytes);
                     let turn = chunk.layout.entries[*index].turn;
                     *parent = address;
                     *index += 1;

@@ -601,7 +601,7 @@ impl Sources {
                 break;
             }
             for bytes in next {
-                address = address.child(&bytes);
+                address = crate::codec::link(&address, &bytes);
                 assembly.addresses.push(address);
                 if let Ok(record) = decode_record(&bytes) {
                     for text in record.texts() {
@@ -770,7 +770,7 @@ impl Sources {
         for candidate in candidates {
             let path = &scanned.files[candidate.file as usize];
             if let Ok(bytes) = read_at(path, candidate.offset, u64::from(candidate.len)) {
-                if address.child(&bytes) == candidate.address {
+                if crate::codec::link(&address, &bytes) == candidate.address {
                     return Ok(Some(bytes));
                 }
             }
@@ -1218,7 +1218,7 @@ fn follow(bytes: &[u8], first: u64, seq: u64, address: Address) -> Result<Vec<Ve
         if this == seq && at != address {
             return Err("it does not continue the records before it".to_owned());
         }
-        let next = at.child(record);
+        let next = crate::codec::link(&at, record);
         if next.check() != entry.check {
             if this < seq {
                 return Err(format!("record {this} does not match its address"));
@@ -1316,7 +1316,7 @@ fn try_chunk(bytes: &[u8], at: usize) -> Option<FoundChunk> {
             }
             let record = bytes.get(p..p + len)?;
             decode_record(record).ok()?;
-            let own = address.child(record);
+            let own = crate::codec::link(&address, record);
             (own.check() == check).then_some((p..p + len, own))
         })();
         let Some((range, own)) = entry else {

@@ -351,6 +351,33 @@ impl Segments {
             .insert((from.file, from.offset), to);
     }
 
+    /// Overwrites the body `at` refers to with zeros and syncs its file:
+    /// for a body nothing refers to any more whose bytes must not stay on
+    /// disk (a redacted text). A file already gone is no error.
+    pub(crate) fn scrub(&self, at: &SegmentRef) -> StoreResult<()> {
+        use std::os::unix::fs::FileExt;
+        for path in [self.path(at.file), self.bulk_path(at.file)] {
+            let file = match OpenOptions::new().write(true).open(&path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error(&path, &e)),
+            };
+            let end = at.offset.saturating_add(at.len);
+            let size = file.metadata().map_err(|e| io_error(&path, &e))?.len();
+            let zeros = vec![0u8; 1 << 20];
+            let mut offset = at.offset;
+            while offset < end.min(size) {
+                let n = (end.min(size) - offset).min(zeros.len() as u64);
+                file.write_all_at(&zeros[..n as usize], offset)
+                    .map_err(|e| io_error(&path, &e))?;
+                offset += n;
+            }
+            file.sync_data().map_err(|e| io_error(&path, &e))?;
+            return Ok(());
+        }
+        Ok(())
+    }
+
     /// Deletes files `numbers` (under either name) for good: nothing
     /// refers to them any more. A file already gone is no error. Returns
     /// the bytes they held.

@@ -1,0 +1,608 @@
+//! Removing one text of one record for good, keeping the chain
+//! verifiable: [`Store::redact`].
+//!
+//! A redacted record is stored as an envelope (`codec::Envelope`): the
+//! record's address as it was, when and why it was redacted, and its
+//! encoding with the text replaced by `TextRepr::Redacted` (the text's
+//! hash and length). Every later record hashes the redacted record's
+//! address, so `verify` still proves every record that is not redacted
+//! untouched; of the redacted record it can prove only that its address is
+//! the one the chain was built on, not that its other fields are as they
+//! were (their bytes went into that address with the text).
+//!
+//! A redaction is decided by one batch: the chunks holding the record (the
+//! settled one, and a staged copy left from before it settled) and the
+//! view blocks showing its text rewritten, and a pending-redaction key
+//! (`Z` id seq) naming what else must go. Then: the blob holding a long
+//! text, unless another record or view refers to it; the old bodies in the
+//! segment files, overwritten with zeros; and last, in one batch, the
+//! redaction event appended (a `config` event whose delta is
+//! `{"redaction": {...}}`) and the pending key removed. The next open
+//! finishes a redaction a process left pending.
+//!
+//! sled keeps the overwritten values in its own files until it reuses
+//! their space; so does PostgreSQL until a vacuum. Redaction is refused on
+//! a database server for now: another process's append may have found the
+//! blob stored and relied on it (as for `delete`).
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::append::{encode_all, write_records, Appended, Writes};
+use crate::backend::{Batch, Keyspace, SegmentRef};
+use crate::codec::{
+    decode, decode_record, encode, envelope, link, BlobRef, BlobValue, BodyRepr, ChunkRepr,
+    Envelope, RecordRepr, TextRepr, REDACTED_MARK,
+};
+use crate::error::{StoreError, StoreResult};
+use crate::event::{Event, EventKind, Json, Timestamp};
+use crate::hash::BlobHash;
+use crate::ids::ConversationId;
+use crate::keys::{self, Space};
+use crate::log::Located;
+use crate::store::Store;
+
+/// Which text of a record a redaction removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedactField {
+    /// The `text` of a `user`, `assistant`, `reasoning` or `system` event.
+    Text,
+    /// The `content` of a `tool_result`.
+    Content,
+    /// The `arguments` of a `tool_call`.
+    Arguments,
+    /// The `payload` of an `extension`.
+    Payload,
+    /// The `delta` of a `config` event.
+    Delta,
+    /// The `meta` of any event.
+    Meta,
+}
+
+impl RedactField {
+    /// Every field, in the order of their names.
+    pub const ALL: [RedactField; 6] = [
+        RedactField::Text,
+        RedactField::Content,
+        RedactField::Arguments,
+        RedactField::Payload,
+        RedactField::Delta,
+        RedactField::Meta,
+    ];
+
+    /// Its name in events (`text`, `content`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedactField::Text => "text",
+            RedactField::Content => "content",
+            RedactField::Arguments => "arguments",
+            RedactField::Payload => "payload",
+            RedactField::Delta => "delta",
+            RedactField::Meta => "meta",
+        }
+    }
+
+    /// The field named `name`.
+    pub fn parse(name: &str) -> Option<RedactField> {
+        RedactField::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+}
+
+/// What [`Store::redact`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Redaction {
+    /// The conversation whose log holds the record (a fork's parent, for a
+    /// record the fork shares).
+    pub owner: ConversationId,
+    /// The record.
+    pub seq: u64,
+    /// The text removed.
+    pub field: RedactField,
+    /// The text's length in bytes...
+    pub len: u64,
+    /// ...and its blake3 hash, which the record keeps.
+    pub hash: BlobHash,
+    /// Whether the text was a blob that nothing else referred to, and
+    /// went.
+    pub blob_removed: bool,
+    /// View blocks rewritten.
+    pub view_blocks: u64,
+    /// The redaction event appended to the conversation asked for.
+    pub event: Appended,
+}
+
+/// A redaction decided and not finished (`Z` id seq).
+#[derive(Debug, Serialize, Deserialize)]
+struct Pending {
+    by: [u8; 16],
+    field: String,
+    reason: String,
+    time: Timestamp,
+    len: u64,
+    hash: [u8; 32],
+    /// Bodies in the segment files that held the text.
+    scrub: Vec<SegmentRef>,
+    /// The blob that held it, to remove unless something else refers to
+    /// it.
+    blob: Option<[u8; 32]>,
+}
+
+impl Store {
+    /// Removes `field` (by default the record's main text) of record `seq`
+    /// of `id` for good: from the record, a staged copy, the views showing
+    /// it, its blob if nothing else refers to it, and the segment files;
+    /// then appends a redaction event to `id` saying so. The record reads
+    /// as `[redacted]` (a JSON field as `{"redacted":true}`).
+    ///
+    /// Once this returns the redaction is durable; a process killed during
+    /// it leaves the record either whole or redacted (the next open
+    /// finishes what is left).
+    pub fn redact(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        field: Option<RedactField>,
+        reason: &str,
+    ) -> StoreResult<Redaction> {
+        let refuse = |why: String| StoreError::NotRedactable { seq, why };
+        if self.kv.is_server() {
+            return Err(refuse(
+                "redaction is not supported on a database server yet".to_owned(),
+            ));
+        }
+        let _turn = self.lock_conversation(id);
+        let guard = self.lock_writes();
+        let len = self.meta(id)?.len;
+        if seq >= len {
+            return Err(StoreError::NoSuchRecord { seq, len });
+        }
+        // The conversation whose own log holds the record.
+        let mut owner = *id;
+        while let Some(point) = self.fork_point(&owner)? {
+            if seq >= point.at {
+                break;
+            }
+            owner = point.parent;
+        }
+        let settled = self.settled(&owner)?;
+        let time = Timestamp::now();
+        let mut writes = Writes::new(self);
+        let mut scrub = Vec::new();
+        let mut found: Option<(RedactField, BlobRef, bool)> = None;
+        let live = Store::space_of(seq, settled);
+        for space in [live, other(live)] {
+            let Some((key, value)) = self.chunk_holding(space, &owner, seq)? else {
+                continue;
+            };
+            let located = Located::new(self.format, &owner, &key, value)?;
+            let first_seq = keys::key_seq(&key).unwrap_or(0);
+            if let Located::Segment { at, .. } = &located {
+                scrub.push(*at);
+            }
+            let chunk = located.into_loaded(self, &owner)?;
+            let index = (seq - first_seq) as usize;
+            if index >= chunk.layout.entries.len() {
+                continue;
+            }
+            let repr: ChunkRepr<'_> = decode(&chunk.bytes, "chunk")?;
+            let mut address = repr.parent;
+            for entry in &repr.entries[..=index] {
+                address = link(&address, entry.record);
+            }
+            let bytes = repr.entries[index].record;
+            if envelope(bytes)?.is_some() {
+                if space == live {
+                    return Err(refuse("it is already redacted".to_owned()));
+                }
+                continue;
+            }
+            let record = decode_record(bytes)?;
+            let field = match field {
+                Some(f) => f,
+                None => main_field(&record).ok_or_else(|| {
+                    refuse(format!(
+                        "a {} event has no text to redact",
+                        record.body.event_type().as_str()
+                    ))
+                })?,
+            };
+            let (redacted, text, was_blob) =
+                redact_field(&record, field).map_err(|why| refuse(why.to_owned()))?;
+            let inner = encode(&redacted);
+            let mut stored = vec![REDACTED_MARK];
+            stored.extend(encode(&Envelope {
+                address,
+                time,
+                by: *id.as_bytes(),
+                reason,
+                record: &inner,
+            }));
+            let mut entries = repr.entries.clone();
+            entries[index].record = &stored;
+            let rewritten = ChunkRepr {
+                parent: repr.parent,
+                entries,
+            };
+            writes.push_chunk(key, encode(&rewritten), rewritten.entries.len() as u64);
+            found = Some((field, text, was_blob));
+        }
+        let Some((field, text, was_blob)) = found else {
+            return Err(StoreError::Corrupt {
+                what: format!("conversation {owner}: no chunk holds record {seq}"),
+            });
+        };
+        let mut view_blocks = 0;
+        for holder in self.sharing(&owner, seq)? {
+            let mut prefix = vec![keys::VIEW_BLOCK];
+            prefix.extend_from_slice(holder.as_bytes());
+            for pair in self.scan_prefix(prefix) {
+                let (key, value) = pair?;
+                let changed = crate::views::redact_block(&value, seq, &|bytes| {
+                    let record = decode_record(bytes).ok()?;
+                    let (redacted, shown, _) = redact_field(&record, field).ok()?;
+                    (shown == text).then(|| encode(&redacted))
+                })?;
+                if let Some(block) = changed {
+                    writes.batch.put(key.to_vec(), block);
+                    view_blocks += 1;
+                }
+            }
+        }
+        let pending = Pending {
+            by: *id.as_bytes(),
+            field: field.as_str().to_owned(),
+            reason: reason.to_owned(),
+            time,
+            len: text.len,
+            hash: *text.hash.as_bytes(),
+            scrub,
+            blob: was_blob.then_some(*text.hash.as_bytes()),
+        };
+        let marker = keys::redacting(&owner, seq);
+        writes.batch.put(marker.clone(), encode(&pending));
+        self.commit(&[], writes)?;
+        self.sync()?;
+        let blob_removed = self.finish_redaction(&marker, pending)?;
+        let event = self.redaction_event(id, seq, field, reason, time)?;
+        drop(guard);
+        self.sync()?;
+        Ok(Redaction {
+            owner,
+            seq,
+            field,
+            len: text.len,
+            hash: text.hash,
+            blob_removed,
+            view_blocks,
+            event,
+        })
+    }
+
+    /// The chunk of `id` in `space` whose first record is the last at or
+    /// before `seq` (it may end before `seq`).
+    fn chunk_holding(
+        &self,
+        space: Space,
+        id: &ConversationId,
+        seq: u64,
+    ) -> StoreResult<Option<(Vec<u8>, crate::backend::Bytes)>> {
+        let found = self
+            .kv
+            .scan(
+                Keyspace::Main,
+                crate::backend::through(keys::chunks(space, id), keys::chunk(space, id, seq)),
+                true,
+            )
+            .next()
+            .transpose()?;
+        Ok(found.map(|(k, v)| (k.to_vec(), v)))
+    }
+
+    /// `owner` and every fork (of a fork...) of it that shares record
+    /// `seq` of its log.
+    fn sharing(&self, owner: &ConversationId, seq: u64) -> StoreResult<Vec<ConversationId>> {
+        let mut out = vec![*owner];
+        for fork in self.forks_of(owner)? {
+            let mut at = fork;
+            let mut shares = true;
+            while at != *owner {
+                let Some(point) = self.fork_point(&at)? else {
+                    shares = false;
+                    break;
+                };
+                shares &= seq < point.at;
+                at = point.parent;
+            }
+            if shares {
+                out.push(fork);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes the blob and scrubs the bodies `pending` names, then the
+    /// redaction's pending key (the event is appended by the caller, or,
+    /// for a redaction a process left, here). Returns whether the blob
+    /// went. Called under the write lock.
+    fn finish_redaction(&self, marker: &[u8], mut pending: Pending) -> StoreResult<bool> {
+        let mut removed = false;
+        if let Some(hash) = pending.blob {
+            let hash = BlobHash::from_bytes(hash);
+            let mut candidates = HashSet::from([hash]);
+            if self.keep_referenced(&[], &mut candidates)? && !candidates.is_empty() {
+                if let Some(value) = self.kv.get(Keyspace::Blobs, hash.as_bytes())? {
+                    if self.format >= 2 {
+                        if let Ok(BlobValue::Segment(at)) = decode(&value, "blob") {
+                            pending.scrub.push(at);
+                        }
+                    }
+                    let mut batch = Batch::new();
+                    batch.remove(Keyspace::Blobs, hash.as_bytes().to_vec());
+                    self.kv.apply(batch)?;
+                    self.sync()?;
+                    removed = true;
+                }
+            }
+        }
+        if let Some(segments) = self.segments() {
+            for at in &pending.scrub {
+                segments.scrub(at)?;
+            }
+        }
+        let mut batch = Batch::new();
+        batch.put(
+            marker.to_vec(),
+            encode(&Pending {
+                blob: None,
+                ..pending
+            }),
+        );
+        self.kv.apply(batch)?;
+        Ok(removed)
+    }
+
+    /// Appends the redaction event to `by` and removes the pending key of
+    /// the redaction, in one batch, unsynced. Called under the write lock
+    /// and `by`'s turn.
+    fn redaction_event(
+        &self,
+        by: &ConversationId,
+        seq: u64,
+        field: RedactField,
+        reason: &str,
+        time: Timestamp,
+    ) -> StoreResult<Appended> {
+        let delta = serde_json::json!({
+            "redaction": { "seq": seq, "field": field.as_str(), "reason": reason }
+        });
+        let events = [Event::new(
+            time,
+            EventKind::Config {
+                delta: Json::from_value(&delta),
+            },
+        )];
+        let encoded = encode_all(&events, u64::MAX)?;
+        let (meta, raw) = self.meta_and_bytes(by)?;
+        let owner = self.owner_of(by, seq)?;
+        let placement = self.place(by, &meta, &encoded)?;
+        let mut writes = Writes::new(self);
+        writes.require(keys::conversation(by), Some(raw));
+        let appended = write_records(by, meta, &encoded, &placement, &mut writes)?;
+        writes.batch.delete(keys::redacting(&owner, seq));
+        self.commit(&encoded, writes)?;
+        Ok(appended)
+    }
+
+    fn owner_of(&self, id: &ConversationId, seq: u64) -> StoreResult<ConversationId> {
+        let mut owner = *id;
+        while let Some(point) = self.fork_point(&owner)? {
+            if seq >= point.at {
+                break;
+            }
+            owner = point.parent;
+        }
+        Ok(owner)
+    }
+
+    /// Finishes redactions a process left pending (killed after the batch
+    /// that decided them): run when a database is opened, before any
+    /// write. Best effort, like [`Store::finish_deletions`].
+    pub(crate) fn finish_redactions(&self) {
+        let pending: Vec<_> = self
+            .scan_prefix([keys::REDACTING])
+            .filter_map(Result::ok)
+            .map(|(k, v)| (k.to_vec(), v))
+            .collect();
+        for (key, value) in pending {
+            let Ok(p) = decode::<Pending>(&value, "pending redaction") else {
+                continue;
+            };
+            let (Some(owner), Some(seq)) = (keys::conversation_of(&key), keys::key_seq(&key))
+            else {
+                continue;
+            };
+            let by = ConversationId::from_bytes(p.by);
+            let (field, reason, time) = (p.field.clone(), p.reason.clone(), p.time);
+            let _turn = self.lock_conversation(&by);
+            let _guard = self.lock_writes();
+            if self.finish_redaction(&key, p).is_err() {
+                continue;
+            }
+            let field = RedactField::parse(&field).unwrap_or(RedactField::Text);
+            if self.meta(&by).is_err()
+                || self
+                    .redaction_event(&by, seq, field, &reason, time)
+                    .is_err()
+            {
+                // The conversation that asked is gone: the record is
+                // redacted all the same.
+                let mut batch = Batch::new();
+                batch.delete(keys::redacting(&owner, seq));
+                let _ = self.kv.apply(batch);
+            }
+            let _ = self.sync();
+        }
+    }
+}
+
+fn other(space: Space) -> Space {
+    match space {
+        Space::Settled => Space::Staged,
+        Space::Staged => Space::Settled,
+    }
+}
+
+/// The field a redaction of `record` removes when none is named.
+fn main_field(record: &RecordRepr<'_>) -> Option<RedactField> {
+    match record.body {
+        BodyRepr::User(_)
+        | BodyRepr::Assistant(_)
+        | BodyRepr::Reasoning(_)
+        | BodyRepr::System(_) => Some(RedactField::Text),
+        BodyRepr::ToolCall { .. } => Some(RedactField::Arguments),
+        BodyRepr::ToolResult { .. } => Some(RedactField::Content),
+        BodyRepr::Extension { .. } => Some(RedactField::Payload),
+        BodyRepr::Config(_) => Some(RedactField::Delta),
+        BodyRepr::TurnStart | BodyRepr::Compaction(_) => None,
+    }
+}
+
+/// `record` with `field` replaced by its hash and length; that hash and
+/// length, and whether the text was a blob.
+fn redact_field<'a>(
+    record: &RecordRepr<'a>,
+    field: RedactField,
+) -> Result<(RecordRepr<'a>, BlobRef, bool), &'static str> {
+    let mut out = RecordRepr {
+        timestamp: record.timestamp,
+        meta: record.meta,
+        body: copy_body(&record.body),
+    };
+    let slot: &mut TextRepr<'a> = match (field, &mut out.body) {
+        (RedactField::Meta, _) => match &mut out.meta {
+            Some(t) => t,
+            None => return Err("it has no meta"),
+        },
+        (
+            RedactField::Text,
+            BodyRepr::User(t)
+            | BodyRepr::Assistant(t)
+            | BodyRepr::Reasoning(t)
+            | BodyRepr::System(t),
+        )
+        | (RedactField::Arguments, BodyRepr::ToolCall { arguments: t, .. })
+        | (RedactField::Content, BodyRepr::ToolResult { content: t, .. })
+        | (RedactField::Payload, BodyRepr::Extension { payload: t, .. })
+        | (RedactField::Delta, BodyRepr::Config(t)) => t,
+        (_, BodyRepr::Compaction(_)) => {
+            return Err("a compaction cannot be redacted (append one that replaces its summary)")
+        }
+        _ => return Err("its event has no such field"),
+    };
+    let (blob, was_blob) = match *slot {
+        TextRepr::Inline(s) => (
+            BlobRef {
+                hash: BlobHash::of(s.as_bytes()),
+                len: s.len() as u64,
+            },
+            false,
+        ),
+        TextRepr::Blob(blob) => (blob, true),
+        TextRepr::Redacted(_) => return Err("that field is already redacted"),
+    };
+    *slot = TextRepr::Redacted(blob);
+    Ok((out, blob, was_blob))
+}
+
+fn copy_body<'a>(body: &BodyRepr<'a>) -> BodyRepr<'a> {
+    match body {
+        // A compaction is refused by `redact_field` before it is needed.
+        BodyRepr::TurnStart | BodyRepr::Compaction(_) => BodyRepr::TurnStart,
+        BodyRepr::User(t) => BodyRepr::User(*t),
+        BodyRepr::Assistant(t) => BodyRepr::Assistant(*t),
+        BodyRepr::Reasoning(t) => BodyRepr::Reasoning(*t),
+        BodyRepr::ToolCall {
+            id,
+            name,
+            arguments,
+        } => BodyRepr::ToolCall {
+            id,
+            name,
+            arguments: *arguments,
+        },
+        BodyRepr::ToolResult {
+            id,
+            content,
+            is_error,
+        } => BodyRepr::ToolResult {
+            id,
+            content: *content,
+            is_error: *is_error,
+        },
+        BodyRepr::System(t) => BodyRepr::System(*t),
+        BodyRepr::Config(t) => BodyRepr::Config(*t),
+        BodyRepr::Extension { name, payload } => BodyRepr::Extension {
+            name,
+            payload: *payload,
+        },
+    }
+}
+
+/// A redacted record, as [`Store::redactions`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedactedRecord {
+    /// The record.
+    pub seq: u64,
+    /// The texts removed from it.
+    pub fields: Vec<RedactField>,
+    /// When.
+    pub time: Timestamp,
+    /// Why.
+    pub reason: String,
+    /// The conversation whose log holds the redaction event.
+    pub by: ConversationId,
+}
+
+impl Store {
+    /// The redacted records of `id`'s log, in order; `own` leaves out
+    /// those a fork shares with its parent.
+    pub fn redactions(&self, id: &ConversationId, own: bool) -> StoreResult<Vec<RedactedRecord>> {
+        let len = self.meta(id)?.len;
+        let start = if own {
+            self.fork_point(id)?.map_or(0, |p| p.at)
+        } else {
+            0
+        };
+        let mut out = Vec::new();
+        for chunk in self.chunks(id, start, len)? {
+            for (seq, bytes) in chunk?.raw_records(self, start, len)? {
+                let Some(envelope) = envelope(&bytes)? else {
+                    continue;
+                };
+                let record = decode_record(&bytes)?;
+                let mut fields = Vec::new();
+                if let Some(TextRepr::Redacted(_)) = record.meta {
+                    fields.push(RedactField::Meta);
+                }
+                if let Some(main) = main_field(&record) {
+                    if redact_field(&record, main).is_err()
+                        && record.texts().any(|t| matches!(t, TextRepr::Redacted(_)))
+                    {
+                        fields.insert(0, main);
+                    }
+                }
+                out.push(RedactedRecord {
+                    seq,
+                    fields,
+                    time: envelope.time,
+                    reason: envelope.reason.to_owned(),
+                    by: ConversationId::from_bytes(envelope.by),
+                });
+            }
+        }
+        Ok(out)
+    }
+}

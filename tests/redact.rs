@@ -1,0 +1,140 @@
+//! Redaction: the text goes from the record, its staged copy, its views
+//! and its blob; every address stays, so the chain verifies; a fork
+//! sharing the record reads it redacted; a redaction event is appended.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod support;
+
+use convstore_engine::views;
+use convstore_store::{
+    AppendOptions, ConversationId, Event, EventKind, RedactField, Store, StoreError, Timestamp,
+};
+use support::backends::Place;
+
+fn user(text: &str) -> Event {
+    Event::new(
+        Timestamp::now(),
+        EventKind::User {
+            text: text.to_owned(),
+        },
+    )
+}
+
+fn texts(store: &Store, id: &ConversationId) -> Vec<String> {
+    let len = store.info(id).unwrap().len;
+    (0..len)
+        .map(|seq| match store.record(id, seq).unwrap().event.kind {
+            EventKind::User { text } => text,
+            EventKind::Config { delta } => delta.as_str().to_owned(),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_redacted_text_is_gone_and_the_chain_still_verifies() {
+    for place in Place::each() {
+        let store = place.open();
+        let long = "SECRET-LONG ".repeat(200);
+        let events = vec![
+            user("hello"),
+            user("key sk-SECRET-1"),
+            user(&long),
+            user("bye"),
+        ];
+        let (id, _) = store
+            .create_and_append(Some("c"), &events, &AppendOptions::default())
+            .unwrap();
+        if place.name() == "postgres" {
+            let refused = store.redact(&id, 1, None, "leak");
+            assert!(
+                matches!(refused, Err(StoreError::NotRedactable { .. })),
+                "{refused:?}"
+            );
+            continue;
+        }
+        let (fork, _) = store
+            .fork(&id, 3, Some("f"), &[user("fork's own")])
+            .unwrap();
+        views::refresh(&store, &id, "v", None).unwrap();
+        views::refresh(&store, &fork, "v", None).unwrap();
+        let before: Vec<_> = (0..4)
+            .map(|s| store.record(&id, s).unwrap().address)
+            .collect();
+
+        let short = store.redact(&id, 1, None, "a key").unwrap();
+        assert_eq!(
+            (short.seq, short.field, short.len),
+            (1, RedactField::Text, 15)
+        );
+        assert_eq!(short.event.first_seq, 4);
+        let long_one = store.redact(&fork, 2, None, "too long").unwrap();
+        assert_eq!(long_one.owner, id);
+        assert!(long_one.blob_removed);
+
+        let after: Vec<_> = (0..4)
+            .map(|s| store.record(&id, s).unwrap().address)
+            .collect();
+        assert_eq!(before, after, "{}", place.name());
+        let got = texts(&store, &id);
+        assert_eq!(&got[..4], ["hello", "[redacted]", "[redacted]", "bye"]);
+        assert!(got[4].contains("a key"), "{}", got[4]);
+        // The fork shares records 0..3 and got its own redaction event.
+        let forked = texts(&store, &fork);
+        assert_eq!(
+            &forked[..4],
+            ["hello", "[redacted]", "[redacted]", "fork's own"]
+        );
+        assert!(forked[4].contains("too long"), "{}", forked[4]);
+
+        // Views, brought up to date, equal fresh projections; none holds
+        // the texts.
+        for (conversation, name) in [(id, "v"), (fork, "v")] {
+            let (state, _) = views::refresh(&store, &conversation, name, None).unwrap();
+            assert_eq!(views::check(&store, &conversation, &state).unwrap(), None);
+            let mut shown = Vec::new();
+            views::read(&store, &conversation, name, |e| {
+                shown.push(format!("{:?}", e.event));
+                Ok(())
+            })
+            .unwrap();
+            let shown = shown.concat();
+            assert!(!shown.contains("SECRET"), "{shown}");
+        }
+        assert!(store.verify_all().unwrap().is_ok(), "{}", place.name());
+        let listed = store.redactions(&id, true).unwrap();
+        assert_eq!(
+            listed
+                .iter()
+                .map(|r| (r.seq, r.reason.as_str()))
+                .collect::<Vec<_>>(),
+            [(1, "a key"), (2, "too long")]
+        );
+
+        // Twice, or a record without text: refused, nothing stored.
+        let len = store.info(&id).unwrap().len;
+        assert!(matches!(
+            store.redact(&id, 1, None, "again"),
+            Err(StoreError::NotRedactable { .. })
+        ));
+        assert!(matches!(
+            store.redact(&id, 0, Some(RedactField::Meta), "x"),
+            Err(StoreError::NotRedactable { .. })
+        ));
+        assert!(matches!(
+            store.redact(&id, 99, None, "x"),
+            Err(StoreError::NoSuchRecord { .. })
+        ));
+        assert_eq!(store.info(&id).unwrap().len, len);
+
+        // Reopened, everything stands.
+        drop(store);
+        let store = place.open();
+        assert_eq!(
+            &texts(&store, &id)[..4],
+            ["hello", "[redacted]", "[redacted]", "bye"]
+        );
+        assert!(store.verify_all().unwrap().is_ok());
+    }
+}
