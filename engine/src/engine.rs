@@ -444,13 +444,7 @@ impl Engine {
         field: Option<convstore_store::RedactField>,
         reason: &str,
     ) -> Result<convstore_store::Redaction> {
-        let mut owner = *id;
-        while let Some(point) = self.store.fork_point(&owner)? {
-            if seq >= point.at {
-                break;
-            }
-            owner = point.parent;
-        }
+        let owner = self.store.owner_of(id, seq)?;
         self.forget_in_index(&[owner], true);
         let redaction = self.store.redact(id, seq, field, reason)?;
         // A write meanwhile may have indexed it again.

@@ -158,14 +158,7 @@ impl Store {
         if seq >= len {
             return Err(StoreError::NoSuchRecord { seq, len });
         }
-        // The conversation whose own log holds the record.
-        let mut owner = *id;
-        while let Some(point) = self.fork_point(&owner)? {
-            if seq >= point.at {
-                break;
-            }
-            owner = point.parent;
-        }
+        let owner = self.owner_of(id, seq)?;
         let settled = self.settled(&owner)?;
         let time = Timestamp::now();
         let mut writes = Writes::new(self);
@@ -395,7 +388,9 @@ impl Store {
         Ok(appended)
     }
 
-    fn owner_of(&self, id: &ConversationId, seq: u64) -> StoreResult<ConversationId> {
+    /// The conversation whose own log holds record `seq` of `id`: `id`, or
+    /// for a record a fork shares, the ancestor it comes from.
+    pub fn owner_of(&self, id: &ConversationId, seq: u64) -> StoreResult<ConversationId> {
         let mut owner = *id;
         while let Some(point) = self.fork_point(&owner)? {
             if seq >= point.at {
