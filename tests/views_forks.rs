@@ -184,37 +184,21 @@ fn check_finds_a_view_that_differs_from_the_log() {
         block.events[1].event.kind = convstore_store::EventKind::User {
             text: "tampered".to_owned(),
         };
-        store
-            .write_view(
-                &id,
-                &convstore_store::ViewUpdate {
-                    expected_len: Some(state.len),
-                    state: state.clone(),
-                    removed: vec![(0, u64::MAX)],
-                    blocks: vec![block],
-                    reset_calls: false,
-                    calls: Vec::new(),
-                    no_sync: false,
-                },
-            )
-            .unwrap();
+        replace_blocks(
+            &store,
+            &id,
+            state.len,
+            state.clone(),
+            &[(0, u64::MAX)],
+            vec![block],
+        )
+        .unwrap();
         let state = store.view_state(&id, "v").unwrap().unwrap();
         let problem = views::check(&store, &id, &state).unwrap().unwrap();
         assert!(problem.contains("event 1 differs"), "{problem}");
 
         // A write computed from a state that is no longer stored is refused.
-        let stale = store.write_view(
-            &id,
-            &convstore_store::ViewUpdate {
-                expected_len: Some(state.len + 1),
-                state,
-                removed: Vec::new(),
-                blocks: Vec::new(),
-                reset_calls: false,
-                calls: Vec::new(),
-                no_sync: false,
-            },
-        );
+        let stale = replace_blocks(&store, &id, state.len + 1, state, &[], Vec::new());
         assert!(matches!(
             stale,
             Err(convstore_store::StoreError::HeadMismatch { .. })
@@ -252,20 +236,15 @@ fn a_torn_view_is_rebuilt_at_its_next_refresh() {
             events: 0,
             ..state.clone()
         };
-        store
-            .write_view(
-                &id,
-                &convstore_store::ViewUpdate {
-                    expected_len: Some(state.len),
-                    state: torn_state,
-                    removed: vec![(1, u64::MAX)],
-                    blocks: Vec::new(),
-                    reset_calls: false,
-                    calls: Vec::new(),
-                    no_sync: false,
-                },
-            )
-            .unwrap();
+        replace_blocks(
+            &store,
+            &id,
+            state.len,
+            torn_state,
+            &[(1, u64::MAX)],
+            Vec::new(),
+        )
+        .unwrap();
         let torn = store.view_state(&id, "v").unwrap().unwrap();
         let problem = views::check(&store, &id, &torn).unwrap().unwrap();
         assert!(problem.contains("blocks cover turns up to"), "{problem}");
@@ -280,6 +259,31 @@ fn a_torn_view_is_rebuilt_at_its_next_refresh() {
             views::Refresh::Current
         );
     }
+}
+
+/// Writes view "v" of `id` as `state` over the stored state of length
+/// `expected_len`: the blocks starting in turns `removed` replaced by
+/// `blocks`, the call index kept.
+fn replace_blocks(
+    store: &Store,
+    id: &ConversationId,
+    expected_len: u64,
+    state: convstore_store::ViewState,
+    removed: &[(u64, u64)],
+    blocks: Vec<convstore_store::ViewBlock>,
+) -> Result<(), convstore_store::StoreError> {
+    store.write_view(
+        id,
+        &convstore_store::ViewUpdate {
+            expected_len: Some(expected_len),
+            state,
+            removed: removed.to_vec(),
+            blocks,
+            reset_calls: false,
+            calls: Vec::new(),
+            no_sync: false,
+        },
+    )
 }
 
 fn read_view(store: &Store, id: &ConversationId, name: &str) -> Vec<ViewEvent> {

@@ -450,7 +450,9 @@ impl Engine {
         // A write meanwhile may have indexed it again.
         self.forget_in_index(&[redaction.owner], true);
         self.after_write(&redaction.owner);
-        self.after_write(id);
+        if redaction.owner != *id {
+            self.after_write(id);
+        }
         Ok(redaction)
     }
 

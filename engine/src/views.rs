@@ -211,12 +211,13 @@ fn try_refresh(
             });
         }
     }
-    // A view a failed write left torn is rebuilt whole.
-    let whole = match &old {
-        Some(old) if old.len <= info.len => torn(store, id, old)?.is_none(),
-        _ => true,
+    // The stored view to build on: not one a failed write left torn (it
+    // is rebuilt whole).
+    let reusable = match &old {
+        Some(o) if o.len <= info.len && torn(store, id, o)?.is_none() => Some(o),
+        _ => None,
     };
-    if let Some(old) = old.as_ref().filter(|_| whole) {
+    if let Some(old) = reusable {
         if old.len == info.len && old.head == info.head {
             return Ok((old.clone(), Refresh::Current));
         }
@@ -231,8 +232,8 @@ fn try_refresh(
         events: 0,
         created: old.as_ref().map_or_else(Timestamp::now, |o| o.created),
     };
-    let update = match &old {
-        Some(old) if whole && old.len > 0 && old.len <= info.len => {
+    let update = match reusable {
+        Some(old) if old.len > 0 => {
             Update::incremental(store, id, old, state.clone(), base.as_ref(), limits)?
         }
         _ => None,

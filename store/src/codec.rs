@@ -141,7 +141,7 @@ pub struct BlobRef {
 
 /// The canonical encoding of an event. Field and variant order are part of
 /// the format.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RecordRepr<'a> {
     pub timestamp: Timestamp,
     #[serde(borrow)]
@@ -151,7 +151,7 @@ pub(crate) struct RecordRepr<'a> {
 }
 
 /// Variants in the order of [`EventType::ALL`].
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum BodyRepr<'a> {
     TurnStart,
     User(#[serde(borrow)] TextRepr<'a>),
@@ -179,7 +179,7 @@ pub(crate) enum BodyRepr<'a> {
     Compaction(#[serde(borrow)] CompactionRepr<'a>),
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct CompactionRepr<'a> {
     pub from_turn: u64,
     pub to_turn: u64,

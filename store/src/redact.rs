@@ -120,8 +120,6 @@ struct Pending {
     field: String,
     reason: String,
     time: Timestamp,
-    len: u64,
-    hash: [u8; 32],
     /// Bodies in the segment files that held the text.
     scrub: Vec<SegmentRef>,
     /// The blob that held it, to remove unless something else refers to
@@ -159,73 +157,61 @@ impl Store {
             return Err(StoreError::NoSuchRecord { seq, len });
         }
         let owner = self.owner_of(id, seq)?;
-        let settled = self.settled(&owner)?;
         let time = Timestamp::now();
-        let mut writes = Writes::new(self);
-        let mut scrub = Vec::new();
-        let mut found: Option<(RedactField, BlobRef, bool)> = None;
-        let live = Store::space_of(seq, settled);
+        // The chunks holding the record: the live one first, then a staged
+        // copy left from before it settled.
+        let live = Store::space_of(seq, self.settled(&owner)?);
+        let mut holding = Vec::new();
         for space in [live, other(live)] {
-            let Some((key, value)) = self.chunk_holding(space, &owner, seq)? else {
-                continue;
-            };
-            let located = Located::new(self.format, &owner, &key, value)?;
-            let first_seq = keys::key_seq(&key).unwrap_or(0);
-            if let Located::Segment { at, .. } = &located {
-                scrub.push(*at);
-            }
-            let chunk = located.into_loaded(self, &owner)?;
-            let index = (seq - first_seq) as usize;
-            if index >= chunk.layout.entries.len() {
-                continue;
-            }
-            let repr: ChunkRepr<'_> = decode(&chunk.bytes, "chunk")?;
-            let mut address = repr.parent;
-            for entry in &repr.entries[..=index] {
-                address = link(&address, entry.record);
-            }
-            let bytes = repr.entries[index].record;
-            if envelope(bytes)?.is_some() {
-                if space == live {
-                    return Err(refuse("it is already redacted".to_owned()));
-                }
-                continue;
-            }
-            let record = decode_record(bytes)?;
-            let field = match field {
-                Some(f) => f,
-                None => main_field(&record).ok_or_else(|| {
-                    refuse(format!(
-                        "a {} event has no text to redact",
-                        record.body.event_type().as_str()
-                    ))
-                })?,
-            };
-            let (redacted, text, was_blob) =
-                redact_field(&record, field).map_err(|why| refuse(why.to_owned()))?;
-            let inner = encode(&redacted);
-            let mut stored = vec![REDACTED_MARK];
-            stored.extend(encode(&Envelope {
-                address,
-                time,
-                by: *id.as_bytes(),
-                reason,
-                record: &inner,
-            }));
-            let mut entries = repr.entries.clone();
-            entries[index].record = &stored;
-            let rewritten = ChunkRepr {
-                parent: repr.parent,
-                entries,
-            };
-            writes.push_chunk(key, encode(&rewritten), rewritten.entries.len() as u64);
-            found = Some((field, text, was_blob));
+            holding.extend(self.chunk_holding(space, &owner, seq)?);
         }
-        let Some((field, text, was_blob)) = found else {
+        let Some(first) = holding.first() else {
             return Err(StoreError::Corrupt {
                 what: format!("conversation {owner}: no chunk holds record {seq}"),
             });
         };
+        let repr: ChunkRepr<'_> = decode(&first.chunk.bytes, "chunk")?;
+        let bytes = repr.entries[first.index].record;
+        if envelope(bytes)?.is_some() {
+            return Err(refuse("it is already redacted".to_owned()));
+        }
+        let address = repr.entries[..=first.index]
+            .iter()
+            .fold(repr.parent, |parent, entry| link(&parent, entry.record));
+        let record = decode_record(bytes)?;
+        let field = match field {
+            Some(f) => f,
+            None => main_field(&record).ok_or_else(|| {
+                refuse(format!(
+                    "a {} event has no text to redact",
+                    record.body.event_type().as_str()
+                ))
+            })?,
+        };
+        let (redacted, text, was_blob) =
+            redact_field(&record, field).map_err(|why| refuse(why.to_owned()))?;
+        let inner = encode(&redacted);
+        let mut stored = vec![REDACTED_MARK];
+        stored.extend(encode(&Envelope {
+            address,
+            time,
+            by: *id.as_bytes(),
+            reason,
+            record: &inner,
+        }));
+        let mut writes = Writes::new(self);
+        let mut scrub = Vec::new();
+        for held in holding {
+            let repr: ChunkRepr<'_> = decode(&held.chunk.bytes, "chunk")?;
+            let mut entries = repr.entries.clone();
+            entries[held.index].record = &stored;
+            let rewritten = ChunkRepr {
+                parent: repr.parent,
+                entries,
+            };
+            writes.push_chunk(held.key, encode(&rewritten), rewritten.entries.len() as u64);
+            scrub.extend(held.at);
+        }
         let mut view_blocks = 0;
         for holder in self.sharing(&owner, seq)? {
             let mut prefix = vec![keys::VIEW_BLOCK];
@@ -248,8 +234,6 @@ impl Store {
             field: field.as_str().to_owned(),
             reason: reason.to_owned(),
             time,
-            len: text.len,
-            hash: *text.hash.as_bytes(),
             scrub,
             blob: was_blob.then_some(*text.hash.as_bytes()),
         };
@@ -258,7 +242,7 @@ impl Store {
         self.commit(&[], writes)?;
         self.sync()?;
         let blob_removed = self.finish_redaction(&marker, pending)?;
-        let event = self.redaction_event(id, seq, field, reason, time)?;
+        let event = self.redaction_event(id, &marker, seq, field, reason, time)?;
         drop(guard);
         self.sync()?;
         Ok(Redaction {
@@ -273,14 +257,13 @@ impl Store {
         })
     }
 
-    /// The chunk of `id` in `space` whose first record is the last at or
-    /// before `seq` (it may end before `seq`).
-    fn chunk_holding(
+    /// The chunk of `id` in `space` holding record `seq`, if one does.
+    pub(crate) fn chunk_holding(
         &self,
         space: Space,
         id: &ConversationId,
         seq: u64,
-    ) -> StoreResult<Option<(Vec<u8>, crate::backend::Bytes)>> {
+    ) -> StoreResult<Option<Held>> {
         let found = self
             .kv
             .scan(
@@ -290,7 +273,22 @@ impl Store {
             )
             .next()
             .transpose()?;
-        Ok(found.map(|(k, v)| (k.to_vec(), v)))
+        let Some((key, value)) = found else {
+            return Ok(None);
+        };
+        let located = Located::new(self.format, id, &key, value)?;
+        let at = match &located {
+            Located::Segment { at, .. } => Some(*at),
+            Located::Loaded(_) => None,
+        };
+        let chunk = located.into_loaded(self, id)?;
+        let index = usize::try_from(seq - chunk.first_seq).unwrap_or(usize::MAX);
+        Ok((index < chunk.layout.entries.len()).then(|| Held {
+            key: key.to_vec(),
+            chunk,
+            index,
+            at,
+        }))
     }
 
     /// `owner` and every fork (of a fork...) of it that shares record
@@ -315,20 +313,24 @@ impl Store {
         Ok(out)
     }
 
-    /// Removes the blob and scrubs the bodies `pending` names, then the
-    /// redaction's pending key (the event is appended by the caller, or,
-    /// for a redaction a process left, here). Returns whether the blob
-    /// went. Called under the write lock.
+    /// Removes the blob and scrubs the bodies `pending` names (the event,
+    /// which removes the pending key, is appended after). Returns whether
+    /// the blob went. Called under the write lock.
     fn finish_redaction(&self, marker: &[u8], mut pending: Pending) -> StoreResult<bool> {
         let mut removed = false;
-        if let Some(hash) = pending.blob {
+        if let Some(hash) = pending.blob.take() {
             let hash = BlobHash::from_bytes(hash);
             let mut candidates = HashSet::from([hash]);
             if self.keep_referenced(&[], &mut candidates)? && !candidates.is_empty() {
                 if let Some(value) = self.kv.get(Keyspace::Blobs, hash.as_bytes())? {
                     if self.format >= 2 {
                         if let Ok(BlobValue::Segment(at)) = decode(&value, "blob") {
+                            // Named before the blob goes, so that an open
+                            // after a kill still scrubs its body.
                             pending.scrub.push(at);
+                            let mut batch = Batch::new();
+                            batch.put(marker.to_vec(), encode(&pending));
+                            self.kv.apply(batch)?;
                         }
                     }
                     let mut batch = Batch::new();
@@ -344,15 +346,6 @@ impl Store {
                 segments.scrub(at)?;
             }
         }
-        let mut batch = Batch::new();
-        batch.put(
-            marker.to_vec(),
-            encode(&Pending {
-                blob: None,
-                ..pending
-            }),
-        );
-        self.kv.apply(batch)?;
         Ok(removed)
     }
 
@@ -362,6 +355,7 @@ impl Store {
     fn redaction_event(
         &self,
         by: &ConversationId,
+        marker: &[u8],
         seq: u64,
         field: RedactField,
         reason: &str,
@@ -378,12 +372,11 @@ impl Store {
         )];
         let encoded = encode_all(&events, u64::MAX)?;
         let (meta, raw) = self.meta_and_bytes(by)?;
-        let owner = self.owner_of(by, seq)?;
         let placement = self.place(by, &meta, &encoded)?;
         let mut writes = Writes::new(self);
         writes.require(keys::conversation(by), Some(raw));
         let appended = write_records(by, meta, &encoded, &placement, &mut writes)?;
-        writes.batch.delete(keys::redacting(&owner, seq));
+        writes.batch.delete(marker.to_vec());
         self.commit(&encoded, writes)?;
         Ok(appended)
     }
@@ -411,32 +404,30 @@ impl Store {
             .map(|(k, v)| (k.to_vec(), v))
             .collect();
         for (key, value) in pending {
-            let Ok(p) = decode::<Pending>(&value, "pending redaction") else {
-                continue;
-            };
-            let (Some(owner), Some(seq)) = (keys::conversation_of(&key), keys::key_seq(&key))
-            else {
+            let (Ok(p), Some(seq)) = (
+                decode::<Pending>(&value, "pending redaction"),
+                keys::key_seq(&key),
+            ) else {
                 continue;
             };
             let by = ConversationId::from_bytes(p.by);
-            let (field, reason, time) = (p.field.clone(), p.reason.clone(), p.time);
+            let field = RedactField::parse(&p.field).unwrap_or(RedactField::Text);
+            let (reason, time) = (p.reason.clone(), p.time);
             let _turn = self.lock_conversation(&by);
             let _guard = self.lock_writes();
             if self.finish_redaction(&key, p).is_err() {
                 continue;
             }
-            let field = RedactField::parse(&field).unwrap_or(RedactField::Text);
-            if self.meta(&by).is_err()
-                || self
-                    .redaction_event(&by, seq, field, &reason, time)
-                    .is_err()
-            {
+            let _ = if self.meta(&by).is_ok() {
+                self.redaction_event(&by, &key, seq, field, &reason, time)
+                    .map(drop)
+            } else {
                 // The conversation that asked is gone: the record is
                 // redacted all the same.
                 let mut batch = Batch::new();
-                batch.delete(keys::redacting(&owner, seq));
-                let _ = self.kv.apply(batch);
-            }
+                batch.delete(key.clone());
+                self.kv.apply(batch)
+            };
             let _ = self.sync();
         }
     }
@@ -464,22 +455,13 @@ fn main_field(record: &RecordRepr<'_>) -> Option<RedactField> {
     }
 }
 
-/// `record` with `field` replaced by its hash and length; that hash and
-/// length, and whether the text was a blob.
-fn redact_field<'a>(
-    record: &RecordRepr<'a>,
+/// The text `field` of `record`, to read or replace.
+fn slot<'r, 'a>(
+    record: &'r mut RecordRepr<'a>,
     field: RedactField,
-) -> Result<(RecordRepr<'a>, BlobRef, bool), &'static str> {
-    let mut out = RecordRepr {
-        timestamp: record.timestamp,
-        meta: record.meta,
-        body: copy_body(&record.body),
-    };
-    let slot: &mut TextRepr<'a> = match (field, &mut out.body) {
-        (RedactField::Meta, _) => match &mut out.meta {
-            Some(t) => t,
-            None => return Err("it has no meta"),
-        },
+) -> Result<&'r mut TextRepr<'a>, &'static str> {
+    match (field, &mut record.body) {
+        (RedactField::Meta, _) => record.meta.as_mut().ok_or("it has no meta"),
         (
             RedactField::Text,
             BodyRepr::User(t)
@@ -490,13 +472,23 @@ fn redact_field<'a>(
         | (RedactField::Arguments, BodyRepr::ToolCall { arguments: t, .. })
         | (RedactField::Content, BodyRepr::ToolResult { content: t, .. })
         | (RedactField::Payload, BodyRepr::Extension { payload: t, .. })
-        | (RedactField::Delta, BodyRepr::Config(t)) => t,
+        | (RedactField::Delta, BodyRepr::Config(t)) => Ok(t),
         (_, BodyRepr::Compaction(_)) => {
-            return Err("a compaction cannot be redacted (append one that replaces its summary)")
+            Err("a compaction cannot be redacted (append one that replaces its summary)")
         }
-        _ => return Err("its event has no such field"),
-    };
-    let (blob, was_blob) = match *slot {
+        _ => Err("its event has no such field"),
+    }
+}
+
+/// `record` with `field` replaced by its hash and length; that hash and
+/// length, and whether the text was a blob.
+fn redact_field<'a>(
+    record: &RecordRepr<'a>,
+    field: RedactField,
+) -> Result<(RecordRepr<'a>, BlobRef, bool), &'static str> {
+    let mut out = record.clone();
+    let text = slot(&mut out, field)?;
+    let (blob, was_blob) = match *text {
         TextRepr::Inline(s) => (
             BlobRef {
                 hash: BlobHash::of(s.as_bytes()),
@@ -507,42 +499,17 @@ fn redact_field<'a>(
         TextRepr::Blob(blob) => (blob, true),
         TextRepr::Redacted(_) => return Err("that field is already redacted"),
     };
-    *slot = TextRepr::Redacted(blob);
+    *text = TextRepr::Redacted(blob);
     Ok((out, blob, was_blob))
 }
 
-fn copy_body<'a>(body: &BodyRepr<'a>) -> BodyRepr<'a> {
-    match body {
-        // A compaction is refused by `redact_field` before it is needed.
-        BodyRepr::TurnStart | BodyRepr::Compaction(_) => BodyRepr::TurnStart,
-        BodyRepr::User(t) => BodyRepr::User(*t),
-        BodyRepr::Assistant(t) => BodyRepr::Assistant(*t),
-        BodyRepr::Reasoning(t) => BodyRepr::Reasoning(*t),
-        BodyRepr::ToolCall {
-            id,
-            name,
-            arguments,
-        } => BodyRepr::ToolCall {
-            id,
-            name,
-            arguments: *arguments,
-        },
-        BodyRepr::ToolResult {
-            id,
-            content,
-            is_error,
-        } => BodyRepr::ToolResult {
-            id,
-            content: *content,
-            is_error: *is_error,
-        },
-        BodyRepr::System(t) => BodyRepr::System(*t),
-        BodyRepr::Config(t) => BodyRepr::Config(*t),
-        BodyRepr::Extension { name, payload } => BodyRepr::Extension {
-            name,
-            payload: *payload,
-        },
-    }
+/// A chunk holding a record: its key, the chunk, the record's index in it
+/// and where its body is in the segment files, if it is there.
+pub(crate) struct Held {
+    pub key: Vec<u8>,
+    pub chunk: crate::log::LoadedChunk,
+    pub index: usize,
+    pub at: Option<SegmentRef>,
 }
 
 /// A redacted record, as [`Store::redactions`] finds it.
@@ -577,18 +544,11 @@ impl Store {
                 let Some(envelope) = envelope(&bytes)? else {
                     continue;
                 };
-                let record = decode_record(&bytes)?;
-                let mut fields = Vec::new();
-                if let Some(TextRepr::Redacted(_)) = record.meta {
-                    fields.push(RedactField::Meta);
-                }
-                if let Some(main) = main_field(&record) {
-                    if redact_field(&record, main).is_err()
-                        && record.texts().any(|t| matches!(t, TextRepr::Redacted(_)))
-                    {
-                        fields.insert(0, main);
-                    }
-                }
+                let mut record = decode_record(&bytes)?;
+                let fields = RedactField::ALL
+                    .into_iter()
+                    .filter(|&f| matches!(slot(&mut record, f), Ok(TextRepr::Redacted(_))))
+                    .collect();
                 out.push(RedactedRecord {
                     seq,
                     fields,

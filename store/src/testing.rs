@@ -2,18 +2,18 @@
 //! of the supported API.
 
 use crate::append::Writes;
-use crate::backend::{Bytes, Keyspace};
+use crate::backend::Keyspace;
 use crate::codec::{decode, encode, ChunkRepr};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::ConversationId;
 use crate::keys;
+use crate::redact::Held;
 use crate::store::Store;
 
 /// The canonical bytes of record `seq`.
 pub fn record_bytes(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<Vec<u8>> {
-    let (key, value, index) = chunk_of(store, id, seq)?;
-    let chunk = store.read_chunk(id, &key, value)?;
-    Ok(chunk.record_bytes(index).to_vec())
+    let held = chunk_of(store, id, seq)?;
+    Ok(held.chunk.record_bytes(held.index).to_vec())
 }
 
 /// Flips bit pattern `mask` in byte `byte` of record `seq`'s stored bytes,
@@ -25,9 +25,10 @@ pub fn flip_record_byte(
     byte: usize,
     mask: u8,
 ) -> StoreResult<()> {
-    let (key, value, index) = chunk_of(store, id, seq)?;
-    let loaded = store.read_chunk(id, &key, value)?;
-    let chunk: ChunkRepr<'_> = decode(&loaded.bytes, "chunk")?;
+    let Held {
+        key, chunk, index, ..
+    } = chunk_of(store, id, seq)?;
+    let chunk: ChunkRepr<'_> = decode(&chunk.bytes, "chunk")?;
     let mut record = chunk.entries[index].record.to_vec();
     record[byte] ^= mask;
     let mut entries = chunk.entries.clone();
@@ -45,20 +46,11 @@ pub fn flip_record_byte(
     Ok(())
 }
 
-fn chunk_of(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<(Vec<u8>, Bytes, usize)> {
+fn chunk_of(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<Held> {
     let space = Store::space_of(seq, store.settled(id)?);
-    let found = store
-        .kv
-        .scan(
-            Keyspace::Main,
-            crate::backend::through(keys::chunks(space, id), keys::chunk(space, id, seq)),
-            true,
-        )
-        .next()
-        .transpose()?;
-    let (key, bytes) = found.ok_or(StoreError::NoSuchRecord { seq, len: 0 })?;
-    let first = keys::key_seq(&key).unwrap_or(0);
-    Ok((key.to_vec(), bytes, (seq - first) as usize))
+    store
+        .chunk_holding(space, id, seq)?
+        .ok_or(StoreError::NoSuchRecord { seq, len: 0 })
 }
 
 /// Makes every store in this process write segment bodies without frames
