@@ -207,6 +207,50 @@ fn segment_files_holding_only_deleted_records_are_removed() {
     ok(&store);
 }
 
+/// A deletion that empties two segment files moves the bodies other
+/// conversations hold out of the first into neither: the second, current
+/// file, emptied after it, would take them with it.
+#[test]
+fn bodies_moved_out_of_one_emptied_file_do_not_land_in_another() {
+    let place = Place::new(false);
+    let store = place.open();
+    store.set_segment_min_bytes(0);
+    store.set_bulk_memory_bytes(1 << 12);
+    let long = |tag: &str, i: usize| format!("{tag} {i} {}", "x".repeat(2000));
+    let texts = |tag: &str| -> Vec<String> { (0..50).map(|i| long(tag, i)).collect() };
+    let (x, y) = (texts("x"), texts("y"));
+    // x and y in segment file 1...
+    let doomed = append(
+        &store,
+        "x",
+        &x.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let kept = append(
+        &store,
+        "y",
+        &y.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    // ...then x again, through a bulk append: file 2, where appends go on.
+    let mut bulk = store
+        .begin_bulk(BulkTarget::Existing(doomed), &AppendOptions::default())
+        .unwrap();
+    let more: Vec<Event> = (0..50).map(|i| user(&long("x2", i))).collect();
+    bulk.push(&more).unwrap();
+    bulk.commit().unwrap();
+    let dir = store.path().unwrap().join("segments");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+    let gone = store.delete(&doomed, false).unwrap();
+    assert_eq!(gone.segment_files, 2, "{gone:?}");
+    let read: Vec<String> = (0..50)
+        .map(|seq| match store.record(&kept, seq).unwrap().event.kind {
+            EventKind::User { text } => text,
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(read, y);
+    ok(&store);
+}
+
 /// An operation of the model test.
 #[derive(Debug, Clone)]
 enum Op {

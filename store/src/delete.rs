@@ -288,6 +288,11 @@ impl Store {
         // goes.
         if let Some(segments) = self.segments().filter(|_| self.format >= 2) {
             let before = segments.size_on_disk();
+            // No body moves into a file still to be emptied: it would not
+            // be among the bodies found below, and would go with it.
+            for &number in &files {
+                segments.retire(number);
+            }
             let mut held = self.bodies_in(&files)?;
             for number in files {
                 let bodies = held.remove(&number).unwrap_or_default();
@@ -366,14 +371,13 @@ impl Store {
     }
 
     /// Moves `bodies` (those chunks and blobs still refer to) out of
-    /// segment file `number`, then removes it; returns whether it was
-    /// there. Called under the write lock.
+    /// segment file `number`, retired, then removes it; returns whether it
+    /// was there. Called under the write lock.
     fn empty_segment_file(&self, number: u32, mut moving: Vec<Held>) -> StoreResult<bool> {
         let Some(segments) = self.segments() else {
             return Ok(false);
         };
         if !moving.is_empty() {
-            segments.retire(number);
             // In groups of about 16 MiB: each group's bodies written (and
             // synced) to the current file, then its references rewritten.
             while !moving.is_empty() {
