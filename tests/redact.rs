@@ -126,6 +126,13 @@ fn a_redacted_text_is_gone_and_the_chain_still_verifies() {
             store.redact(&id, 99, None, "x"),
             Err(StoreError::NoSuchRecord { .. })
         ));
+        // The redaction event itself, or without a reason: refused.
+        for (seq, reason) in [(4, "x"), (3, " ")] {
+            assert!(matches!(
+                store.redact(&id, seq, None, reason),
+                Err(StoreError::NotRedactable { .. })
+            ));
+        }
         assert_eq!(store.info(&id).unwrap().len, len);
 
         // Reopened, everything stands.

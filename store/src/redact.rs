@@ -150,6 +150,9 @@ impl Store {
                 "redaction is not supported on a database server yet".to_owned(),
             ));
         }
+        if reason.trim().is_empty() {
+            return Err(refuse("a reason is required".to_owned()));
+        }
         let _turn = self.lock_conversation(id);
         let guard = self.lock_writes();
         let len = self.meta(id)?.len;
@@ -179,6 +182,11 @@ impl Store {
             .iter()
             .fold(repr.parent, |parent, entry| link(&parent, entry.record));
         let record = decode_record(bytes)?;
+        if is_redaction_event(&record) {
+            return Err(refuse(
+                "it is a redaction event: the audit trail of a redaction stays".to_owned(),
+            ));
+        }
         let field = match field {
             Some(f) => f,
             None => main_field(&record).ok_or_else(|| {
@@ -438,6 +446,12 @@ fn other(space: Space) -> Space {
         Space::Settled => Space::Staged,
         Space::Staged => Space::Settled,
     }
+}
+
+/// Whether `record` is a redaction event (a config event whose delta is
+/// `{"redaction": ...}`).
+fn is_redaction_event(record: &RecordRepr<'_>) -> bool {
+    matches!(record.body, BodyRepr::Config(TextRepr::Inline(delta)) if delta.starts_with(r#"{"redaction":"#))
 }
 
 /// The field a redaction of `record` removes when none is named.
