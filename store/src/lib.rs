@@ -89,4 +89,6 @@ pub use store::{
     DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER, MIN_ID_PREFIX,
 };
 pub use verify::{Verified, VerifyFailure, VerifyReport};
-pub use views::{call_bucket, CallEntry, ViewBlock, ViewState, ViewUpdate, CALL_BUCKETS};
+pub use views::{
+    call_bucket, BlockOutline, CallEntry, ViewBlock, ViewState, ViewUpdate, CALL_BUCKETS,
+};

@@ -362,12 +362,12 @@ impl Segments {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(io_error(&path, &e)),
             };
-            let end = at.offset.saturating_add(at.len);
             let size = file.metadata().map_err(|e| io_error(&path, &e))?.len();
-            let zeros = vec![0u8; 1 << 20];
+            let end = at.offset.saturating_add(at.len).min(size);
+            let zeros = vec![0u8; at.len.min(1 << 20) as usize];
             let mut offset = at.offset;
-            while offset < end.min(size) {
-                let n = (end.min(size) - offset).min(zeros.len() as u64);
+            while offset < end {
+                let n = (end - offset).min(zeros.len() as u64);
                 file.write_all_at(&zeros[..n as usize], offset)
                     .map_err(|e| io_error(&path, &e))?;
                 offset += n;
