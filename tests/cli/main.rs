@@ -16,6 +16,7 @@ mod test_project;
 mod test_read;
 mod test_recall;
 mod test_recovery;
+mod test_redact;
 mod test_reliability;
 mod test_salvage;
 mod test_segments;

@@ -8,7 +8,7 @@ use crate::support::TestEnv;
 
 /// `count` user events of about 1.2 KB, each starting with `tag`: an
 /// append of them is large enough for the segment files.
-fn user_lines(tag: &str, count: usize) -> String {
+pub(crate) fn user_lines(tag: &str, count: usize) -> String {
     let pad = "pad ".repeat(300);
     let mut text = String::new();
     for i in 0..count {

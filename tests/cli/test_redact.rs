@@ -1,0 +1,67 @@
+//! `convstore redact` killed part-way: the record whole, or redacted with
+//! its event and the text gone from the segment files; never half.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support::TestEnv;
+use crate::test_delete::user_lines;
+
+/// Whether any segment file of the database holds `needle`.
+fn segments_hold(env: &TestEnv, needle: &str) -> bool {
+    let dir = env.db().join("segments");
+    std::fs::read_dir(dir).expect("segments/").any(|entry| {
+        let bytes = std::fs::read(entry.expect("a segment file").path()).expect("its bytes");
+        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+    })
+}
+
+#[test]
+fn a_killed_redact_leaves_the_record_whole_or_redacted() {
+    let env = TestEnv::new();
+    let mut outcomes = [0, 0];
+    for round in 0..10u64 {
+        let name = format!("c{round}");
+        let secret = format!("SECRET-{round}-4f1a");
+        // 100 long events and the secret, in one append to the segment
+        // files; a stored view shows the secret.
+        let input = format!(
+            "{}{{\"type\":\"user\",\"text\":\"{secret}\"}}\n",
+            user_lines("filler", 100)
+        );
+        env.run_with_stdin(&["append", &name], &input).ok();
+        env.run(&["view", &name, "--name", "v"]).ok();
+        let mut child = env
+            .command(&["redact", &name, "100", "--reason", "leak"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_millis(round * 20));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(started.elapsed() < Duration::from_secs(60));
+        let log = env.run(&["log", &name]).ok().lines();
+        let events = log.iter().filter(|e| e.get("delta").is_some()).count();
+        let whole = match log[100]["text"].as_str() {
+            Some("[redacted]") => {
+                assert_eq!(events, 1, "round {round}: one redaction event");
+                assert!(!segments_hold(&env, &secret), "round {round}");
+                false
+            }
+            Some(text) => {
+                assert_eq!(text, secret, "round {round}");
+                assert_eq!(events, 0, "round {round}: no redaction event");
+                true
+            }
+            None => panic!("round {round}: {}", log[100]),
+        };
+        outcomes[usize::from(!whole)] += 1;
+        let view = env.run(&["view", &name, "--name", "v"]).ok().stdout;
+        assert_eq!(view.contains(&secret), whole, "round {round}");
+        env.run(&["verify"]).ok();
+    }
+    eprintln!("whole, redacted: {outcomes:?}");
+}
