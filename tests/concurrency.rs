@@ -182,3 +182,151 @@ fn reads_racing_small_appends_and_settles_see_a_consistent_log() {
     }
     assert!(store.verify(&id).unwrap().is_ok());
 }
+
+/// One append of a group: to which conversation, how many events (0: an
+/// empty append), whether one is too large, a long text (a blob), what
+/// head it expects (none, the conversation's at the round's start, a
+/// wrong one) and an idempotency key.
+#[derive(Debug, Clone)]
+struct GroupOp {
+    conv: usize,
+    events: usize,
+    too_large: bool,
+    long: bool,
+    expect: u8,
+    key: Option<u8>,
+}
+
+fn group_op() -> impl proptest::strategy::Strategy<Value = GroupOp> {
+    use proptest::prelude::*;
+    (
+        0..4usize,
+        0..4usize,
+        proptest::bool::weighted(0.05),
+        proptest::bool::weighted(0.2),
+        0..4u8,
+        proptest::option::weighted(0.3, 0..3u8),
+    )
+        .prop_map(|(conv, events, too_large, long, expect, key)| GroupOp {
+            conv,
+            events,
+            too_large,
+            long,
+            expect,
+            key,
+        })
+}
+
+/// The events of op `n` of a run (the same in both stores).
+fn group_events(n: usize, op: &GroupOp) -> Vec<Event> {
+    (0..op.events)
+        .map(|i| {
+            let text = if op.too_large && i == 0 {
+                "x".repeat(6_000)
+            } else if op.long && i == 0 {
+                format!("{n}: {}", "long ".repeat(300))
+            } else {
+                format!("op {n} event {i}")
+            };
+            Event::new(
+                Timestamp::from_micros(1_700_000_000_000_000 + n as i64).unwrap(),
+                EventKind::User { text },
+            )
+        })
+        .collect()
+}
+
+/// What a result says, comparable between two stores.
+fn outcome(result: &Result<convstore_store::Appended, StoreError>) -> String {
+    match result {
+        Ok(a) => format!("ok {} {} {} {}", a.first_seq, a.count, a.head, a.replayed),
+        Err(e) => format!("error {e}"),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// `Store::append_group` gives each append the result `Store::append`
+    /// gives it one after the other, and stores the same logs: settles to
+    /// the segment files, blobs, expected heads, idempotency keys,
+    /// refusals and second appends to one conversation among them.
+    #[test]
+    fn a_group_of_appends_stores_what_appends_one_by_one_store(
+        memory: bool,
+        rounds in proptest::collection::vec(proptest::collection::vec(group_op(), 1..7), 1..6),
+    ) {
+        let (grouped_place, single_place) = (Place::new(memory), Place::new(memory));
+        let (grouped, single) = (grouped_place.open(), single_place.open());
+        let mut ids = Vec::new();
+        for store in [&grouped, &single] {
+            store.set_settle_records(3);
+            store.set_max_event_bytes(4_096);
+            ids.push(
+                (0..4)
+                    .map(|c| store.create_conversation(Some(&format!("c{c}"))).unwrap())
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let mut n = 0;
+        for round in &rounds {
+            let heads: Vec<Address> = ids[1]
+                .iter()
+                .map(|id| single.info(id).unwrap().head)
+                .collect();
+            let options = |op: &GroupOp| {
+                let expect = match op.expect {
+                    1 => Some(heads[op.conv]),
+                    2 => Some(Address::ROOT),
+                    _ => None,
+                };
+                let key = op.key.map(|k| {
+                    convstore_store::IdempotencyKey::new(&format!("key {k}"), [op.events as u8; 32])
+                });
+                AppendOptions::new().expecting(expect).idempotent(key).unsynced(true)
+            };
+            let events: Vec<Vec<Event>> = round
+                .iter()
+                .map(|op| {
+                    n += 1;
+                    group_events(n, op)
+                })
+                .collect();
+            let items: Vec<convstore_store::GroupAppend<'_>> = round
+                .iter()
+                .zip(&events)
+                .map(|(op, events)| convstore_store::GroupAppend {
+                    id: &ids[0][op.conv],
+                    events,
+                    options: options(op),
+                })
+                .collect();
+            let together: Vec<String> = grouped.append_group(&items).iter().map(outcome).collect();
+            let apart: Vec<String> = round
+                .iter()
+                .zip(&events)
+                .map(|(op, events)| outcome(&single.append(&ids[1][op.conv], events, &options(op))))
+                .collect();
+            proptest::prop_assert_eq!(together, apart);
+        }
+        grouped.flush().unwrap();
+        for (a, b) in ids[0].iter().zip(&ids[1]) {
+            let log = |store: &Store, id: &ConversationId| -> Vec<(u64, Address)> {
+                store
+                    .scan(id, 0..u64::MAX)
+                    .unwrap()
+                    .map(|r| {
+                        let r = r.unwrap();
+                        (r.seq, r.address)
+                    })
+                    .collect()
+            };
+            proptest::prop_assert_eq!(log(&grouped, a), log(&single, b));
+        }
+        proptest::prop_assert!(grouped.verify_all().unwrap().is_ok());
+        drop(grouped);
+        // Reopened, the same.
+        let reopened = grouped_place.open();
+        proptest::prop_assert!(reopened.verify_all().unwrap().is_ok());
+    }
+}

@@ -176,19 +176,46 @@ impl Engine {
     /// ([`Engine::take_index_error`]) and caught up by the next write or
     /// search, or rebuilt by `reindex`.
     pub fn after_write(&self, id: &ConversationId) {
+        self.index_written(std::slice::from_ref(id));
+        self.tell_listeners(id);
+    }
+
+    /// The search index's half of [`Engine::after_write`], for several
+    /// conversations in one commit of the index: a process that writes
+    /// often (the server) tells its listeners of each write at once and
+    /// catches the index up with a group of them now and then, since each
+    /// commit of the index costs far more than a small append.
+    pub fn index_written(&self, ids: &[ConversationId]) {
         // Derived data never fails a write that is stored: an error, or a
         // panic in the index library, becomes a note.
         let updated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if !self.index_on_write {
+            if !self.index_on_write || ids.is_empty() {
                 return Ok(None);
             }
             let index = self.search_index()?;
-            if index.behind(&self.store, id)? > INDEX_ON_WRITE_MAX {
+            let mut near = Vec::with_capacity(ids.len());
+            for id in ids {
+                match index.behind(&self.store, id) {
+                    Ok(behind) if behind <= INDEX_ON_WRITE_MAX => near.push(*id),
+                    // Far behind (the next search catches it up), or
+                    // deleted since it was written: nothing to index now.
+                    Ok(_)
+                    | Err(Error::Store(convstore_store::StoreError::NoSuchConversation {
+                        ..
+                    })) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if near.is_empty() {
                 return Ok(None);
             }
             // Another process updating the index indexes this write too,
             // or the next write or search does.
-            index.catch_up_within(&self.store, Some(id), std::time::Duration::from_millis(200))
+            index.catch_up_within(
+                &self.store,
+                Some(&near),
+                std::time::Duration::from_millis(200),
+            )
         }))
         .unwrap_or_else(|_| Err(Error::Search("the index library panicked".to_owned())));
         if let Err(e) = updated {
@@ -196,6 +223,11 @@ impl Engine {
                 *slot = Some(e.to_string());
             }
         }
+    }
+
+    /// The listeners' half of [`Engine::after_write`]: tells every
+    /// subscriber ([`Engine::subscribe`]) that `id` was written.
+    pub fn tell_listeners(&self, id: &ConversationId) {
         if let Ok(mut listeners) = self.listeners.lock() {
             listeners.retain(|l| l.send(*id).is_ok());
         }

@@ -392,19 +392,21 @@ impl SearchIndex {
     /// no longer has. One commit, markers with it. While another process
     /// updates the index, waits up to [`WRITER_WAIT`] for it, then fails.
     pub fn catch_up(&self, store: &Store, only: Option<&ConversationId>) -> Result<CaughtUp> {
-        self.catch_up_within(store, only, WRITER_WAIT)?
+        self.catch_up_within(store, only.map(std::slice::from_ref), WRITER_WAIT)?
             .ok_or_else(|| {
                 err("another process kept the search index busy; try again when it is done")
             })
     }
 
-    /// [`SearchIndex::catch_up`], waiting at most `wait` for another
-    /// process's writer: `None` if it was still busy (its catch-up, or the
-    /// next one, indexes what this one would have).
+    /// [`SearchIndex::catch_up`] of `only` these conversations (in one
+    /// commit; those deleted meanwhile are passed over) or all, waiting at
+    /// most `wait` for another process's writer: `None` if it was still
+    /// busy (its catch-up, or the next one, indexes what this one would
+    /// have).
     pub fn catch_up_within(
         &self,
         store: &Store,
-        only: Option<&ConversationId>,
+        only: Option<&[ConversationId]>,
         wait: Duration,
     ) -> Result<Option<CaughtUp>> {
         guarded(|| self.catch_up_unguarded(store, only, wait))
@@ -413,12 +415,22 @@ impl SearchIndex {
     fn catch_up_unguarded(
         &self,
         store: &Store,
-        only: Option<&ConversationId>,
+        only: Option<&[ConversationId]>,
         wait: Duration,
     ) -> Result<Option<CaughtUp>> {
         let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
         let infos = match only {
-            Some(id) => vec![store.info(id)?],
+            Some(ids) => {
+                let mut infos = Vec::with_capacity(ids.len());
+                for id in ids {
+                    match store.info(id) {
+                        Ok(info) => infos.push(info),
+                        Err(_) if deleted(store, id) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                infos
+            }
             None => store.conversations()?,
         };
         let mut done = CaughtUp::default();

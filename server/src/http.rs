@@ -284,26 +284,56 @@ async fn run(
 }
 
 /// The thread that runs the engine's hook after writes the server
-/// answered ([`Engine::after_write`]: the search index catches up, the
-/// engine's subscribers such as MCP sessions are told), off the write's
-/// path; writes that arrive while it works are taken together, each
-/// conversation once. It ends when the server's state is gone.
+/// answered ([`Engine::after_write`]), off the write's path: the engine's
+/// subscribers (MCP sessions) are told of each write at once; the search
+/// index catches up with the conversations written since its last
+/// catch-up, all in one commit, at most once per [`INDEX_PAUSE`] and
+/// never more than a tenth of the time (a commit of the index costs far
+/// more than a small append; a search catches the index up itself, so it
+/// never misses a write). It ends when the server's state is gone, after
+/// a last catch-up.
 fn start_indexer(engine: &Arc<Engine>) -> std::sync::mpsc::Sender<ConversationId> {
+    use std::sync::mpsc::RecvTimeoutError;
     let (tx, rx) = std::sync::mpsc::channel::<ConversationId>();
     let engine = Arc::clone(engine);
     let _ = std::thread::Builder::new()
         .name("convstore-index".to_owned())
         .spawn(move || {
-            while let Ok(first) = rx.recv() {
-                let mut ids = std::collections::BTreeSet::from([first]);
-                ids.extend(rx.try_iter());
-                for id in ids {
-                    engine.after_write(&id);
+            let mut written = std::collections::BTreeSet::new();
+            let mut next = Instant::now();
+            loop {
+                let received = if written.is_empty() {
+                    rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+                } else {
+                    rx.recv_timeout(next.saturating_duration_since(Instant::now()))
+                };
+                match received {
+                    Ok(id) => {
+                        engine.tell_listeners(&id);
+                        written.insert(id);
+                        if Instant::now() < next {
+                            continue;
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => {
+                        let ids: Vec<_> = written.into_iter().collect();
+                        engine.index_written(&ids);
+                        return;
+                    }
                 }
+                let started = Instant::now();
+                let ids: Vec<_> = std::mem::take(&mut written).into_iter().collect();
+                engine.index_written(&ids);
+                next = Instant::now() + INDEX_PAUSE.max(started.elapsed() * 9);
             }
         });
     tx
 }
+
+/// The least time between two catch-ups of the search index after writes
+/// (see `start_indexer`).
+const INDEX_PAUSE: Duration = Duration::from_secs(1);
 
 /// How often followed conversations are read again on a database other
 /// processes write to, whatever the hints say.

@@ -636,7 +636,7 @@ fn conflict(message: String, head: Address, len: u64) -> ApiError {
 /// Appends with bodies up to this size are applied by the commit thread.
 const SMALL_APPEND: usize = 64 * 1024;
 
-struct Appended {
+pub(crate) struct Appended {
     id: ConversationId,
     name: Option<String>,
     first_seq: u64,
@@ -664,126 +664,200 @@ fn call_warnings(
     Ok(check.against(store, log, "event")?)
 }
 
-/// Applies an append (without a sync): to the conversation `conv` names
+/// An append as a request asks it: to the conversation `conv` names
 /// exactly, or to a new one named so. With an idempotency key that an
 /// earlier append of the conversation stored (through this server before
 /// a restart, or another server on the same database), nothing is stored
-/// and that append is returned.
-fn apply_append(
-    engine: &Engine,
-    conv: &str,
-    events: &[Event],
+/// and that append is its answer.
+pub(crate) struct AppendRequest {
+    conv: String,
+    events: Vec<Event>,
     expected_seq: Option<u64>,
     expect_head: Option<Address>,
     must_exist: bool,
     idempotency: Option<IdempotencyKey>,
-) -> Result<Appended> {
-    let store = engine.store();
-    for attempt in 0..2 {
-        if let Some(id) = store.find_exact(conv)? {
-            let info = store.info(&id)?;
-            let earlier = match &idempotency {
-                Some(key) => store
-                    .idempotent_append(&id, key)
-                    .map_err(idempotency_error)?,
-                None => None,
-            };
-            if let Some(earlier) = earlier {
-                return Ok(Appended {
-                    id,
-                    name: info.name,
-                    first_seq: earlier.first_seq,
-                    count: earlier.count,
-                    head: earlier.head,
-                    created: earlier.created,
-                    replayed: true,
-                    warnings: Vec::new(),
-                });
-            }
-            let warnings = call_warnings(store, Some((&id, info.len)), events)?;
-            let mut expect = expect_head;
-            if let Some(seq) = expected_seq {
-                if info.len != seq {
-                    return Err(conflict(
-                        format!(
-                            "conflict: the conversation has {} events, not the expected {seq}; nothing was stored",
-                            info.len
-                        ),
-                        info.head,
-                        info.len,
-                    ));
-                }
-                // The head at that length: the store checks it atomically.
-                expect = Some(expect.unwrap_or(info.head));
-            }
-            let options = AppendOptions::new()
-                .expecting(expect)
-                .unsynced(true)
-                .idempotent(idempotency);
-            return match store.append(&id, events, &options) {
-                Ok(appended) => Ok(Appended {
-                    id,
-                    name: info.name,
-                    first_seq: appended.first_seq,
-                    count: appended.count,
-                    head: appended.head,
-                    created: appended.created,
-                    replayed: appended.replayed,
-                    warnings,
-                }),
-                Err(e @ StoreError::IdempotencyKeyReused) => Err(idempotency_error(e)),
-                Err(e @ StoreError::HeadMismatch { .. }) => {
-                    let now = store.info(&id)?;
-                    let message = match expected_seq {
-                        Some(seq) if now.len != seq => format!(
-                            "conflict: the conversation has {} events, not the expected {seq}; nothing was stored",
-                            now.len
-                        ),
-                        _ => e.to_string(),
-                    };
-                    Err(conflict(message, now.head, now.len))
-                }
-                Err(e) => Err(e.into()),
-            };
-        }
-        if must_exist {
-            return Err(ApiError::new(
-                StatusCode::PRECONDITION_FAILED,
-                "precondition_failed",
-                format!("If-Match: * and no conversation named \"{conv}\"; nothing was stored"),
-            ));
-        }
-        let expects_records =
-            expected_seq.is_some_and(|s| s > 0) || expect_head.is_some_and(|h| h != Address::ROOT);
-        if names_an_id(conv) || expects_records {
-            return Err(StoreError::NoSuchConversation {
-                query: conv.to_owned(),
-                hint: None,
-            }
-            .into());
-        }
-        let options = AppendOptions::new().unsynced(true).idempotent(idempotency);
-        match store.create_and_append(Some(conv), events, &options) {
-            Ok((id, appended)) => {
-                return Ok(Appended {
-                    id,
-                    name: Some(conv.to_owned()),
-                    first_seq: appended.first_seq,
-                    count: appended.count,
-                    head: appended.head,
-                    created: true,
-                    replayed: false,
-                    warnings: call_warnings(store, None, events)?,
-                })
-            }
-            // Another request created it first: append to it.
-            Err(StoreError::NameTaken { .. }) if attempt == 0 => {}
-            Err(e) => return Err(e.into()),
+}
+
+/// What an append request comes to once read against the store.
+pub(crate) enum Prepared {
+    /// Answered: replayed, refused before any write, or a new
+    /// conversation created with the events.
+    Done(Result<Appended>),
+    /// To append to an existing conversation, with these options; then
+    /// [`AppendRequest::finish`].
+    Append(PlannedAppend),
+}
+
+/// An append to an existing conversation, read and checked, not stored.
+pub(crate) struct PlannedAppend {
+    pub id: ConversationId,
+    pub options: AppendOptions,
+    name: Option<String>,
+    warnings: Vec<String>,
+}
+
+impl AppendRequest {
+    /// The conversation as the request names it.
+    pub(crate) fn conv(&self) -> &str {
+        &self.conv
+    }
+
+    /// The events to append.
+    pub(crate) fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Reads what the append needs: an existing conversation's name,
+    /// length and head (checked against `expected_seq`), an idempotency
+    /// key stored before, the call id warnings. A new conversation is
+    /// created with the events here (without a sync).
+    pub(crate) fn prepare(&self, engine: &Engine) -> Prepared {
+        match self.prepare_or_fail(engine) {
+            Ok(prepared) => prepared,
+            Err(e) => Prepared::Done(Err(e)),
         }
     }
-    Err(internal(
-        "the conversation was created and removed meanwhile",
-    ))
+
+    fn prepare_or_fail(&self, engine: &Engine) -> Result<Prepared> {
+        let store = engine.store();
+        let conv = self.conv.as_str();
+        let events = &self.events[..];
+        for attempt in 0..2 {
+            if let Some(id) = store.find_exact(conv)? {
+                let info = store.info(&id)?;
+                let earlier = match &self.idempotency {
+                    Some(key) => store
+                        .idempotent_append(&id, key)
+                        .map_err(idempotency_error)?,
+                    None => None,
+                };
+                if let Some(earlier) = earlier {
+                    return Ok(Prepared::Done(Ok(Appended {
+                        id,
+                        name: info.name,
+                        first_seq: earlier.first_seq,
+                        count: earlier.count,
+                        head: earlier.head,
+                        created: earlier.created,
+                        replayed: true,
+                        warnings: Vec::new(),
+                    })));
+                }
+                let warnings = call_warnings(store, Some((&id, info.len)), events)?;
+                let mut expect = self.expect_head;
+                if let Some(seq) = self.expected_seq {
+                    if info.len != seq {
+                        return Err(conflict(
+                            format!(
+                                "conflict: the conversation has {} events, not the expected {seq}; nothing was stored",
+                                info.len
+                            ),
+                            info.head,
+                            info.len,
+                        ));
+                    }
+                    // The head at that length: the store checks it atomically.
+                    expect = Some(expect.unwrap_or(info.head));
+                }
+                let options = AppendOptions::new()
+                    .expecting(expect)
+                    .unsynced(true)
+                    .idempotent(self.idempotency);
+                return Ok(Prepared::Append(PlannedAppend {
+                    id,
+                    options,
+                    name: info.name,
+                    warnings,
+                }));
+            }
+            if self.must_exist {
+                return Err(ApiError::new(
+                    StatusCode::PRECONDITION_FAILED,
+                    "precondition_failed",
+                    format!("If-Match: * and no conversation named \"{conv}\"; nothing was stored"),
+                ));
+            }
+            let expects_records = self.expected_seq.is_some_and(|s| s > 0)
+                || self.expect_head.is_some_and(|h| h != Address::ROOT);
+            if names_an_id(conv) || expects_records {
+                return Err(StoreError::NoSuchConversation {
+                    query: conv.to_owned(),
+                    hint: None,
+                }
+                .into());
+            }
+            let options = AppendOptions::new()
+                .unsynced(true)
+                .idempotent(self.idempotency);
+            match store.create_and_append(Some(conv), events, &options) {
+                Ok((id, appended)) => {
+                    return Ok(Prepared::Done(Ok(Appended {
+                        id,
+                        name: Some(conv.to_owned()),
+                        first_seq: appended.first_seq,
+                        count: appended.count,
+                        head: appended.head,
+                        created: true,
+                        replayed: false,
+                        warnings: call_warnings(store, None, events)?,
+                    })))
+                }
+                // Another request created it first: append to it.
+                Err(StoreError::NameTaken { .. }) if attempt == 0 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(internal(
+            "the conversation was created and removed meanwhile",
+        ))
+    }
+
+    /// The answer to `planned` once the store appended it (`stored`).
+    pub(crate) fn finish(
+        &self,
+        engine: &Engine,
+        planned: PlannedAppend,
+        stored: std::result::Result<convstore_engine::store::Appended, StoreError>,
+    ) -> Result<Appended> {
+        match stored {
+            Ok(appended) => Ok(Appended {
+                id: planned.id,
+                name: planned.name,
+                first_seq: appended.first_seq,
+                count: appended.count,
+                head: appended.head,
+                created: appended.created,
+                replayed: appended.replayed,
+                warnings: planned.warnings,
+            }),
+            Err(e @ StoreError::IdempotencyKeyReused) => Err(idempotency_error(e)),
+            Err(e @ StoreError::HeadMismatch { .. }) => {
+                let now = engine.store().info(&planned.id)?;
+                let message = match self.expected_seq {
+                    Some(seq) if now.len != seq => format!(
+                        "conflict: the conversation has {} events, not the expected {seq}; nothing was stored",
+                        now.len
+                    ),
+                    _ => e.to_string(),
+                };
+                Err(conflict(message, now.head, now.len))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Applies the append on its own (without a sync).
+    fn apply(&self, engine: &Engine) -> Result<Appended> {
+        match self.prepare(engine) {
+            Prepared::Done(answer) => answer,
+            Prepared::Append(planned) => {
+                let stored = engine
+                    .store()
+                    .append(&planned.id, &self.events, &planned.options);
+                self.finish(engine, planned, stored)
+            }
+        }
+    }
 }
 
 /// The answer to a request whose idempotency key was used for another.
@@ -915,42 +989,26 @@ pub(crate) async fn append(
             }
             Ok(events)
         };
-        // A small append is parsed here and applied by the commit thread
-        // right before its flush; a large one is parsed and applied on the
-        // blocking pool, then waits for a flush.
+        let request = move |events| AppendRequest {
+            conv: conv2,
+            events,
+            expected_seq,
+            expect_head,
+            must_exist,
+            idempotency: durable_key,
+        };
+        // A small append is parsed here and stored by the commit thread
+        // with the others of its round, right before their flush; a large
+        // one is parsed and applied on the blocking pool, then waits for a
+        // flush.
         let applied = if small {
             match parse() {
-                Ok(events) => {
-                    state
-                        .committer
-                        .apply(move |engine| {
-                            apply_append(
-                                engine,
-                                &conv2,
-                                &events,
-                                expected_seq,
-                                expect_head,
-                                must_exist,
-                                durable_key,
-                            )
-                        })
-                        .await
-                }
+                Ok(events) => state.committer.append(request(events)).await,
                 Err(e) => Err(e),
             }
         } else {
             let applied = state
-                .blocking(move |engine| {
-                    apply_append(
-                        engine,
-                        &conv2,
-                        &parse()?,
-                        expected_seq,
-                        expect_head,
-                        must_exist,
-                        durable_key,
-                    )
-                })
+                .blocking(move |engine| request(parse()?).apply(engine))
                 .await;
             match applied {
                 Ok(appended) if server_backend => Ok(appended),

@@ -63,7 +63,7 @@ pub mod testing;
 mod verify;
 mod views;
 
-pub use append::{event_size, AppendOptions, Appended, IdempotencyKey};
+pub use append::{event_size, AppendOptions, Appended, GroupAppend, IdempotencyKey};
 pub use backend::sled::opening::address_space_limit;
 pub use backend::sled::salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use backup::BackupReport;

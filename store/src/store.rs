@@ -580,7 +580,17 @@ impl Store {
     /// that share its lock): a database server would otherwise make all
     /// but one of them plan again.
     pub(crate) fn lock_conversation(&self, id: &ConversationId) -> MutexGuard<'_, ()> {
-        let stripe = usize::from(id.as_bytes()[0]) % self.conversation_locks.len();
+        self.lock_stripe(self.conversation_stripe(id))
+    }
+
+    /// Which of the conversation locks is `id`'s (several conversations
+    /// share one; whoever takes several takes them in ascending order).
+    pub(crate) fn conversation_stripe(&self, id: &ConversationId) -> usize {
+        usize::from(id.as_bytes()[0]) % self.conversation_locks.len()
+    }
+
+    /// Takes the conversation lock `stripe`.
+    pub(crate) fn lock_stripe(&self, stripe: usize) -> MutexGuard<'_, ()> {
         self.conversation_locks[stripe]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
