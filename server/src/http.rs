@@ -212,7 +212,7 @@ async fn run(
         shutdown: shutdown_rx,
         writes: Arc::new(Semaphore::new(WRITE_PERMITS as usize)),
         in_flight: Arc::new(Semaphore::new(options.limits.max_in_flight)),
-        written: std::sync::Mutex::new(written),
+        written,
         mcp_allow_write: options.mcp_allow_write,
     });
     let app = router(Arc::clone(&state));
@@ -283,52 +283,92 @@ async fn run(
     Ok(())
 }
 
-/// The thread that runs the engine's hook after writes the server
-/// answered ([`Engine::after_write`]), off the write's path: the engine's
-/// subscribers (MCP sessions) are told of each write at once; the search
-/// index catches up with the conversations written since its last
-/// catch-up, all in one commit, at most once per [`INDEX_PAUSE`] and
-/// never more than a tenth of the time (a commit of the index costs far
-/// more than a small append; a search catches the index up itself, so it
-/// never misses a write). It ends when the server's state is gone, after
-/// a last catch-up.
-fn start_indexer(engine: &Arc<Engine>) -> std::sync::mpsc::Sender<ConversationId> {
-    use std::sync::mpsc::RecvTimeoutError;
-    let (tx, rx) = std::sync::mpsc::channel::<ConversationId>();
-    let engine = Arc::clone(engine);
+/// Conversations written since the search index last caught up with
+/// them, for the thread that catches it up (`start_indexer`). A write
+/// only marks its conversation; the thread is woken by the first mark
+/// after a catch-up, not by every write.
+#[derive(Default)]
+pub(crate) struct Written {
+    state: std::sync::Mutex<WrittenState>,
+    wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct WrittenState {
+    ids: std::collections::BTreeSet<ConversationId>,
+    closed: bool,
+}
+
+impl Written {
+    /// Conversation `id` was written.
+    pub(crate) fn add(&self, id: ConversationId) {
+        let mut state = self.lock();
+        let first = state.ids.is_empty();
+        state.ids.insert(id);
+        if first {
+            self.wake.notify_one();
+        }
+    }
+
+    /// No more writes: the thread catches up a last time and ends.
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, WrittenState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The conversations written, once there are some and `not_before`
+    /// has passed (at once when closed); `None` when closed and none are
+    /// left.
+    fn next(&self, not_before: Instant) -> Option<Vec<ConversationId>> {
+        let mut state = self.lock();
+        loop {
+            let now = Instant::now();
+            if state.closed || (!state.ids.is_empty() && now >= not_before) {
+                let ids: Vec<_> = std::mem::take(&mut state.ids).into_iter().collect();
+                return (!ids.is_empty() || !state.closed).then_some(ids);
+            }
+            state = if state.ids.is_empty() {
+                self.wake
+                    .wait(state)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            } else {
+                self.wake
+                    .wait_timeout(state, not_before - now)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0
+            };
+        }
+    }
+}
+
+/// The thread that brings the search index up to date after writes the
+/// server answered ([`Engine::index_written`]; the engine's subscribers
+/// are told of each write as it is answered): it catches up with the
+/// conversations written since its last catch-up, all in one commit, at
+/// most once per [`INDEX_PAUSE`] and never more than a tenth of the time
+/// (a commit of the index costs far more than a small append; a search
+/// catches the index up itself, so it never misses a write). It ends
+/// after a last catch-up once [`Written::close`] is called.
+fn start_indexer(engine: &Arc<Engine>) -> Arc<Written> {
+    let written = Arc::new(Written::default());
+    let (engine, marks) = (Arc::clone(engine), Arc::clone(&written));
     let _ = std::thread::Builder::new()
         .name("convstore-index".to_owned())
         .spawn(move || {
-            let mut written = std::collections::BTreeSet::new();
             let mut next = Instant::now();
-            loop {
-                let received = if written.is_empty() {
-                    rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
-                } else {
-                    rx.recv_timeout(next.saturating_duration_since(Instant::now()))
-                };
-                match received {
-                    Ok(id) => {
-                        engine.tell_listeners(&id);
-                        written.insert(id);
-                        if Instant::now() < next {
-                            continue;
-                        }
-                    }
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => {
-                        let ids: Vec<_> = written.into_iter().collect();
-                        engine.index_written(&ids);
-                        return;
-                    }
-                }
+            while let Some(ids) = marks.next(next) {
                 let started = Instant::now();
-                let ids: Vec<_> = std::mem::take(&mut written).into_iter().collect();
                 engine.index_written(&ids);
                 next = Instant::now() + INDEX_PAUSE.max(started.elapsed() * 9);
             }
         });
-    tx
+    written
 }
 
 /// The least time between two catch-ups of the search index after writes

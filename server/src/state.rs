@@ -32,9 +32,8 @@ pub(crate) struct AppState {
     /// Requests being handled hold a permit (`--max-in-flight`).
     pub in_flight: Arc<Semaphore>,
     /// Conversations written, for the thread that brings the search index
-    /// up to date and tells the engine's subscribers (MCP sessions) after
-    /// the writes are answered.
-    pub written: std::sync::Mutex<std::sync::mpsc::Sender<ConversationId>>,
+    /// up to date.
+    pub written: Arc<crate::http::Written>,
     /// Whether the MCP endpoint's tools may write.
     pub mcp_allow_write: bool,
 }
@@ -62,12 +61,18 @@ impl AppState {
             })?
     }
 
-    /// Tells followers of `id` that it has `len` records, all durable,
-    /// and has the search index catch up with it.
+    /// Tells followers of `id` and the engine's subscribers (MCP
+    /// sessions) that it has `len` records, all durable, and has the
+    /// search index catch up with it.
     pub fn notify(&self, id: &ConversationId, len: u64) {
         self.notifier.notify(id, len);
-        if let Ok(written) = self.written.lock() {
-            let _ = written.send(*id);
-        }
+        self.engine.tell_listeners(id);
+        self.written.add(*id);
+    }
+}
+
+impl Drop for AppState {
+    fn drop(&mut self) {
+        self.written.close();
     }
 }
