@@ -3,11 +3,11 @@
 //! their provenance, as the JSON every face shows.
 
 use convstore_projection::Tokenizer;
-use convstore_store::{ConversationId, ConversationInfo, EventKind, EventType, Store};
+use convstore_store::{ConversationId, ConversationInfo, EventKind, EventType, RawChunk, Store};
 use serde_json::{json, Map, Value};
 
 use crate::error::Result;
-use crate::pipeline::{tally_with, Scope, Tally};
+use crate::pipeline::{self, tally_with, Scope, Tally};
 
 /// A conversation as `list --json` shows it.
 pub fn info_json(c: &ConversationInfo) -> Value {
@@ -58,11 +58,22 @@ pub fn report(
 ) -> Result<Value> {
     let mut info = store.info(id)?;
     info.kinds = store.kind_stats(id)?;
+    // The chunks are decoded and counted in parallel (a text the log holds
+    // many times is counted once: `Tokenizer::count`).
     let mut raw = Tally::default();
-    for record in store.scan(id, 0..info.len)? {
-        raw.add_counted(&record?.event, tokenizer);
-        tick(Pass::Log, 1);
-    }
+    let count = |chunk: &RawChunk| -> Result<(Tally, u64)> {
+        let mut part = Tally::default();
+        let records = chunk.log_records(store, 0, info.len)?;
+        for record in &records {
+            part.add_counted(&record.event, tokenizer);
+        }
+        Ok((part, records.len() as u64))
+    };
+    pipeline::for_each_chunk(store, id, 0..info.len, count, |(part, records)| {
+        raw.merge(&part);
+        tick(Pass::Log, records);
+        Ok(())
+    })?;
     tick(Pass::View, 0);
     let view = tally_with(store, id, Scope { end: info.len }, None, tokenizer)?;
     let mut kinds = Map::new();
