@@ -14,7 +14,7 @@ use convstore_store::{Seq, Turn};
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::pipeline::{tally_with, Scope, Tally};
+use crate::pipeline::{self, Scope, Tally};
 use crate::summarizers::{self, Secrets};
 
 /// What to compact, and how.
@@ -185,7 +185,10 @@ pub fn compact(
         return Err(Error::InstructionsWithoutSummarizer);
     }
 
-    let history = history(store, id, info.len)?;
+    let durations = [request.from, request.to]
+        .iter()
+        .any(|b| matches!(b, Some(Bound::Ago(_))));
+    let history = history(store, id, info.len, durations)?;
     let now = Timestamp::now();
     let to = match request.to {
         Some(bound) => Some(bound),
@@ -258,14 +261,9 @@ pub fn compact(
     let restores = request.revert || only_keeps(&compaction);
     let event = Event::new(now, EventKind::Compaction(compaction));
     let scope = Scope { end: info.len };
-    let before = tally_with(store, id, scope, None, tokenizer)?;
-    let after = tally_with(
-        store,
-        id,
-        scope,
-        Some((info.len, last_turn, &event)),
-        tokenizer,
-    )?;
+    // Both views in one pass over the log.
+    let (without, with) = pipeline::plan_pair(store, id, scope, (info.len, last_turn, &event))?;
+    let (before, after) = pipeline::tally_two(store, id, scope, &without, &with, tokenizer)?;
     let (tokens_before, tokens_after) = (before.total_tokens(), after.total_tokens());
     // A compaction that changes nothing is not stored; one that does not
     // shrink the view is refused unless forced (a revert or keep restores
@@ -342,17 +340,26 @@ fn covered_addresses(
     ))
 }
 
-/// Turn start times and existing compactions, from one pass over the log.
-pub fn history(store: &Store, id: &ConversationId, len: u64) -> Result<Conversation> {
-    let mut history = Conversation::default();
-    for record in store.scan(id, 0..len)? {
-        let record = record?;
-        if record.turn as usize == history.turn_starts.len() {
-            history.turn_starts.push(record.event.timestamp);
-        }
-        if let EventKind::Compaction(c) = &record.event.kind {
+/// The turns of records `0..len` and their existing compactions (from the
+/// overlay entries), and, when `times`, when each turn started (one pass
+/// over the log: only a bound that is a duration needs it).
+pub fn history(store: &Store, id: &ConversationId, len: u64, times: bool) -> Result<Conversation> {
+    let mut history = Conversation {
+        turns: Scope { end: len }.turns(store, id)?,
+        ..Conversation::default()
+    };
+    for overlay in store.overlays(id, len)? {
+        if let EventKind::Compaction(c) = &overlay.event.kind {
             let summary = c.summary.is_some() && !c.is_revert();
             history.compactions.push((c.from_turn, c.to_turn, summary));
+        }
+    }
+    if times {
+        for record in store.scan(id, 0..len)? {
+            let record = record?;
+            if record.turn as usize == history.turn_starts.len() {
+                history.turn_starts.push(record.event.timestamp);
+            }
         }
     }
     Ok(history)

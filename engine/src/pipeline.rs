@@ -105,13 +105,51 @@ pub fn plan_under(
     extra: Option<(u64, u64, &Event)>,
     base: Option<Overlay>,
 ) -> Result<Projector> {
-    let end = scope.end;
-    // The two largest reads of the plan, side by side.
+    let (overlays, names) = plan_reads(store, id, scope.end, base)?;
+    assemble(store, id, scope, overlays, names, extra)
+}
+
+/// The projectors of the records in `scope` without and with `extra` (an
+/// event that would be appended next: a compaction's before and after),
+/// from one read of the overlays and tool names.
+pub fn plan_pair(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    extra: (u64, u64, &Event),
+) -> Result<(Projector, Projector)> {
+    let (overlays, names) = plan_reads(store, id, scope.end, None)?;
+    let before = assemble(store, id, scope, overlays.clone(), names.clone(), None)?;
+    let after = assemble(store, id, scope, overlays, names, Some(extra))?;
+    Ok((before, after))
+}
+
+/// The two largest reads of a plan, side by side: the overlays of records
+/// `0..end` (after `base`) and the tool names of their calls.
+fn plan_reads(
+    store: &Store,
+    id: &ConversationId,
+    end: u64,
+    base: Option<Overlay>,
+) -> Result<(Vec<Overlay>, ToolNames)> {
     let (overlays, names) = rayon::join(
         || overlays_under(store, id, end, base),
         || store.tool_names(id, end),
     );
-    let (mut overlays, mut names) = (overlays?, names?);
+    Ok((overlays?, names?))
+}
+
+/// The projector of the records in `scope` from their overlays and tool
+/// names, plus `extra` (see [`plan`]).
+fn assemble(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    mut overlays: Vec<Overlay>,
+    mut names: ToolNames,
+    extra: Option<(u64, u64, &Event)>,
+) -> Result<Projector> {
+    let end = scope.end;
     let mut last_turn = match end {
         0 => None,
         _ => Some(store.turn_of(id, Seq(end - 1))?.0),
@@ -454,6 +492,62 @@ pub fn tally_with(
         },
     )?;
     Ok(tally)
+}
+
+/// The tallies of two views of the records in `scope` at once, `first`'s
+/// and `second`'s (projectors of one log: before and after a compaction,
+/// say): each chunk is read and decoded once, leaving out the records
+/// both drop, and each record is transformed by both.
+pub fn tally_two(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    first: &Projector,
+    second: &Projector,
+    tokenizer: &Tokenizer,
+) -> Result<(Tally, Tally)> {
+    let tally = |chunk: &RawChunk| -> Result<(Tally, Tally)> {
+        let drops = |seq, turn, kind| first.drops(seq, turn, kind) && second.drops(seq, turn, kind);
+        let events = chunk.events(store, 0, scope.end, drops)?;
+        let (mut a, mut b) = (Tally::default(), Tally::default());
+        let mut view = Vec::new();
+        let mut count = |projector: &Projector, event: LogEvent, into: &mut Tally| {
+            view.clear();
+            projector.transform(event, &mut view);
+            for v in &view {
+                into.add_counted(&v.event, tokenizer);
+            }
+        };
+        for (seq, turn, event) in events {
+            let kind = event.kind.event_type();
+            let (to_first, to_second) = (
+                !first.drops(seq, turn, kind),
+                !second.drops(seq, turn, kind),
+            );
+            if to_first && to_second {
+                let copy = LogEvent {
+                    seq,
+                    turn,
+                    event: event.clone(),
+                };
+                count(first, copy, &mut a);
+            }
+            let event = LogEvent { seq, turn, event };
+            match (to_first, to_second) {
+                (_, true) => count(second, event, &mut b),
+                (true, false) => count(first, event, &mut a),
+                (false, false) => {}
+            }
+        }
+        Ok((a, b))
+    };
+    let (mut a, mut b) = (Tally::default(), Tally::default());
+    for_each_chunk(store, id, 0..scope.end, tally, |(part_a, part_b)| {
+        a.merge(&part_a);
+        b.merge(&part_b);
+        Ok(())
+    })?;
+    Ok((a, b))
 }
 
 /// Events, characters and (with an exact tokenizer) tokens of a view, per

@@ -11,11 +11,13 @@ fuzz_target!(|input: (String, String, Vec<i32>, i64)| {
     let (from, to, starts, now) = input;
     let from = Bound::parse(&from).ok();
     let to = Bound::parse(&to).ok();
+    let turn_starts: Vec<Timestamp> = starts
+        .iter()
+        .filter_map(|s| Timestamp::from_micros(i64::from(*s) * 1_000_000))
+        .collect();
     let conversation = Conversation {
-        turn_starts: starts
-            .iter()
-            .filter_map(|s| Timestamp::from_micros(i64::from(*s) * 1_000_000))
-            .collect(),
+        turns: turn_starts.len() as u64,
+        turn_starts,
         compactions: vec![(0, 3, true)],
     };
     let now = Timestamp::from_micros(now % 200_000_000_000_000_000).unwrap_or_else(Timestamp::now);

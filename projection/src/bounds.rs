@@ -115,7 +115,11 @@ impl Bound {
 /// What resolving bounds needs to know about a conversation.
 #[derive(Debug, Clone, Default)]
 pub struct Conversation {
-    /// When each turn started (the timestamp of its first record), by turn.
+    /// How many turns it has.
+    pub turns: u64,
+    /// When each turn started (the timestamp of its first record), by
+    /// turn: read only for a bound that is a duration ([`Bound::Ago`]),
+    /// empty otherwise.
     pub turn_starts: Vec<Timestamp>,
     /// `(from_turn, to_turn, is_summary)` of every existing compaction.
     pub compactions: Vec<(u64, u64, bool)>,
@@ -123,9 +127,20 @@ pub struct Conversation {
 
 impl Conversation {
     fn last_turn(&self) -> Result<u64, BoundError> {
-        (self.turn_starts.len() as u64)
+        self.turns
             .checked_sub(1)
             .ok_or_else(|| BoundError("the conversation has no turns".to_owned()))
+    }
+
+    /// When each turn started, for a duration bound.
+    fn starts(&self) -> Result<&[Timestamp], BoundError> {
+        if self.turn_starts.len() as u64 == self.turns {
+            Ok(&self.turn_starts)
+        } else {
+            Err(BoundError(
+                "the turns' start times were not read for this bound".to_owned(),
+            ))
+        }
     }
 
     fn common(&self, bound: Bound) -> Result<Option<u64>, BoundError> {
@@ -163,7 +178,7 @@ impl Conversation {
             unreachable!("common() resolves every other bound")
         };
         let since = now.as_micros().saturating_sub(micros);
-        self.turn_starts
+        self.starts()?
             .iter()
             .position(|t| t.as_micros() >= since)
             .map(|t| t as u64)
@@ -180,7 +195,7 @@ impl Conversation {
             unreachable!("common() resolves every other bound")
         };
         let until = now.as_micros().saturating_sub(micros);
-        self.turn_starts
+        self.starts()?
             .iter()
             .rposition(|t| t.as_micros() <= until)
             .map(|t| t as u64)

@@ -7,6 +7,7 @@ fn t(secs: i64) -> Timestamp {
 /// Turns 0..=9 started at 0 s, 100 s, ..., 900 s.
 fn conversation() -> Conversation {
     Conversation {
+        turns: 10,
         turn_starts: (0..10).map(|i| t(i * 100)).collect(),
         compactions: vec![(0, 3, false), (2, 5, true)],
     }
@@ -53,6 +54,7 @@ fn last_is_one_past_the_highest_compacted_turn() {
     let c = conversation();
     assert_eq!(c.range(Some(Bound::Last), None, t(1000)), Ok((6, 9)));
     let empty = Conversation {
+        turns: 1,
         turn_starts: vec![t(0)],
         compactions: vec![],
     };
