@@ -3,8 +3,6 @@
 //! projection names such results `unknown`, and a later call with an id
 //! renames its earlier results, SPEC §4), but both are usually mistakes.
 
-use std::collections::HashMap;
-
 use std::collections::HashSet;
 
 use convstore_store::{ConversationId, Event, EventKind, Store, ToolNames};
@@ -16,7 +14,7 @@ use crate::error::Result;
 #[derive(Debug, Default)]
 pub struct CallCheck {
     /// Each call id of the input, with the position of its first call.
-    calls: HashMap<String, usize>,
+    calls: hashbrown::HashMap<String, usize>,
     /// Calls that reuse an id called earlier in the input.
     repeated: Vec<(usize, String)>,
     /// Results whose id no earlier call of the input had.

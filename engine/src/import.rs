@@ -2,14 +2,13 @@
 //! an OpenAI Chat Completions `messages` array (`convstore import`; the
 //! server's `/import`).
 //!
-//! Two passes over the input: [`check`] parses and checks every event
-//! (and counts them), so a malformed input stores nothing; [`write`]
-//! parses it again and pushes the events, in batches, to one bulk append
-//! (`Store::begin_bulk`), which makes the conversation visible whole at its
-//! commit: an import that fails or is killed part-way leaves no
-//! conversation. Neither pass holds the whole input: NDJSON is read line
-//! by line (a few MiB at a time, parsed on every core) and JP's array
-//! element by element.
+//! One pass over the input ([`import`]): every event is parsed, checked
+//! and pushed, in batches, to one bulk append (`Store::begin_bulk`), which
+//! makes the conversation visible whole at its commit, after the last
+//! event was checked: an import that fails or is killed part-way leaves no
+//! conversation. The input is never held whole: NDJSON is read a block of
+//! a few MiB at a time, each block parsed on every core while the events
+//! of the one before are appended, and JP's array element by element.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -99,9 +98,12 @@ pub fn for_each_line(
 
 /// Calls `f` with each event of the NDJSON `input` and its line number, in
 /// order; blank lines, and a byte order mark before the first line, are
-/// skipped. Lines are read a block (about 4 MiB) at a time and the block's
-/// lines parsed side by side on rayon's threads; the error is the first
-/// bad line's, whichever thread met it, and no event after it reaches `f`.
+/// skipped. Lines are read a block (about 4 MiB) at a time and each block's
+/// lines parsed side by side on rayon's threads while `f` takes the events
+/// of the block before: reading and parsing overlap with what `f` does. An
+/// event over `limit` bytes is refused where it is read. The error is the
+/// first bad line's, whichever thread met it, and no event after it
+/// reaches `f`.
 pub fn for_each_ndjson_event(
     input: impl BufRead,
     limit: u64,
@@ -109,6 +111,17 @@ pub fn for_each_ndjson_event(
     mut f: impl FnMut(usize, Event) -> Result<()>,
 ) -> Result<()> {
     let mut block = LineBlock::default();
+    // The block being parsed while `f` takes the one before it.
+    let mut parsing: Option<Parsing> = None;
+    let mut next = |block: &mut LineBlock, f: &mut dyn FnMut(usize, Event) -> Result<()>| {
+        let started = block.parse(now, limit);
+        match parsing.replace(started) {
+            Some(before) => before.deliver(f),
+            None => Ok(()),
+        }
+    };
+    // Whether a line or `f` failed (rather than the reading).
+    let mut failed = false;
     let read = for_each_line(input, limit, |number, line| {
         let line = if number == 1 {
             line.strip_prefix('\u{feff}').unwrap_or(line)
@@ -118,13 +131,19 @@ pub fn for_each_ndjson_event(
         if !line.trim().is_empty() {
             block.push(number, line);
             if block.text.len() >= LineBlock::BYTES {
-                block.drain(now, &mut f)?;
+                next(&mut block, &mut f).inspect_err(|_| failed = true)?;
             }
         }
         Ok(())
     });
+    if failed {
+        return read;
+    }
     // The lines read before a read error come first.
-    block.drain(now, &mut f)?;
+    next(&mut block, &mut f)?;
+    if let Some(last) = parsing.take() {
+        last.deliver(&mut f)?;
+    }
     read
 }
 
@@ -136,6 +155,11 @@ struct LineBlock {
     lines: Vec<(usize, std::ops::Range<usize>)>,
 }
 
+/// A block's events (or why each line is none), parsed on rayon's threads.
+struct Parsing {
+    done: std::sync::mpsc::Receiver<Vec<(usize, Result<Event>)>>,
+}
+
 impl LineBlock {
     const BYTES: usize = 4 << 20;
 
@@ -145,32 +169,55 @@ impl LineBlock {
         self.lines.push((number, start..self.text.len()));
     }
 
-    /// Parses the lines in parallel and hands the events to `f` in order.
-    /// The block is emptied first: after an error, from a line or from `f`,
-    /// no line of it is handed to `f` again.
-    fn drain(
-        &mut self,
-        now: Timestamp,
-        f: &mut impl FnMut(usize, Event) -> Result<()>,
-    ) -> Result<()> {
-        use rayon::prelude::*;
-        let mut text = std::mem::take(&mut self.text);
-        let mut lines = std::mem::take(&mut self.lines);
-        let parsed: Vec<_> = lines
-            .par_iter()
-            .map(|(_, range)| json::parse_event(&text[range.clone()], now))
-            .collect();
-        for ((number, _), event) in lines.iter().zip(parsed) {
-            let event = event.map_err(|e| input_error(format!("line {number}"), e))?;
-            f(*number, event)?;
+    /// Starts parsing the block's lines (and checking each event against
+    /// `limit`) in parallel, and empties it.
+    fn parse(&mut self, now: Timestamp, limit: u64) -> Parsing {
+        let text = std::mem::take(&mut self.text);
+        let lines = std::mem::take(&mut self.lines);
+        let (tx, done) = std::sync::mpsc::sync_channel(1);
+        rayon::spawn(move || {
+            use rayon::prelude::*;
+            let parsed = lines
+                .into_par_iter()
+                .map(|(number, range)| {
+                    let event = json::parse_event(&text[range], now)
+                        .map_err(|e| input_error(format!("line {number}"), e))
+                        .and_then(|event| match too_large(&event, limit) {
+                            Some(problem) => Err(input_error(format!("line {number}"), problem)),
+                            None => Ok(event),
+                        });
+                    (number, event)
+                })
+                .collect();
+            let _ = tx.send(parsed);
+        });
+        Parsing { done }
+    }
+}
+
+impl Parsing {
+    /// Hands the block's events to `f` in order, up to the first error.
+    fn deliver(self, f: &mut dyn FnMut(usize, Event) -> Result<()>) -> Result<()> {
+        let parsed = self
+            .done
+            .recv()
+            .map_err(|_| Error::Invalid("a thread parsing the input failed".to_owned()))?;
+        for (number, event) in parsed {
+            f(number, event?)?;
         }
-        // Keep the buffers for the next block.
-        text.clear();
-        lines.clear();
-        self.text = text;
-        self.lines = lines;
         Ok(())
     }
+}
+
+/// Why `event` may not be stored under a limit of `limit` bytes, if it may
+/// not.
+fn too_large(event: &Event, limit: u64) -> Option<String> {
+    let size = convstore_store::event_size(event);
+    (size > limit).then(|| {
+        format!(
+            "the event is {size} bytes, more than the limit of {limit} bytes (--max-event-bytes)"
+        )
+    })
 }
 
 /// An event's place in its input, for messages: `line 3`, `event 12`,
@@ -193,24 +240,17 @@ pub fn for_each_event(
 ) -> Result<()> {
     let reader = BufReader::with_capacity(1 << 20, input);
     // The store refuses an event over the limit when it is appended; here
-    // it is refused where it is read, with its position.
+    // it is refused where it is read, with its position (NDJSON lines as
+    // they are parsed).
     let fits = |event: &Event, at: &Position| -> Result<()> {
-        let size = convstore_store::event_size(event);
-        if size > limit {
-            return Err(input_error(
-                at.clone(),
-                format!(
-                    "the event is {size} bytes, more than the limit of {limit} bytes (--max-event-bytes)"
-                ),
-            ));
+        match too_large(event, limit) {
+            Some(problem) => Err(input_error(at.clone(), problem)),
+            None => Ok(()),
         }
-        Ok(())
     };
     match format {
         ImportFormat::Ndjson => for_each_ndjson_event(reader, limit, now, |line, event| {
-            let at = format!("line {line}");
-            fits(&event, &at)?;
-            sink(&at, event, Vec::new())
+            sink(&format!("line {line}"), event, Vec::new())
         }),
         ImportFormat::Jp => each_element(reader, &mut |index, value| {
             let at = format!("event {index}");
@@ -308,7 +348,7 @@ fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
     Ok(())
 }
 
-/// What [`check`] found in a sound input.
+/// What [`import`] found in a sound input.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Checked {
@@ -325,15 +365,22 @@ pub struct Checked {
     pub warnings: Vec<String>,
 }
 
-/// The first pass: parses and checks every event of `input`, counting
-/// them; `tick` is told of each.
-pub fn check(
+/// Parses and checks every event of `input` and pushes them, in batches,
+/// to one bulk append into a new conversation named `name`, committed
+/// only after the last event was read and checked: an input that fails
+/// anywhere (or a process killed part-way) leaves no conversation. `tick`
+/// is told of each event.
+pub fn import(
+    store: &Store,
     format: ImportFormat,
     input: impl Read,
     now: Timestamp,
-    limit: u64,
+    name: Option<&str>,
     tick: &mut dyn FnMut(),
-) -> Result<Checked> {
+) -> Result<(ConversationId, Checked)> {
+    let limit = store.max_event_bytes();
+    let mut bulk = store.begin_bulk(BulkTarget::New { name }, &AppendOptions::default())?;
+    let mut batch = Vec::with_capacity(BATCH);
     let mut checked = Checked::default();
     let mut turns = TurnTracker::new();
     let mut calls = CallCheck::default();
@@ -346,32 +393,6 @@ pub fn check(
         for note in kept {
             *checked.kept_in_meta.entry(note).or_default() += 1;
         }
-        Ok(())
-    })?;
-    if checked.events == 0 {
-        return Err(Error::Invalid("no events to import".to_owned()));
-    }
-    checked.turns = turns.turn_count(checked.events);
-    checked.warnings = calls.warnings(None, "event");
-    Ok(checked)
-}
-
-/// The second pass: the events of `input` (checked by [`check`], read
-/// again from its start) into a new conversation named `name`, visible
-/// whole at the end; `tick` is told of each event.
-pub fn write(
-    store: &Store,
-    format: ImportFormat,
-    input: impl Read,
-    now: Timestamp,
-    name: Option<&str>,
-    tick: &mut dyn FnMut(),
-) -> Result<ConversationId> {
-    let limit = store.max_event_bytes();
-    let mut bulk = store.begin_bulk(BulkTarget::New { name }, &AppendOptions::default())?;
-    let mut batch = Vec::with_capacity(BATCH);
-    for_each_event(format, input, now, limit, &mut |_, event, _| {
-        tick();
         batch.push(event);
         if batch.len() == BATCH {
             bulk.push(&batch)?;
@@ -379,9 +400,14 @@ pub fn write(
         }
         Ok(())
     })?;
+    if checked.events == 0 {
+        return Err(Error::Invalid("no events to import".to_owned()));
+    }
+    checked.turns = turns.turn_count(checked.events);
+    checked.warnings = calls.warnings(None, "event");
     bulk.push(&batch)?;
     let (id, _) = bulk.commit()?;
-    Ok(id)
+    Ok((id, checked))
 }
 
 /// The counts per kind of a [`Checked`] input, as JSON (`kinds`).

@@ -420,9 +420,8 @@ pub(crate) async fn import(
                 }
             }
             let now = Timestamp::now();
-            let checked =
-                import::check(format, &body[..], now, store.max_event_bytes(), &mut || {})?;
-            let id = import::write(store, format, &body[..], now, name.as_deref(), &mut || {})?;
+            let (id, checked) =
+                import::import(store, format, &body[..], now, name.as_deref(), &mut || {})?;
             engine.after_write(&id);
             let info = store.info(&id)?;
             Ok(json!({

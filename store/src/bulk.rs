@@ -769,7 +769,7 @@ struct Spill {
     /// The blobs written, with where they are.
     blobs: Vec<(BlobHash, SegmentRef)>,
     /// Every blob hash met, written or already stored.
-    seen: HashSet<BlobHash>,
+    seen: hashbrown::HashSet<BlobHash>,
     /// The files written, the last one being written.
     files: Vec<BulkFile>,
 }
@@ -820,7 +820,7 @@ impl Spill {
             body_bytes: 0,
             writes: Vec::new(),
             blobs: Vec::new(),
-            seen: HashSet::new(),
+            seen: hashbrown::HashSet::new(),
             files: Vec::new(),
         };
         let Some(staging) = staging.filter(|s| s.settled < base.len) else {

@@ -65,6 +65,7 @@ mod views;
 
 pub use append::{event_size, AppendOptions, Appended, GroupAppend, IdempotencyKey};
 pub use backend::sled::opening::address_space_limit;
+pub use backend::sled::remove_created_database;
 pub use backend::sled::salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget, MEMORY_COMPACTIONS as BULK_MEMORY_COMPACTIONS};

@@ -1,16 +1,18 @@
 //! `convstore import`: JP `events.json`, OpenAI messages or NDJSON into a new
-//! conversation, in the engine's two passes (`convstore_engine::import`):
-//! checked whole before the database is opened, then visible whole at one
-//! commit. Standard input is first copied to a temporary file so it can be
-//! read twice.
+//! conversation, in one pass (`convstore_engine::import`): every event is
+//! checked before the conversation becomes visible, whole, at one commit.
+//! Standard input is first copied to a temporary file, so the database is
+//! not held open while a slow writer fills the pipe. An import that fails
+//! into a database it created removes the database again.
 
 use std::fs::File;
 use std::io::{Seek, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use convstore_engine::import::{self, ImportFormat};
+use convstore_engine::Location;
 use convstore_store::{EventType, Timestamp};
 use serde_json::{json, Value};
 
@@ -26,16 +28,6 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
         InteropFormat::Jp => ImportFormat::Jp,
         InteropFormat::Openai => ImportFormat::Openai,
     };
-    // Pass 1: check everything, count.
-    let checking = output::Progress::counter(notes, "events checked");
-    let checked = import::check(format, &mut input, now, args.max_event_bytes, &mut || {
-        checking.inc(1);
-    })
-    .with_context(|| shown(&args.file))?;
-    checking.finish();
-    for warning in &checked.warnings {
-        notes.warn(warning);
-    }
     let name = match &args.name {
         Some(name) => Some(name.clone()),
         None => default_name(&args.file),
@@ -48,35 +40,77 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
             return Err(e.into());
         }
     }
-    // The whole input is sound: only now is the database opened (and
-    // created, if need be).
+    // The directory the database will be created in, if it does not exist.
+    let created = match cmd::location(cli)? {
+        Location::Path(path) => first_missing(&path),
+        _ => None,
+    };
     let engine = cmd::open(cli, true)?;
-    let store = engine.store();
-    store.set_max_event_bytes(args.max_event_bytes);
-    if let Some(name) = &name {
-        if store.find_name(name)?.is_some() {
-            bail!("a conversation named \"{name}\" already exists (choose another with --name)");
+    let stored = (|| -> Result<Value> {
+        let store = engine.store();
+        store.set_max_event_bytes(args.max_event_bytes);
+        if let Some(name) = &name {
+            if store.find_name(name)?.is_some() {
+                bail!(
+                    "a conversation named \"{name}\" already exists (choose another with --name)"
+                );
+            }
+        }
+        let importing = output::Progress::counter(notes, "events imported");
+        let (id, checked) =
+            import::import(store, format, &mut input, now, name.as_deref(), &mut || {
+                importing.inc(1);
+            })
+            .map_err(|e| match e {
+                // The database's own errors are not the input's.
+                e @ convstore_engine::Error::Store(_) => anyhow::Error::from(e),
+                e => anyhow::Error::from(e).context(shown(&args.file)),
+            })?;
+        importing.finish();
+        for warning in &checked.warnings {
+            notes.warn(warning);
+        }
+        cmd::written(&engine, &id, notes);
+        let info = store.info(&id)?;
+        Ok(json!({
+            "id": id.hex(),
+            "name": info.name,
+            "events": checked.events,
+            "turns": checked.turns,
+            "head": info.head.hex(),
+            "kinds": import::kinds_json(&checked.kinds),
+            "kept_in_meta": checked.kept_in_meta,
+        }))
+    })();
+    match stored {
+        Ok(value) => report(&value, args.json, notes),
+        Err(e) => {
+            drop(engine);
+            if let Some((path, top)) = created {
+                convstore_store::remove_created_database(&path, &top);
+            }
+            Err(e)
         }
     }
-    // Pass 2: one bulk append, visible and durable at its commit.
-    let importing = output::Progress::bar(notes, checked.events, "importing");
-    input.rewind().context("cannot reread the input")?;
-    let id = import::write(store, format, &mut input, now, name.as_deref(), &mut || {
-        importing.inc(1);
-    })?;
-    importing.finish();
-    cmd::written(&engine, &id, notes);
-    let info = store.info(&id)?;
-    let value = json!({
-        "id": id.hex(),
-        "name": info.name,
-        "events": checked.events,
-        "turns": checked.turns,
-        "head": info.head.hex(),
-        "kinds": import::kinds_json(&checked.kinds),
-        "kept_in_meta": checked.kept_in_meta,
-    });
-    report(&value, args.json, notes)
+}
+
+/// If `path` does not exist: it, absolute, and the first of it and its
+/// ancestors that does not exist (the outermost directory opening a
+/// database there creates).
+fn first_missing(path: &Path) -> Option<(PathBuf, PathBuf)> {
+    let path = std::path::absolute(path).ok()?;
+    if path.symlink_metadata().is_ok() {
+        return None;
+    }
+    let mut top = path.as_path();
+    while let Some(parent) = top.parent() {
+        if parent.symlink_metadata().is_ok() {
+            let top = top.to_path_buf();
+            return Some((path, top));
+        }
+        top = parent;
+    }
+    None
 }
 
 /// Prints what an import stored (here, or through a server): `value` is

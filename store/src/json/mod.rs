@@ -6,6 +6,7 @@
 //! is the inverse: a parsed event writes back to the same JSON value, with
 //! the timestamp normalised to RFC 3339 in UTC with microseconds.
 
+mod fast;
 mod parse;
 mod write;
 

@@ -43,6 +43,15 @@ type Parse<T> = Result<T, EventError>;
 /// Reads one event from JSON text. `default_timestamp` is used when the event
 /// carries none.
 pub fn parse_event(text: &str, default_timestamp: Timestamp) -> Parse<Event> {
+    if let Some(event) = super::fast::parse(text, default_timestamp) {
+        return Ok(event);
+    }
+    parse_strictly(text, default_timestamp)
+}
+
+/// [`parse_event`] through a `serde_json::Value`: every event, and every
+/// error's message.
+pub(super) fn parse_strictly(text: &str, default_timestamp: Timestamp) -> Parse<Event> {
     let value: Value =
         crate::strict::from_str(text).map_err(|e| EventError::Syntax(e.to_string()))?;
     event_from_value(value, default_timestamp)

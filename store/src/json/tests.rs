@@ -168,3 +168,149 @@ fn strings_escape_as_serde_json_does() {
         serde_json::to_string(s).unwrap()
     );
 }
+
+mod fast_reader {
+    //! The fast reader answers only what the strict one would: on lines
+    //! made of the fields of every type, valid or not (missing, extra,
+    //! `null`, mistyped, duplicated, escaped keys, nested duplicates,
+    //! numbers too large), whatever it reads equals the strict reader's
+    //! event, and it reads most valid lines.
+    use proptest::prelude::*;
+
+    use super::super::{fast, parse::parse_strictly};
+    use crate::event::Timestamp;
+
+    fn value() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            r#""text""#,
+            r#""with \"escapes\" \n \u00e9 \ud83d\ude42""#,
+            r#""2025-01-05T04:00:00.000001Z""#,
+            r#""2025-01-05T04:00:00+02:00""#,
+            r#""not a time""#,
+            "null",
+            "true",
+            "false",
+            "0",
+            "12345678901234567890123",
+            "1e400",
+            "-1.5e3",
+            "[]",
+            r#"[1, "two", {"3": 4}]"#,
+            "{}",
+            r#"{ "path" : "src/main.rs" , "n" : 1.0 }"#,
+            r#"{"a": 1, "a": 2}"#,
+            r#"{"deep": {"x": [1e400]}}"#,
+            r#"{"z": 1, "a": {"b": null}}"#,
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "type",
+            "timestamp",
+            "text",
+            "id",
+            "name",
+            "content",
+            "is_error",
+            "arguments",
+            "delta",
+            "payload",
+            "meta",
+            "from_turn",
+            "extra",
+            "te\\u0078t",
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    fn type_name() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "turn_start",
+            "user",
+            "assistant",
+            "reasoning",
+            "system",
+            "tool_call",
+            "tool_result",
+            "config",
+            "extension",
+            "compaction",
+            "bogus",
+        ])
+        .prop_map(|t| format!("\"{t}\""))
+    }
+
+    /// A valid line of `kind`'s fields, with values drawn at random.
+    fn line() -> impl Strategy<Value = String> {
+        (
+            type_name(),
+            prop::collection::vec((key(), value()), 0..6),
+            prop::sample::select(vec!["", " ", "\n"]),
+            any::<bool>(),
+        )
+            .prop_map(|(kind, fields, space, type_last)| {
+                let mut parts: Vec<String> = fields
+                    .iter()
+                    .map(|(k, v)| format!("\"{k}\":{space}{v}"))
+                    .collect();
+                let at = if type_last { parts.len() } else { 0 };
+                parts.insert(at, format!("\"type\":{kind}"));
+                format!("{{{space}{}{space}}}", parts.join(","))
+            })
+    }
+
+    /// Valid events of every flat type, to check the fast reader takes
+    /// them.
+    fn valid() -> impl Strategy<Value = String> {
+        let text = prop::sample::select(vec!["hi", "with \\\"q\\\" \\n", "é 🙂"]);
+        let object = prop::sample::select(vec![
+            "{}",
+            r#"{"b":1,"a":[1.0,"x"]}"#,
+            r#"{ "n" : 12345678901234567890 }"#,
+        ]);
+        (text, object, 0..8u8, any::<bool>()).prop_map(|(text, object, t, stamp)| {
+            let body = match t {
+                0 => r#""type":"turn_start""#.to_owned(),
+                1 => format!(r#""type":"user","text":"{text}""#),
+                2 => format!(r#""type":"assistant","text":"{text}","meta":{object}"#),
+                3 => format!(r#""type":"reasoning","text":"{text}""#),
+                4 => {
+                    format!(r#""type":"tool_call","id":"c1","name":"{text}","arguments":{object}"#)
+                }
+                5 => {
+                    format!(r#""type":"tool_result","id":"c1","content":"{text}","is_error":true"#)
+                }
+                6 => format!(r#""type":"config","delta":{object}"#),
+                _ => format!(r#""type":"extension","name":"x","payload":{object}"#),
+            };
+            let stamp = if stamp {
+                r#","timestamp":"2025-01-05T04:00:00.000001Z""#
+            } else {
+                ""
+            };
+            format!("{{{body}{stamp}}}")
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+        #[test]
+        fn answers_only_what_the_strict_reader_answers(text in line()) {
+            let now = Timestamp::from_micros(7).unwrap();
+            if let Some(event) = fast::parse(&text, now) {
+                prop_assert_eq!(Ok(event), parse_strictly(&text, now), "{}", text);
+            }
+        }
+
+        #[test]
+        fn reads_valid_flat_events(text in valid()) {
+            let now = Timestamp::from_micros(7).unwrap();
+            let strict = parse_strictly(&text, now);
+            prop_assert!(strict.is_ok(), "{} {:?}", text, strict);
+            prop_assert_eq!(fast::parse(&text, now), strict.ok(), "{}", text);
+        }
+    }
+}
