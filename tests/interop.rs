@@ -207,10 +207,16 @@ fn malformed_inputs_name_the_position_and_store_nothing() {
             "{format} {text}: {}",
             run.stderr
         );
-        assert!(
-            conversations(&env).is_empty(),
-            "{format} {text}: something was stored"
-        );
+        assert!(!env.db().exists(), "{format} {text}: a database was left");
+        // Into a database that exists: it stays, without the conversation.
+        env.run(&["append", "other", "--user", "x", "-q"]).ok();
+        env.run(&["import", "--format", format, &file, "--name", "c"])
+            .fails();
+        let names: Vec<_> = conversations(&env)
+            .iter()
+            .map(|c| c["name"].clone())
+            .collect();
+        assert_eq!(names, ["other"], "{format} {text}");
     }
 }
 

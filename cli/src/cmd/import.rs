@@ -85,8 +85,15 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
     match stored {
         Ok(value) => report(&value, args.json, notes),
         Err(e) => {
+            // Another process may have created the database between the
+            // look and the open, and stored something: only an empty one
+            // is removed.
+            let empty = engine
+                .store()
+                .conversations()
+                .is_ok_and(|all| all.is_empty());
             drop(engine);
-            if let Some((path, top)) = created {
+            if let (Some((path, top)), true) = (created, empty) {
                 convstore_store::remove_created_database(&path, &top);
             }
             Err(e)
