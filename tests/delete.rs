@@ -261,6 +261,9 @@ enum Op {
     Fork(usize, u8),
     /// Deletes conversation `c`, with its forks or not.
     Delete(usize, bool),
+    /// Redacts the text of record `k` (modulo its length) of conversation
+    /// `c`.
+    Redact(usize, usize),
     /// Opens the database again.
     Reopen,
 }
@@ -272,6 +275,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
             .prop_map(|(c, t, s)| Op::Append(c, t, s)),
         2 => (0..4usize, any::<u8>()).prop_map(|(c, f)| Op::Fork(c, f)),
         2 => (0..4usize, any::<bool>()).prop_map(|(c, w)| Op::Delete(c, w)),
+        2 => (0..4usize, 0..64usize).prop_map(|(c, k)| Op::Redact(c, k)),
         1 => Just(Op::Reopen),
     ]
 }
@@ -286,27 +290,40 @@ fn pool(i: usize) -> String {
     }
 }
 
-/// A conversation of the model: its name, parent, and texts.
+/// A conversation of the model: its name, parent, and records.
 #[derive(Debug, Clone)]
 struct Modelled {
     name: String,
     id: ConversationId,
     parent: Option<usize>,
-    texts: Vec<String>,
+    texts: Vec<Record>,
+}
+
+/// A record of the model: an appended text (an index into the model's
+/// texts, which a fork shares with its parent, so a redaction through
+/// either shows in both), or a redaction event.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Record {
+    Text(usize),
+    Redaction,
 }
 
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
 
-    /// Appends, forks, deletes and reopens against a model: after each step
-    /// the store holds exactly the model's conversations with their texts,
-    /// verifies, and (but on a database server) holds exactly the blobs of
-    /// the long texts they hold.
+    /// Appends, forks, deletes, redactions and reopens against a model:
+    /// after each step the store holds exactly the model's conversations
+    /// with their texts (a redacted one `[redacted]` in every conversation
+    /// sharing the record, a redaction event after it in the conversation
+    /// it was asked of), verifies, and (but on a database server) holds
+    /// exactly the blobs of the long texts not redacted.
     #[test]
     fn deletes_match_a_model(ops in proptest::collection::vec(op(), 1..24), memory: bool) {
         let place = Place::new(memory);
         let mut store = place.open();
         let mut model: Vec<Option<Modelled>> = Vec::new();
+        // Every text appended, and whether it was redacted.
+        let mut written: Vec<(String, bool)> = Vec::new();
         let mut named = 0;
         for op in ops {
             let live: Vec<usize> = (0..model.len()).filter(|&i| model[i].is_some()).collect();
@@ -315,6 +332,9 @@ proptest::proptest! {
                     store.set_segment_min_bytes(if segments { 0 } else { u64::MAX });
                     let texts: Vec<String> = texts.into_iter().map(pool).collect();
                     let events: Vec<Event> = texts.iter().map(|t| user(t)).collect();
+                    let first = written.len();
+                    written.extend(texts.into_iter().map(|t| (t, false)));
+                    let texts: Vec<Record> = (first..written.len()).map(Record::Text).collect();
                     if let Some(&i) = live.get(c) {
                         let m = model[i].as_mut().unwrap();
                         store.append(&m.id, &events, &AppendOptions::default()).unwrap();
@@ -373,6 +393,29 @@ proptest::proptest! {
                         }
                     }
                 }
+                Op::Redact(c, k) => {
+                    if let Some(&i) = live.get(c).filter(|&&i| !model[i].as_ref().unwrap().texts.is_empty()) {
+                        let m = model[i].as_mut().unwrap();
+                        let seq = k % m.texts.len();
+                        let done = store.redact(&m.id, seq as u64, None, "model");
+                        match (m.texts[seq], done) {
+                            (Record::Text(t), Ok(_)) if !written[t].1 => {
+                                written[t].1 = true;
+                                m.texts.push(Record::Redaction);
+                            }
+                            (_, Err(StoreError::NotRedactable { .. })) => {
+                                // A redaction event, a text redacted before,
+                                // or a database server (none redacts yet).
+                                let refused = match m.texts[seq] {
+                                    Record::Text(t) => written[t].1,
+                                    Record::Redaction => true,
+                                };
+                                proptest::prop_assert!(refused || store.backend().is_server());
+                            }
+                            (record, other) => panic!("{record:?}: {other:?}"),
+                        }
+                    }
+                }
                 Op::Reopen => {
                     drop(store);
                     store = place.open();
@@ -395,10 +438,20 @@ proptest::proptest! {
                     .unwrap()
                     .map(|r| match r.unwrap().event.kind {
                         EventKind::User { text } => text,
+                        EventKind::Config { .. } => "(redaction)".to_owned(),
                         other => panic!("{other:?}"),
                     })
                     .collect();
-                proptest::prop_assert_eq!(&texts, &m.texts);
+                let expected: Vec<String> = m
+                    .texts
+                    .iter()
+                    .map(|r| match *r {
+                        Record::Text(t) if written[t].1 => "[redacted]".to_owned(),
+                        Record::Text(t) => written[t].0.clone(),
+                        Record::Redaction => "(redaction)".to_owned(),
+                    })
+                    .collect();
+                proptest::prop_assert_eq!(&texts, &expected);
             }
             ok(&store);
             if !store.backend().is_server() {
@@ -406,6 +459,10 @@ proptest::proptest! {
                     .iter()
                     .flatten()
                     .flat_map(|m| m.texts.iter())
+                    .filter_map(|r| match *r {
+                        Record::Text(t) if !written[t].1 => Some(&written[t].0),
+                        _ => None,
+                    })
                     .filter(|t| t.len() > convstore_store::INLINE_MAX)
                     .map(|t| *BlobHash::of(t.as_bytes()).as_bytes())
                     .collect();
