@@ -98,6 +98,14 @@ pub fn run() -> ExitCode {
     if let Some(code) = limits::check() {
         return code;
     }
+    // Past a file size limit (`ulimit -f`) the kernel sends SIGXFSZ, whose
+    // default action kills the process without a word; caught, the write
+    // fails with EFBIG instead, which ends in an `error:` line like a full
+    // disk.
+    let _ = signal_hook::flag::register(
+        signal_hook::consts::SIGXFSZ,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
     quiet_about_caught_panics();
     // `COMPLETE=bash convstore -- WORDS`: the shell asking for completions.
     clap_complete::CompleteEnv::with_factory(Cli::command).complete();

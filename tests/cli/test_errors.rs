@@ -279,9 +279,9 @@ fn a_full_disk_is_a_clear_error_and_the_log_survives() {
     let input_path = env.path().join("big.ndjson");
     std::fs::write(&input_path, input).unwrap();
     // 8 MiB at most per file (`ulimit -f` counts 512-byte blocks in sh);
-    // SIGXFSZ ignored, so a write past it fails with EFBIG.
+    // convstore catches SIGXFSZ, so a write past it fails with EFBIG.
     let script = format!(
-        "ulimit -f 16384; trap '' XFSZ; exec '{}' append chat < '{}'",
+        "ulimit -f 16384; exec '{}' append chat < '{}'",
         env!("CARGO_BIN_EXE_convstore"),
         input_path.display()
     );
