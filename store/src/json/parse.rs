@@ -49,11 +49,23 @@ pub fn parse_event(text: &str, default_timestamp: Timestamp) -> Parse<Event> {
     parse_strictly(text, default_timestamp)
 }
 
+/// serde's message for `error`; for an event on one line (an NDJSON line,
+/// whose number the caller names) `at column N` rather than serde's `at
+/// line 1 column N`, so that an error line names one line number.
+fn syntax_error(error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    let suffix = format!(" at line 1 column {}", error.column());
+    match message.strip_suffix(&suffix) {
+        Some(rest) if error.line() == 1 => format!("{rest} at column {}", error.column()),
+        _ => message,
+    }
+}
+
 /// [`parse_event`] through a `serde_json::Value`: every event, and every
 /// error's message.
 pub(super) fn parse_strictly(text: &str, default_timestamp: Timestamp) -> Parse<Event> {
     let value: Value =
-        crate::strict::from_str(text).map_err(|e| EventError::Syntax(e.to_string()))?;
+        crate::strict::from_str(text).map_err(|e| EventError::Syntax(syntax_error(&e)))?;
     event_from_value(value, default_timestamp)
 }
 

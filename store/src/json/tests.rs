@@ -156,6 +156,15 @@ fn invalid_json_and_non_objects_are_refused() {
     assert!(matches!(parse("[1]"), Err(EventError::NotObject)));
     let deep = "[".repeat(100_000);
     assert!(matches!(parse(&deep), Err(EventError::Syntax(_))));
+    // One line: its column only (the caller names the line).
+    match parse(r#"{"type":"user","te"#) {
+        Err(EventError::Syntax(m)) => assert_eq!(m, "EOF while parsing a string at column 18"),
+        other => panic!("{other:?}"),
+    }
+    match parse("{\n\"type\": 1,,}") {
+        Err(EventError::Syntax(m)) => assert!(m.ends_with("at line 2 column 11"), "{m}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
