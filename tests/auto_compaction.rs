@@ -119,6 +119,14 @@ fn auto_compaction_keeps_the_view_under_the_window() {
             compactions += 1;
             folds += u64::from(report.fold);
             assert!(report.tokens_after < report.tokens_before, "{report:?}");
+            // The compaction stores the tokens the report gives.
+            let last = store.info(&id).unwrap().len - 1;
+            let EventKind::Compaction(stored) = store.record(&id, last).unwrap().event.kind else {
+                panic!("record {last} is not the compaction");
+            };
+            let info: serde_json::Value =
+                serde_json::from_str(stored.info.unwrap().as_str()).unwrap();
+            assert_eq!(info["tokens_after"], report.tokens_after, "{report:?}");
         }
         let tokens = view_tokens(&store, &id);
         assert!(tokens < WINDOW, "turn {i}: the view has {tokens} tokens");

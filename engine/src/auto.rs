@@ -59,6 +59,8 @@ pub struct AutoReport {
 
 /// What the `auto` view holds, measured.
 struct Measure {
+    /// Characters of the view, and its tokens (estimated from them).
+    chars: u64,
     tokens: u64,
     turn_tokens: Vec<u64>,
     /// `(first turn, tokens)` of each summary run.
@@ -99,6 +101,7 @@ fn measure(store: &Store, id: &ConversationId, no_sync: bool) -> Result<Measure>
     let turns = store.info(id)?.turns as usize;
     turn_chars.resize(turns.max(turn_chars.len()), 0);
     Ok(Measure {
+        chars,
         tokens: tokens_for_chars(chars),
         turn_tokens: turn_chars.into_iter().map(tokens_for_chars).collect(),
         summary_runs: runs
@@ -254,8 +257,10 @@ pub fn run(
             summarizer_error,
         }));
     }
-    let tokens_after = (before.tokens + tokens_for_chars(range_after))
-        .saturating_sub(tokens_for_chars(range_before));
+    // The view's characters once the compaction is in (only its turns
+    // change), estimated as the measure after it will: what is stored is
+    // what is reported.
+    let tokens_after = tokens_for_chars((before.chars + range_after).saturating_sub(range_before));
     provenance.insert("profile".into(), json!(profile.name));
     provenance.insert("created_by".into(), json!("auto"));
     provenance.insert("tokens_before".into(), json!(before.tokens));
