@@ -208,6 +208,15 @@ fn malformed_inputs_name_the_position_and_store_nothing() {
             run.stderr
         );
         assert!(!env.db().exists(), "{format} {text}: a database was left");
+        // An empty directory given for the database is left empty.
+        std::fs::create_dir(env.db()).unwrap();
+        env.run(&["import", "--format", format, &file, "--name", "c"])
+            .fails();
+        assert_eq!(
+            std::fs::read_dir(env.db()).unwrap().count(),
+            0,
+            "{format} {text}: files were left"
+        );
         // Into a database that exists: it stays, without the conversation.
         env.run(&["append", "other", "--user", "x", "-q"]).ok();
         env.run(&["import", "--format", format, &file, "--name", "c"])

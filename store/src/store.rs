@@ -285,8 +285,11 @@ impl Store {
         let path = path.as_ref().to_path_buf();
         let found = inspect(&path, options.create)?;
         let opened = Self::open_inspected(&path, options, found);
-        if opened.is_err() && found != Found::Database {
-            // Leave the path as it was: absent, or an empty directory.
+        let locked = matches!(opened, Err(StoreError::Locked { .. }));
+        if opened.is_err() && found != Found::Database && !locked {
+            // Leave the path as it was: absent, or an empty directory. (A
+            // database locked by another process was created by it
+            // meanwhile: it is left alone.)
             if found == Found::Nothing {
                 let _ = std::fs::remove_dir_all(&path);
             } else if let Ok(entries) = std::fs::read_dir(&path) {

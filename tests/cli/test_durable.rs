@@ -108,6 +108,14 @@ fn a_large_append_from_stdin_is_checked_and_stored_whole() {
     let bad = format!("{good}{{\"type\":\"user\"}}\n");
     let run = env.run_with_stdin(&["append", "big"], &bad).fails();
     assert!(run.stderr.contains("line 20001"), "{}", run.stderr);
+    // The database it created is gone again; an empty directory given
+    // for one is left empty.
+    assert!(!env.db().exists());
+    std::fs::create_dir(env.db()).unwrap();
+    env.run_with_stdin(&["append", "big"], &bad).fails();
+    assert_eq!(std::fs::read_dir(env.db()).unwrap().count(), 0);
+    env.run(&["append", "other", "--user", "x", "-q"]).ok();
+    env.run_with_stdin(&["append", "big"], &bad).fails();
     assert!(!env.run(&["list"]).ok().stdout.contains("big"));
     assert!(bulk_files(&env.db()).is_empty());
 

@@ -33,6 +33,22 @@ pub(crate) fn run(
     matches: &ArgMatches,
     notes: &Notes,
 ) -> Result<ExitCode> {
+    let creating = cmd::Creating::look(cli);
+    let engine: OnceCell<Engine> = OnceCell::new();
+    let done = append(cli, args, matches, notes, &engine);
+    if let (Err(_), Some(creating), Some(engine)) = (&done, creating, engine.into_inner()) {
+        creating.undo(engine);
+    }
+    done
+}
+
+fn append(
+    cli: &Cli,
+    args: &AppendArgs,
+    matches: &ArgMatches,
+    notes: &Notes,
+    engine: &OnceCell<Engine>,
+) -> Result<ExitCode> {
     // Everything is checked before the first write: an agent that retries
     // a failed append must not store it twice.
     let now = Timestamp::now();
@@ -50,7 +66,6 @@ pub(crate) fn run(
     };
     // The database, opened when first needed: once a small input is read,
     // or when a large one starts its bulk append.
-    let engine: OnceCell<Engine> = OnceCell::new();
     let open = || -> Result<&Engine> {
         if engine.get().is_none() {
             let mut opened = cmd::open(cli, true)?;

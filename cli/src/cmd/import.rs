@@ -7,12 +7,11 @@
 
 use std::fs::File;
 use std::io::{Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use convstore_engine::import::{self, ImportFormat};
-use convstore_engine::Location;
 use convstore_store::{EventType, Timestamp};
 use serde_json::{json, Value};
 
@@ -40,11 +39,7 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
             return Err(e.into());
         }
     }
-    // The directory the database will be created in, if it does not exist.
-    let created = match cmd::location(cli)? {
-        Location::Path(path) => first_missing(&path),
-        _ => None,
-    };
+    let creating = cmd::Creating::look(cli);
     let engine = cmd::open(cli, true)?;
     let stored = (|| -> Result<Value> {
         let store = engine.store();
@@ -85,39 +80,12 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
     match stored {
         Ok(value) => report(&value, args.json, notes),
         Err(e) => {
-            // Another process may have created the database between the
-            // look and the open, and stored something: only an empty one
-            // is removed.
-            let empty = engine
-                .store()
-                .conversations()
-                .is_ok_and(|all| all.is_empty());
-            drop(engine);
-            if let (Some((path, top)), true) = (created, empty) {
-                convstore_store::remove_created_database(&path, &top);
+            if let Some(creating) = creating {
+                creating.undo(engine);
             }
             Err(e)
         }
     }
-}
-
-/// If `path` does not exist: it, absolute, and the first of it and its
-/// ancestors that does not exist (the outermost directory opening a
-/// database there creates).
-fn first_missing(path: &Path) -> Option<(PathBuf, PathBuf)> {
-    let path = std::path::absolute(path).ok()?;
-    if path.symlink_metadata().is_ok() {
-        return None;
-    }
-    let mut top = path.as_path();
-    while let Some(parent) = top.parent() {
-        if parent.symlink_metadata().is_ok() {
-            let top = top.to_path_buf();
-            return Some((path, top));
-        }
-        top = parent;
-    }
-    None
 }
 
 /// Prints what an import stored (here, or through a server): `value` is

@@ -150,6 +150,52 @@ pub(crate) fn config(cli: &Cli) -> Result<Config> {
     Ok(config_file::load(cli.config.as_deref(), &beside_db)?)
 }
 
+/// A database a command may create: the `--db` directory did not exist,
+/// or was empty, before the command opened it.
+pub(crate) struct Creating {
+    path: std::path::PathBuf,
+    /// Whether it was an empty directory (kept, emptied again).
+    emptied: bool,
+}
+
+impl Creating {
+    /// Before the database is opened: whether opening it creates it.
+    pub(crate) fn look(cli: &Cli) -> Option<Creating> {
+        let Ok(Location::Path(path)) = location(cli) else {
+            return None;
+        };
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Creating {
+                path,
+                emptied: false,
+            }),
+            Ok(_) => {
+                let empty = std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none());
+                empty.then_some(Creating {
+                    path,
+                    emptied: true,
+                })
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// After the command failed: closes `engine` and leaves the path as
+    /// it was, absent or an empty directory, if the database holds no
+    /// conversation (another process may have created it between the look
+    /// and the open, and stored one).
+    pub(crate) fn undo(self, engine: Engine) {
+        let empty = engine
+            .store()
+            .conversations()
+            .is_ok_and(|all| all.is_empty());
+        drop(engine);
+        if empty {
+            convstore_engine::store::remove_created_database(&self.path, self.emptied);
+        }
+    }
+}
+
 /// Opens the database. Only commands that create (`append`, `import`,
 /// `gen`, `demo`) pass `create`: they may create it where nothing is, or
 /// in an empty directory. No command writes into a directory that holds

@@ -351,37 +351,35 @@ pub(crate) fn unfinished_snapshots(path: &Path) -> Vec<PathBuf> {
     )
 }
 
-/// Removes directory `top`, made by this process when it created the
-/// database at `path` (`path` itself or the first of its ancestors that
-/// did not exist), after the command that created it failed before
-/// storing anything: only if no process has the database open (sled's lock
-/// on its `db` file, held while the files are removed), and only if `top`
-/// holds nothing but `path`. Whether it was removed.
-pub fn remove_created_database(path: &Path, top: &Path) -> bool {
-    if !path.starts_with(top) {
-        return false;
-    }
-    // Each directory between `top` and `path` holds only the next one.
-    let mut dir = path;
-    while dir != top {
-        let Some(parent) = dir.parent() else {
-            return false;
-        };
-        let only = std::fs::read_dir(parent)
-            .map(|entries| entries.flatten().map(|e| e.path()).collect::<Vec<_>>())
-            .is_ok_and(|entries| entries.len() == 1 && entries[0] == dir);
-        if !only {
-            return false;
-        }
-        dir = parent;
-    }
+/// Undoes the creation of the database at `path` by a command that then
+/// failed before storing anything: removes the directory, or, if it was
+/// an empty directory before (`emptied`), what is in it. Only if no
+/// process has the database open: sled's lock on its `db` file is held
+/// while the files are removed. Whether it was done.
+pub fn remove_created_database(path: &Path, emptied: bool) -> bool {
     let Ok(lock) = std::fs::File::open(path.join("db")) else {
         return false;
     };
     if fs2::FileExt::try_lock_exclusive(&lock).is_err() {
         return false;
     }
-    std::fs::remove_dir_all(top).is_ok()
+    if !emptied {
+        return std::fs::remove_dir_all(path).is_ok();
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return false;
+    };
+    let mut all = true;
+    for entry in entries.flatten() {
+        let entry = entry.path();
+        let removed = if entry.is_dir() {
+            std::fs::remove_dir_all(&entry)
+        } else {
+            std::fs::remove_file(&entry)
+        };
+        all &= removed.is_ok();
+    }
+    all
 }
 
 /// Moves the unfinished snapshot files of database directory `path` to
