@@ -551,6 +551,44 @@ impl Store {
         self.kv.path()
     }
 
+    /// Asks the kernel to start reading the database's files into the page
+    /// cache (`POSIX_FADV_WILLNEED` on sled's file and every segment file,
+    /// from a thread of its own), for a command about to read most of
+    /// them: from a cold cache the disk then reads ahead in large requests
+    /// while the command works, rather than a record's pages at a time as
+    /// it asks. Best effort, and nothing for a database server.
+    pub fn prefetch(&self) {
+        let Some(path) = self.path() else {
+            return;
+        };
+        let mut files = vec![path.join("db")];
+        if let Ok(entries) = std::fs::read_dir(path.join("segments")) {
+            files.extend(entries.flatten().map(|entry| entry.path()));
+        }
+        let _ = std::thread::Builder::new()
+            .name("prefetch".to_owned())
+            .spawn(move || {
+                for file in files {
+                    if let Ok(file) = std::fs::File::open(&file) {
+                        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::WillNeed);
+                    }
+                }
+            });
+    }
+
+    /// [`Store::prefetch`] for a command about to read conversation `id`
+    /// whole, if its records are most of the database's bytes (otherwise
+    /// the kernel would read much that the command never asks for).
+    pub fn prefetch_for(&self, id: &ConversationId) {
+        let Ok(info) = self.info(id) else {
+            return;
+        };
+        let bytes: u64 = info.kinds.iter().map(|k| k.bytes).sum();
+        if self.size_on_disk().is_ok_and(|size| bytes >= size / 2) {
+            self.prefetch();
+        }
+    }
+
     /// Makes every write so far durable.
     pub fn flush(&self) -> StoreResult<()> {
         self.sync()

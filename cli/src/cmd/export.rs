@@ -16,6 +16,7 @@ use crate::output::{self, Notes};
 pub(crate) fn run(engine: &Engine, args: &ExportArgs, notes: &Notes) -> Result<ExitCode> {
     let store = engine.store();
     let id = store.resolve(&args.conversation)?;
+    store.prefetch_for(&id);
     let scope = crate::cmd::scope(store, &id, args.as_of)?;
     let file = match args.output.as_deref() {
         None | Some("-") => None,

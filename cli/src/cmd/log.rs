@@ -49,6 +49,9 @@ pub(crate) fn run(engine: &Engine, args: &LogArgs, notes: &Notes) -> Result<Exit
         ));
     }
     let scope = crate::cmd::scope(store, &id, args.as_of)?;
+    if args.as_of.is_none() {
+        store.prefetch_for(&id);
+    }
     // Chunks are decoded, hashed along the chain and written as JSON in
     // parallel, and printed in order.
     let write = |chunk: &RawChunk| -> convstore_engine::Result<Vec<u8>> {

@@ -28,6 +28,9 @@ pub(crate) fn run(engine: &Engine, args: &ProjectArgs, notes: &Notes) -> Result<
         }
         None => None,
     };
+    if turns.is_none() && args.as_of.is_none() {
+        store.prefetch_for(&id);
+    }
     // A turn range reads only its records, and places only the summaries
     // that meet it.
     let (projector, seqs) = match &turns {

@@ -18,6 +18,10 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
     };
     // Records to check: a fork's own and its parents' (checked through
     // it); every conversation's own records, once.
+    match &id {
+        Some(id) => store.prefetch_for(id),
+        None => store.prefetch(),
+    }
     let total = match &id {
         Some(id) => store.info(id)?.len,
         None => store
