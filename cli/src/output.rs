@@ -290,7 +290,19 @@ impl OutputFile {
     ) -> Result<()> {
         {
             let mut out = BufWriter::with_capacity(1 << 16, &mut self.file);
-            write(&mut out)?;
+            // The file's own write errors name it (a full disk, a file
+            // size limit); the command's other errors stay as they are.
+            let shown = &self.shown;
+            write(&mut out).map_err(|e| {
+                let output = e.downcast_ref::<io::Error>().is_some()
+                    || e.downcast_ref::<convstore_engine::Error>()
+                        .is_some_and(|e| matches!(e, convstore_engine::Error::Io(_)));
+                if output {
+                    e.context(format!("cannot write {shown}"))
+                } else {
+                    e
+                }
+            })?;
             out.flush()
                 .with_context(|| format!("cannot write {}", self.shown))?;
         }
