@@ -107,6 +107,13 @@ pub fn run() -> ExitCode {
         std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
     );
     quiet_about_caught_panics();
+    // rayon starts its threads when first used, and panics if it cannot
+    // (under an address space limit, or a limit on processes): started
+    // here instead, where failing is an error line.
+    if let Err(e) = rayon::ThreadPoolBuilder::new().build_global() {
+        output::line_to_stderr(&format!("error: cannot start worker threads: {e}"));
+        return ExitCode::FAILURE;
+    }
     // `COMPLETE=bash convstore -- WORDS`: the shell asking for completions.
     clap_complete::CompleteEnv::with_factory(Cli::command).complete();
     // An empty `CONVSTORE_DB` is as if it were not set.

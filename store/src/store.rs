@@ -561,12 +561,17 @@ impl Store {
         let Some(path) = self.path() else {
             return;
         };
+        // Under an address space limit a thread's stack is not worth it.
+        if crate::address_space_limit().is_some() {
+            return;
+        }
         let mut files = vec![path.join("db")];
         if let Ok(entries) = std::fs::read_dir(path.join("segments")) {
             files.extend(entries.flatten().map(|entry| entry.path()));
         }
         let _ = std::thread::Builder::new()
             .name("prefetch".to_owned())
+            .stack_size(64 << 10)
             .spawn(move || {
                 for file in files {
                     if let Ok(file) = std::fs::File::open(&file) {
