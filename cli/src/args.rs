@@ -185,6 +185,31 @@ Examples:
   convstore redact chat 41 --reason 'API key pasted by mistake'
   convstore redact chat 57 --field meta --reason 'personal data' --json")]
     Redact(RedactArgs),
+    /// Drop the raw payloads a retention policy no longer needs: by
+    /// default those no view shows any more (stripped, dropped or
+    /// summarized by a compaction), so every view stays as it is.
+    #[command(after_help = "\
+The policy is `[retention]` in convstore.toml (older_than = \"90d\",
+only_compacted = true, after_compaction = false); --older-than and
+--all-payloads replace it for one run. A dropped payload goes as `redact`
+removes a text (from the record, stored views, the search index, the long
+texts and segment files nothing else holds): the record keeps the text's
+hash and length and reads as [redacted], `verify` proves every other
+record untouched and lists each one dropped, and the conversation's head
+and length stay (no event is appended). Meta, config events and
+compactions' summaries are kept. A fork's shared records are its parent's:
+a run over every conversation covers them, and a record stays while any
+fork's view shows it. An as-of view from before a compaction, a revert of
+it, or a summary written over the range later read [redacted] where the
+payload went. sled keeps overwritten values in its own file until it
+reuses the space.
+
+Examples:
+  convstore gc --dry-run                     # what the policy would drop
+  convstore gc chat                          # covered payloads of chat
+  convstore gc --older-than 90d --json       # covered and older than 90 days
+  convstore gc chat --older-than 30d --all-payloads")]
+    Gc(GcArgs),
     /// Store a projected view and keep it current; print it or write it to
     /// a file.
     #[command(after_help = "\
@@ -896,6 +921,29 @@ pub struct RedactArgs {
     /// Why: kept with the record and in the redaction event.
     #[arg(long)]
     pub reason: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `gc`
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Only this conversation's own records (name, full id or
+    /// id:PREFIX); every conversation if omitted.
+    #[arg(add = conversations(), value_parser = conversation)]
+    pub conversation: Option<String>,
+    /// Only payloads of records older than this (90d, 12h, 2w), in place
+    /// of `[retention] older_than`.
+    #[arg(long, value_name = "DURATION")]
+    pub older_than: Option<String>,
+    /// Drop payloads views still show too (needs an age): those records
+    /// read [redacted] in the view.
+    #[arg(long)]
+    pub all_payloads: bool,
+    /// Say what would go and how many bytes; store nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

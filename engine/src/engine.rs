@@ -4,8 +4,8 @@
 use convstore_projection::config::Config;
 use convstore_projection::{Tokenizer, ViewEvent};
 use convstore_store::{
-    json, AppendOptions, Appended, ConversationId, Deletion, Event, OpenOptions, Store, Timestamp,
-    VerifyFailure, VerifyReport, ViewState,
+    json, AppendOptions, Appended, ConversationId, Deletion, DroppedPayloads, Event, OpenOptions,
+    Store, Timestamp, VerifyFailure, VerifyReport, ViewState,
 };
 
 use crate::auto::{self, AutoReport};
@@ -16,6 +16,7 @@ use crate::explain::{self, Explanation};
 use crate::fork::{self, ForkAt, Forked};
 use crate::location::Location;
 use crate::pipeline::{self, AsOf, Scope};
+use crate::retention::{self, Retention};
 use crate::search::{self, CaughtUp, Hit, IndexCheck, SearchIndex, SearchQuery};
 use crate::summarizers::Secrets;
 use crate::views::{self, Refresh};
@@ -35,6 +36,9 @@ pub struct Engine {
     /// Why the index could not be brought up to date after the last write
     /// (the write itself stood).
     index_error: Mutex<Option<String>>,
+    /// Why `[retention]` could not run after the last compaction (the
+    /// compaction itself stood).
+    retention_error: Mutex<Option<String>>,
     /// Who is told of each write ([`Engine::subscribe`]).
     listeners: Arc<Mutex<Vec<Sender<ConversationId>>>>,
     /// Whether writes by other processes sharing the backend are passed
@@ -83,6 +87,7 @@ impl Engine {
             secrets: Secrets::none(),
             search: Mutex::new(None),
             index_error: Mutex::new(None),
+            retention_error: Mutex::new(None),
             listeners: Arc::new(Mutex::new(Vec::new())),
             remote: std::sync::Once::new(),
             index_on_write: true,
@@ -166,6 +171,12 @@ impl Engine {
     ) -> Result<Appended> {
         let appended = self.store.append(id, events, options)?;
         self.after_write(id);
+        if events
+            .iter()
+            .any(|e| matches!(e.kind, convstore_store::EventKind::Compaction(_)))
+        {
+            self.after_compaction(id);
+        }
         Ok(appended)
     }
 
@@ -381,6 +392,7 @@ impl Engine {
         )?;
         if report.head.is_some() {
             self.after_write(id);
+            self.after_compaction(id);
         }
         Ok(report)
     }
@@ -391,6 +403,7 @@ impl Engine {
         let report = auto::run(&self.store, id, &self.config, &self.secrets, no_sync)?;
         if report.is_some() {
             self.after_write(id);
+            self.after_compaction(id);
         }
         Ok(report)
     }
@@ -437,6 +450,46 @@ impl Engine {
         )?;
         self.after_write(&forked.id);
         Ok(forked)
+    }
+
+    /// Drops the payloads `retention` picks from `id`'s own records (see
+    /// [`retention::collect`]), and their texts from the search index as
+    /// [`Engine::redact`] does. A dry run only counts.
+    pub fn gc(
+        &self,
+        id: &ConversationId,
+        retention: &Retention,
+        dry_run: bool,
+    ) -> Result<DroppedPayloads> {
+        let dropped = retention::collect(&self.store, id, retention, dry_run, &mut || {
+            self.forget_in_index(&[*id], true);
+        })?;
+        if !dry_run && dropped.records > 0 {
+            // A write meanwhile may have indexed it again.
+            self.forget_in_index(&[*id], true);
+            self.after_write(id);
+        }
+        Ok(dropped)
+    }
+
+    /// Runs `[retention]` on `id` if it says to after a compaction. The
+    /// compaction stands whatever happens here: a failure is noted
+    /// ([`Engine::take_retention_error`]).
+    pub fn after_compaction(&self, id: &ConversationId) {
+        let settings = &self.config.retention;
+        if !settings.after_compaction {
+            return;
+        }
+        let ran = Retention::new(settings, None, false).and_then(|r| self.gc(id, &r, false));
+        if let (Err(e), Ok(mut slot)) = (ran, self.retention_error.lock()) {
+            *slot = Some(e.to_string());
+        }
+    }
+
+    /// Why `[retention]` could not run after the last compaction, if it
+    /// could not (the compaction itself was stored).
+    pub fn take_retention_error(&self) -> Option<String> {
+        self.retention_error.lock().ok().and_then(|mut e| e.take())
     }
 
     /// Deletes `id` for good (with its forks if `with_forks`; see

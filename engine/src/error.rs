@@ -145,6 +145,9 @@ pub enum Error {
     /// settings, ...).
     #[error("{0}")]
     Invalid(String),
+    /// Other writers kept changing what an operation must see unchanged.
+    #[error("{0}")]
+    Busy(String),
     /// Input that cannot be read: where, and what is wrong.
     #[error("{at}: {problem}")]
     Input {

@@ -236,8 +236,13 @@ pub fn record_text(record: &LogRecord) -> String {
             c.summary.clone().unwrap_or_default(),
         ),
     };
+    // A text removed for good says when and why, so a reader knows it was
+    // there and is not coming back.
+    let dropped = record.redaction.as_ref().map_or(String::new(), |r| {
+        format!(" · redacted {} ({})", rfc3339(r.time), r.reason)
+    });
     let mut out = format!(
-        "── seq {} · turn {} · {} · {what} ──\n",
+        "── seq {} · turn {} · {} · {what}{dropped} ──\n",
         record.seq,
         record.turn,
         rfc3339(event.timestamp)

@@ -47,6 +47,65 @@ pub struct Config {
     /// `[tools.NAME.compaction]`: per-tool hints.
     #[serde(default)]
     pub tools: BTreeMap<String, ToolConfig>,
+    /// `[retention]`: which payloads `gc` drops.
+    #[serde(default)]
+    pub retention: RetentionConfig,
+}
+
+/// `[retention]`: which raw payloads `convstore gc` drops, and when it
+/// runs on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Only payloads of records older than this (a duration: `90d`,
+    /// `12h`, `2w`); all ages if unset.
+    pub older_than: Option<String>,
+    /// Only payloads the conversation's view no longer shows (stripped,
+    /// dropped or summarized by a compaction): the view is unchanged. On
+    /// unless set to false, which needs `older_than`.
+    #[serde(default = "yes")]
+    pub only_compacted: bool,
+    /// Run the policy on a conversation after each compaction stored in
+    /// it (by `compact`, automatic compaction, or an appended compaction
+    /// event). Off unless set.
+    #[serde(default)]
+    pub after_compaction: bool,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            older_than: None,
+            only_compacted: true,
+            after_compaction: false,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// `older_than` in microseconds, if set.
+    pub fn older_than_micros(&self) -> Result<Option<i64>, ConfigError> {
+        let Some(text) = &self.older_than else {
+            return Ok(None);
+        };
+        parse_age(text)
+            .map(Some)
+            .map_err(|problem| ConfigError::value("retention.older_than", problem))
+    }
+}
+
+/// A duration such as `90d`, `12h`, `30m`, `45s` or `2w`, in microseconds.
+pub fn parse_age(text: &str) -> Result<i64, String> {
+    match crate::bounds::Bound::parse(text) {
+        Ok(crate::bounds::Bound::Ago(micros)) => Ok(micros),
+        _ => Err(format!(
+            "\"{text}\" is not a duration (expected a number and s, m, h, d or w: 90d, 12h)"
+        )),
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `[compaction]`.
@@ -370,6 +429,13 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
+        let retention = &self.retention;
+        if retention.older_than_micros()?.is_none() && !retention.only_compacted {
+            return Err(ConfigError::value(
+                "retention.only_compacted",
+                "false needs older_than (it would drop every payload)",
+            ));
+        }
         let auto = &self.compaction.auto;
         for (key, value) in [
             ("trigger_ratio", auto.trigger_ratio),

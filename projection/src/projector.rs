@@ -259,6 +259,27 @@ impl Projector {
         matches!(self.fate(seq, turn, kind), Fate::Dropped)
     }
 
+    /// Whether the view shows the payload of the raw event at `seq` in
+    /// `turn` (its text, arguments, content or payload) as it is: `false`
+    /// when the view drops the event, replaces it with a summary, or
+    /// strips that payload.
+    pub fn shows_payload(&self, seq: u64, turn: u64, event: &Event) -> bool {
+        let tools = match self.fate(seq, turn, event.kind.event_type()) {
+            Fate::Dropped | Fate::Summary(..) => return false,
+            Fate::Kept { tools, .. } => tools,
+        };
+        let Some(tools) = tools else {
+            return true;
+        };
+        match &event.kind {
+            EventKind::ToolCall { name, .. } => !tools.strips_request(name),
+            EventKind::ToolResult { id, .. } => {
+                !tools.strips_response(self.tool_name(id).unwrap_or("unknown"))
+            }
+            _ => true,
+        }
+    }
+
     /// Appends the view events of one raw event to `out`.
     pub fn transform(&self, raw: LogEvent, out: &mut Vec<ViewEvent>) {
         let LogEvent { seq, turn, event } = raw;

@@ -67,6 +67,9 @@ pub(crate) const CONVERSATION_TAGS: &[u8] = b"CctsujqToORkvwxPAKLBZ";
 /// A redaction decided and not finished (`redact.rs`), by conversation and
 /// seq.
 pub(crate) const REDACTING: u8 = b'Z';
+/// A retention pass's batch whose blobs and old bodies are not yet
+/// removed (`retain.rs`), by conversation, time and batch.
+pub(crate) const COLLECTING: u8 = b'Y';
 pub(crate) const VIEW: u8 = b'v';
 pub(crate) const VIEW_BLOCK: u8 = b'w';
 pub(crate) const VIEW_CALLS: u8 = b'x';
@@ -146,6 +149,14 @@ pub(crate) fn conversation_of(key: &[u8]) -> Option<ConversationId> {
 
 pub(crate) fn redacting(id: &ConversationId, seq: u64) -> Vec<u8> {
     numbered(REDACTING, id, &[seq])
+}
+
+pub(crate) fn collecting(id: &ConversationId, time: u64, batch: u64) -> Vec<u8> {
+    numbered(COLLECTING, id, &[time, batch])
+}
+
+pub(crate) fn collecting_prefix(id: &ConversationId) -> Vec<u8> {
+    numbered(COLLECTING, id, &[])
 }
 
 pub(crate) fn deleted(id: &ConversationId) -> Vec<u8> {

@@ -54,6 +54,7 @@ mod pins;
 mod position;
 pub mod readable;
 mod redact;
+mod retain;
 mod staging;
 mod store;
 pub mod strict;
@@ -79,11 +80,12 @@ pub use ids::ConversationId;
 pub use index::OverlayIndex;
 pub use json::EventError;
 pub use keys::FORMAT_VERSION;
-pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, StoredOverlay};
+pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, RecordRedaction, StoredOverlay};
 pub use names::ToolNames;
 pub use pins::AutoState;
 pub use position::{merge_ranges, Seq, Turn};
-pub use redact::{RedactField, Redaction};
+pub use redact::{RedactField, RedactedRecord, Redaction, RedactionGroup};
+pub use retain::{DroppedPayloads, Select};
 pub use store::{
     validate_conversation_name, validate_view_name, ConversationInfo, KindStats, OpenOptions,
     ProgressFn, Store, DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES,

@@ -226,7 +226,10 @@ impl Store {
             prefix.extend_from_slice(holder.as_bytes());
             for pair in self.scan_prefix(prefix) {
                 let (key, value) = pair?;
-                let changed = crate::views::redact_block(&value, seq, &|bytes| {
+                let changed = crate::views::redact_block(&value, &|at, _, bytes| {
+                    if at != seq {
+                        return None;
+                    }
                     let record = decode_record(bytes).ok()?;
                     let (redacted, shown, _) = redact_field(&record, field).ok()?;
                     (shown == text).then(|| encode(&redacted))
@@ -455,7 +458,7 @@ fn is_redaction_event(record: &RecordRepr<'_>) -> bool {
 }
 
 /// The field a redaction of `record` removes when none is named.
-fn main_field(record: &RecordRepr<'_>) -> Option<RedactField> {
+pub(crate) fn main_field(record: &RecordRepr<'_>) -> Option<RedactField> {
     match record.body {
         BodyRepr::User(_)
         | BodyRepr::Assistant(_)
@@ -470,7 +473,7 @@ fn main_field(record: &RecordRepr<'_>) -> Option<RedactField> {
 }
 
 /// The text `field` of `record`, to read or replace.
-fn slot<'r, 'a>(
+pub(crate) fn slot<'r, 'a>(
     record: &'r mut RecordRepr<'a>,
     field: RedactField,
 ) -> Result<&'r mut TextRepr<'a>, &'static str> {
@@ -496,7 +499,7 @@ fn slot<'r, 'a>(
 
 /// `record` with `field` replaced by its hash and length; that hash and
 /// length, and whether the text was a blob.
-fn redact_field<'a>(
+pub(crate) fn redact_field<'a>(
     record: &RecordRepr<'a>,
     field: RedactField,
 ) -> Result<(RecordRepr<'a>, BlobRef, bool), &'static str> {
@@ -573,5 +576,62 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+/// Redacted records of one log that were redacted together: by one
+/// `redact`, or one retention pass (same time, reason and conversation
+/// asking). See [`Store::redaction_groups`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedactionGroup {
+    /// How many records.
+    pub records: u64,
+    /// The first of them...
+    pub first_seq: u64,
+    /// ...and the last.
+    pub last_seq: u64,
+    /// When.
+    pub time: Timestamp,
+    /// Why.
+    pub reason: String,
+    /// The conversation that asked.
+    pub by: ConversationId,
+}
+
+impl Store {
+    /// The redactions of `id`'s own records (not those a fork shares with
+    /// its parent), grouped as they were made, oldest first. Memory grows
+    /// with the groups, not the records.
+    pub fn redaction_groups(&self, id: &ConversationId) -> StoreResult<Vec<RedactionGroup>> {
+        let len = self.meta(id)?.len;
+        let start = self.fork_point(id)?.map_or(0, |p| p.at);
+        let mut groups: Vec<RedactionGroup> = Vec::new();
+        let mut index = std::collections::HashMap::new();
+        for chunk in self.chunks(id, start, len)? {
+            for (seq, bytes) in chunk?.raw_records(self, start, len)? {
+                let Some(envelope) = envelope(&bytes)? else {
+                    continue;
+                };
+                let key = (envelope.time, envelope.reason.to_owned(), envelope.by);
+                if let Some(&i) = index.get(&key) {
+                    let group: &mut RedactionGroup = &mut groups[i];
+                    group.records += 1;
+                    group.last_seq = seq;
+                } else {
+                    index.insert(key, groups.len());
+                    groups.push(RedactionGroup {
+                        records: 1,
+                        first_seq: seq,
+                        last_seq: seq,
+                        time: envelope.time,
+                        reason: envelope.reason.to_owned(),
+                        by: ConversationId::from_bytes(envelope.by),
+                    });
+                }
+            }
+        }
+        groups.sort_by_key(|g| (g.time, g.first_seq));
+        Ok(groups)
     }
 }

@@ -331,6 +331,7 @@ impl Store {
         }
         store.finish_deletions();
         store.finish_redactions();
+        store.finish_retention();
         Ok(store)
     }
 
@@ -355,6 +356,7 @@ impl Store {
         let store = Store::assemble(backend, format);
         store.finish_deletions();
         store.finish_redactions();
+        store.finish_retention();
         Ok(store)
     }
 

@@ -40,6 +40,9 @@ pub struct VerifyReport {
     pub records: u64,
     /// Distinct blobs re-hashed.
     pub blobs: u64,
+    /// Records found redacted (their addresses kept, a text gone): see
+    /// [`Store::redaction_groups`].
+    pub redacted: u64,
 }
 
 /// The first thing found wrong.
@@ -92,7 +95,10 @@ impl Store {
             drop(guard);
             match verified {
                 // Shared records are counted once, with their owner.
-                Ok(_) => total.records += own,
+                Ok(report) => {
+                    total.records += own;
+                    total.redacted += report.redacted;
+                }
                 Err(failure) => return Ok(Err(failure)),
             }
             total.conversations += 1;
@@ -126,7 +132,7 @@ impl Store {
             return Ok(VerifyReport {
                 conversations: 1,
                 records,
-                blobs: 0,
+                ..VerifyReport::default()
             });
         }
         let fail = |problem: String| VerifyFailure {
@@ -225,6 +231,8 @@ struct ChunkCheck {
     calls: Calls,
     /// Its compactions as `(index in the chunk, record bytes)`.
     overlays: Vec<(usize, Vec<u8>)>,
+    /// How many of its records are redacted.
+    redacted: u64,
     /// The first failure: the chunk did not read (no index), or its record
     /// at this index is bad (the index of `records`' end when the record
     /// did not hash or decode, of its last entry when a blob is bad).
@@ -240,6 +248,7 @@ impl ChunkCheck {
             records: Vec::new(),
             calls: Vec::new(),
             overlays: Vec::new(),
+            redacted: 0,
             failure: Some((None, problem)),
         }
     }
@@ -256,6 +265,7 @@ struct Fold {
     index: Vec<(u64, u64, u64, u64)>,
     overlays: Vec<(u64, u64, u64, Vec<u8>)>,
     directories: Vec<(u64, Calls)>,
+    redacted: u64,
 }
 
 impl Checker<'_> {
@@ -278,6 +288,7 @@ impl Checker<'_> {
             index: Vec::new(),
             overlays: Vec::new(),
             directories: Vec::new(),
+            redacted: 0,
         };
         // The settled chunks, then the staged ones from where they start
         // (the staged chunks before it were settled, and are not read).
@@ -316,6 +327,7 @@ impl Checker<'_> {
             index,
             overlays,
             directories,
+            redacted,
         } = fold;
         if seq != meta.len {
             return Err(self.fail(
@@ -348,6 +360,7 @@ impl Checker<'_> {
             conversations: 1,
             records: seq - first,
             blobs: 0,
+            redacted,
         })
     }
 
@@ -366,6 +379,7 @@ impl Checker<'_> {
             records: Vec::with_capacity(entries.len()),
             calls: Vec::new(),
             overlays: Vec::new(),
+            redacted: 0,
             failure: None,
         };
         for (i, entry) in entries.iter().enumerate() {
@@ -384,6 +398,7 @@ impl Checker<'_> {
                 }
             };
             let size = crate::codec::record_size(bytes, &record);
+            check.redacted += u64::from(bytes.first() == Some(&crate::codec::REDACTED_MARK));
             let mut bad_blob = None;
             for text in record.texts() {
                 if let TextRepr::Blob(blob) = text {
@@ -453,6 +468,7 @@ impl Checker<'_> {
             return Err(self.fail(Some(check.first_seq + i as u64), problem));
         }
         fold.address = check.last;
+        fold.redacted += check.redacted;
         for (i, record) in check.overlays {
             let seq = check.first_seq + i as u64;
             let turn = check.records[i].1;

@@ -76,19 +76,20 @@ pub(crate) fn block_records(bytes: &[u8]) -> StoreResult<Vec<&[u8]>> {
     Ok(repr.events.into_iter().map(|e| e.record).collect())
 }
 
-/// Stored view block `bytes` with the record of each event from raw
-/// record `seq` that `redact` rewrites (`None`: leave it) replaced; `None`
-/// if no event changed.
-pub(crate) fn redact_block(
-    bytes: &[u8],
-    seq: u64,
-    redact: &dyn Fn(&[u8]) -> Option<Vec<u8>>,
-) -> StoreResult<Option<Vec<u8>>> {
+/// Given a view event's raw seq, whether it is an injected summary event,
+/// and its record: the record rewritten, or `None` to leave it.
+pub(crate) type RedactEvent<'a> = dyn Fn(u64, bool, &[u8]) -> Option<Vec<u8>> + 'a;
+
+/// Stored view block `bytes` with the record of each event that `redact`
+/// rewrites (`None`: leave it) replaced; `None` if no event changed.
+/// `redact` is given the raw seq the event came from, whether it is an
+/// injected summary event, and its record.
+pub(crate) fn redact_block(bytes: &[u8], redact: &RedactEvent<'_>) -> StoreResult<Option<Vec<u8>>> {
     let repr: BlockRepr<'_> = decode(bytes, "view block")?;
     let rewritten: Vec<Option<Vec<u8>>> = repr
         .events
         .iter()
-        .map(|e| if e.seq == seq { redact(e.record) } else { None })
+        .map(|e| redact(e.seq, e.summary_of.is_some(), e.record))
         .collect();
     if rewritten.iter().all(Option::is_none) {
         return Ok(None);

@@ -126,6 +126,10 @@ fn append(
     for warning in calls.against(store, log.as_ref().map(|(id, len)| (id, *len)), "line")? {
         notes.warn(&warning);
     }
+    let compactions_before = match &log {
+        Some((id, _)) => compactions(store, id)?,
+        None => 0,
+    };
     let (id, appended) = match (bulk, target) {
         (Some(bulk), _) => bulk.commit()?,
         (None, BulkTarget::Existing(id)) => (id, store.append(&id, &events, &options)?),
@@ -151,6 +155,10 @@ fn append(
     }
     let mut head = appended.head;
     cmd::written(engine, &id, notes);
+    if compactions(store, &id)? > compactions_before {
+        engine.after_compaction(&id);
+        cmd::retention_warning(engine, notes);
+    }
     if args.auto {
         // The events are stored: from here on a failure is a warning, not
         // an error an agent would retry.
@@ -177,6 +185,7 @@ fn append(
                     ));
                     head = store.info(&id)?.head;
                     cmd::index_warning(engine, notes);
+                    cmd::retention_warning(engine, notes);
                 }
             }
             Ok(None) => {}
@@ -189,6 +198,14 @@ fn append(
     writeln!(out, "{head}")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many compactions `id`'s own records hold.
+fn compactions(
+    store: &convstore_engine::store::Store,
+    id: &convstore_engine::store::ConversationId,
+) -> Result<u64> {
+    Ok(store.info(id)?.kinds[convstore_engine::store::EventType::Compaction.index()].count)
 }
 
 /// Whether a conversation argument names an id rather than a name

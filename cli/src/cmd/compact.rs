@@ -101,6 +101,7 @@ pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<
         other => other.into(),
     })?;
     crate::cmd::index_warning(engine, notes);
+    crate::cmd::retention_warning(engine, notes);
     let counted = match &tokenizer {
         Tokenizer::Chars4 => "4 characters a token".to_owned(),
         exact @ Tokenizer::Bpe { .. } => format!("counted with {}", exact.name()),

@@ -9,6 +9,7 @@ pub(crate) mod diff;
 pub(crate) mod explain;
 mod export;
 pub(crate) mod fork;
+mod gc;
 mod gen;
 pub(crate) mod import;
 mod log;
@@ -85,6 +86,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Fork(args) => fork::run(&read()?, args, &notes),
         Command::Delete(args) => delete::run(&read()?, args, &notes),
         Command::Redact(args) => redact::run(&read()?, args, &notes),
+        Command::Gc(args) => gc::run(&configured()?, args, &notes),
         Command::View(args) => view::run(&read()?, args, &notes),
         Command::Explain(args) => explain::run(&read()?, args),
         Command::Pin(args) => pin::run(&read()?, args),
@@ -122,6 +124,16 @@ pub(crate) fn written(
 ) {
     engine.after_write(id);
     index_warning(engine, notes);
+}
+
+/// Warns if `[retention]` could not run after a compaction.
+pub(crate) fn retention_warning(engine: &Engine, notes: &Notes) {
+    if let Some(error) = engine.take_retention_error() {
+        notes.warn(&format!(
+            "the compaction was stored, but [retention] could not drop the payloads it covers \
+             ({error}); `convstore gc` runs it again"
+        ));
+    }
 }
 
 /// Warns if the engine could not update the search index after a write.

@@ -4,8 +4,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
+use convstore_engine::store::ConversationId;
 use convstore_engine::Engine;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::args::VerifyArgs;
 use crate::output::{self, Notes};
@@ -66,6 +67,11 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
     }
     match verified {
         Ok(report) => {
+            let redactions = if report.redacted > 0 {
+                redactions(engine, id.as_ref())?
+            } else {
+                Vec::new()
+            };
             if args.json {
                 let value = json!({
                     "ok": true,
@@ -73,6 +79,8 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
                     "records": report.records,
                     "blobs": report.blobs,
                     "views": views,
+                    "redacted": report.redacted,
+                    "redactions": redactions,
                     "search_index": index.as_ref().map(|i| json!({
                         "documents": i.documents,
                         "behind": i.behind_records,
@@ -99,6 +107,29 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
                     output::plural(views, "view")
                 )?;
             }
+            if !args.json {
+                for r in &redactions {
+                    let label = r["name"].as_str().or(r["conversation"].as_str());
+                    let (first, last) = (r["first_seq"].as_u64(), r["last_seq"].as_u64());
+                    let seqs = if first == last {
+                        format!("record {}", first.unwrap_or(0))
+                    } else {
+                        format!(
+                            "{} (seqs {}..{})",
+                            output::plural(r["records"].as_u64().unwrap_or(0), "record"),
+                            first.unwrap_or(0),
+                            last.unwrap_or(0)
+                        )
+                    };
+                    writeln!(
+                        out,
+                        "redacted in {}: {seqs} at {}: {}",
+                        label.unwrap_or(""),
+                        r["time"].as_str().unwrap_or(""),
+                        r["reason"].as_str().unwrap_or("")
+                    )?;
+                }
+            }
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
@@ -117,4 +148,35 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
             Err(anyhow!("verification failed: {failure}"))
         }
     }
+}
+
+/// The redactions of `id`'s own records (every conversation's for
+/// `None`), grouped as they were made: one `redact`, or one retention
+/// pass.
+fn redactions(engine: &Engine, id: Option<&ConversationId>) -> Result<Vec<Value>> {
+    let store = engine.store();
+    let targets = match id {
+        Some(id) => vec![(*id, store.info(id)?.name)],
+        None => store
+            .conversations()?
+            .into_iter()
+            .map(|c| (c.id, c.name))
+            .collect(),
+    };
+    let mut out = Vec::new();
+    for (id, name) in targets {
+        for group in store.redaction_groups(&id)? {
+            out.push(json!({
+                "conversation": id.hex(),
+                "name": name,
+                "records": group.records,
+                "first_seq": group.first_seq,
+                "last_seq": group.last_seq,
+                "time": group.time.to_string(),
+                "reason": group.reason,
+                "by": group.by.hex(),
+            }));
+        }
+    }
+    Ok(out)
 }

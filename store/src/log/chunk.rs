@@ -329,6 +329,7 @@ impl RawChunk {
                 turn: entry.turn,
                 address,
                 event: event_of(store, &self.id, seq, bytes)?,
+                redaction: super::scan::RecordRedaction::of(bytes)?,
             });
         }
         Ok(out)

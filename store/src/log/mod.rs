@@ -13,7 +13,7 @@ mod turns;
 pub use chunk::{ChunkIter, RawChunk};
 pub(crate) use chunk::{LoadedChunk, Located};
 pub use overlays::StoredOverlay;
-pub use scan::{LogIter, LogRecord};
+pub use scan::{LogIter, LogRecord, RecordRedaction};
 
 use crate::codec::{decode_record, record_to_event};
 use crate::error::{StoreError, StoreResult};

@@ -25,6 +25,28 @@ pub struct LogRecord {
     pub address: Address,
     /// The event.
     pub event: Event,
+    /// When and why a text of it was removed, if one was (the event reads
+    /// `[redacted]` there).
+    pub redaction: Option<RecordRedaction>,
+}
+
+/// When and why a record was redacted: by `redact`, or a retention pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRedaction {
+    /// When.
+    pub time: crate::event::Timestamp,
+    /// Why.
+    pub reason: String,
+}
+
+impl RecordRedaction {
+    /// The redaction of a record stored as `bytes`, if it is redacted.
+    pub(crate) fn of(bytes: &[u8]) -> StoreResult<Option<RecordRedaction>> {
+        Ok(crate::codec::envelope(bytes)?.map(|e| RecordRedaction {
+            time: e.time,
+            reason: e.reason.to_owned(),
+        }))
+    }
 }
 
 impl Store {
@@ -226,12 +248,14 @@ impl LogIter<'_> {
                         continue;
                     }
                     let event = event_of(self.store, &self.id, seq, bytes)?;
+                    let redaction = RecordRedaction::of(bytes)?;
                     self.next_seq = seq + 1;
                     return Ok(Some(LogRecord {
                         seq,
                         turn,
                         address,
                         event,
+                        redaction,
                     }));
                 }
             }

@@ -28,7 +28,7 @@
 //! exists and deletes the others: what an interrupted bulk append wrote is
 //! reclaimed whole. Readers look for the plain name, then the `.bulk` one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -355,25 +355,36 @@ impl Segments {
     /// for a body nothing refers to any more whose bytes must not stay on
     /// disk (a redacted text). A file already gone is no error.
     pub(crate) fn scrub(&self, at: &SegmentRef) -> StoreResult<()> {
-        use std::os::unix::fs::FileExt;
-        for path in [self.path(at.file), self.bulk_path(at.file)] {
-            let file = match OpenOptions::new().write(true).open(&path) {
-                Ok(file) => file,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_error(&path, &e)),
-            };
-            let size = file.metadata().map_err(|e| io_error(&path, &e))?.len();
-            let end = at.offset.saturating_add(at.len).min(size);
-            let zeros = vec![0u8; at.len.min(1 << 20) as usize];
-            let mut offset = at.offset;
-            while offset < end {
-                let n = (end - offset).min(zeros.len() as u64);
-                file.write_all_at(&zeros[..n as usize], offset)
-                    .map_err(|e| io_error(&path, &e))?;
-                offset += n;
+        self.scrub_all(std::slice::from_ref(at))
+    }
+
+    /// [`Segments::scrub`] of every body in `bodies`, syncing each file
+    /// once. The file system is asked to free the blocks they held (a hole
+    /// punched: the range reads as zeros and `du` drops); where it cannot,
+    /// zeros are written over them.
+    pub(crate) fn scrub_all(&self, bodies: &[SegmentRef]) -> StoreResult<()> {
+        let mut by_file: BTreeMap<u32, Vec<&SegmentRef>> = BTreeMap::new();
+        for at in bodies {
+            by_file.entry(at.file).or_default().push(at);
+        }
+        for (number, bodies) in by_file {
+            for path in [self.path(number), self.bulk_path(number)] {
+                let file = match OpenOptions::new().write(true).open(&path) {
+                    Ok(file) => file,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_error(&path, &e)),
+                };
+                let size = file.metadata().map_err(|e| io_error(&path, &e))?.len();
+                for at in &bodies {
+                    let end = at.offset.saturating_add(at.len).min(size);
+                    if at.offset < end {
+                        zero_range(&file, at.offset, end - at.offset)
+                            .map_err(|e| io_error(&path, &e))?;
+                    }
+                }
+                file.sync_data().map_err(|e| io_error(&path, &e))?;
+                break;
             }
-            file.sync_data().map_err(|e| io_error(&path, &e))?;
-            return Ok(());
         }
         Ok(())
     }
@@ -594,6 +605,26 @@ fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Res
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// Makes `len` bytes of `file` from `offset` read as zeros: a hole punched
+/// (the blocks go back to the file system), or zeros written where the
+/// file system cannot punch one.
+fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use rustix::fs::{fallocate, FallocateFlags};
+    use std::os::unix::fs::FileExt;
+    let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+    if fallocate(file, punch, offset, len).is_ok() {
+        return Ok(());
+    }
+    let zeros = vec![0u8; len.min(1 << 20) as usize];
+    let (mut at, end) = (offset, offset + len);
+    while at < end {
+        let n = (end - at).min(zeros.len() as u64);
+        file.write_all_at(&zeros[..n as usize], at)?;
+        at += n;
     }
     Ok(())
 }
