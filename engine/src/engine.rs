@@ -1,7 +1,7 @@
 //! [`Engine`]: a database opened from a [`Location`], with the
 //! configuration and secrets its operations use.
 
-use convstore_projection::config::Config;
+use convstore_projection::config::{Config, RetentionConfig};
 use convstore_projection::{Tokenizer, ViewEvent};
 use convstore_store::{
     json, AppendOptions, Appended, ConversationId, Deletion, DroppedPayloads, Event, OpenOptions,
@@ -476,7 +476,12 @@ impl Engine {
     /// compaction stands whatever happens here: a failure is noted
     /// ([`Engine::take_retention_error`]).
     pub fn after_compaction(&self, id: &ConversationId) {
-        let settings = &self.config.retention;
+        self.retain_after_compaction(id, &self.config.retention);
+    }
+
+    /// [`Engine::after_compaction`] with `settings` in place of the
+    /// engine's configuration.
+    pub fn retain_after_compaction(&self, id: &ConversationId, settings: &RetentionConfig) {
         if !settings.after_compaction {
             return;
         }

@@ -8,6 +8,7 @@ mod test_compact;
 mod test_delete;
 mod test_durable;
 mod test_errors;
+mod test_gc;
 mod test_lineage;
 mod test_mcp;
 mod test_new_user;

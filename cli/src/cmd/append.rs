@@ -156,8 +156,18 @@ fn append(
     let mut head = appended.head;
     cmd::written(engine, &id, notes);
     if compactions(store, &id)? > compactions_before {
-        engine.after_compaction(&id);
-        cmd::retention_warning(engine, notes);
+        // Read now (an append without compactions never needs it): a
+        // configuration that cannot be read is a warning, the events are
+        // stored.
+        match config.clone().map_or_else(|| cmd::config(cli), Ok) {
+            Ok(config) => {
+                engine.retain_after_compaction(&id, &config.retention);
+                cmd::retention_warning(engine, notes);
+            }
+            Err(error) => notes.warn(&format!(
+                "the events were stored, but [retention] did not run: {error:#}"
+            )),
+        }
     }
     if args.auto {
         // The events are stored: from here on a failure is a warning, not
