@@ -1059,3 +1059,54 @@ fn delete_over_http_and_through_the_cli() {
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("ok: 1 conversation,"), "{out}");
 }
+
+#[test]
+fn gc_through_the_server_drops_what_it_drops_locally() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let setup: [(&[&str], Option<&str>); 3] = [
+        (&["append", "chat"], Some(TURN)),
+        (
+            &["append", "chat"],
+            Some("{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":\"cargo_test\",\"arguments\":{\"x\":\"SECRET-ARG\"}}\n{\"type\":\"tool_result\",\"id\":\"c1\",\"content\":\"SECRET-RESULT\",\"is_error\":false}\n"),
+        ),
+        (&["compact", "chat", "--tool-calls", "strip", "--force"], None),
+    ];
+    for (args, stdin) in setup {
+        let (code, _, err) = cli(&db, args, stdin);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+    let (_, view, _) = cli(&db, &["project", "chat"], None);
+    let server = Server::start(&db, &[]);
+    let (code, out, err) = cli(&db, &["gc", "--dry-run", "--json"], None);
+    assert_eq!(code, 0, "{err}");
+    let dry: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        (dry["dry_run"].as_bool(), dry["records"].as_u64()),
+        (Some(true), Some(2))
+    );
+    let (code, out, err) = cli(&db, &["gc", "chat"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("chat: dropped 2 payloads"), "{out}");
+    let (_, after, _) = cli(&db, &["project", "chat"], None);
+    assert_eq!(after, view);
+    let (_, log, _) = cli(&db, &["log", "chat"], None);
+    assert!(!log.contains("SECRET-"), "{log}");
+    // A policy refused: the server's message as one line.
+    let (code, _, err) = cli(&db, &["gc", "--all-payloads"], None);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: ") && err.contains("needs an age"),
+        "{err}"
+    );
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{}/v1/gc", server.url))
+            .send_string("{\"dry_run\":true,\"bogus\":1}"),
+    );
+    assert_eq!(status, 400, "{body}");
+    drop(server);
+    let (code, out, _) = cli(&db, &["verify"], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("redacted in chat: 2 records"), "{out}");
+}

@@ -189,9 +189,12 @@ Examples:
     /// default those no view shows any more (stripped, dropped or
     /// summarized by a compaction), so every view stays as it is.
     #[command(after_help = "\
-The policy is `[retention]` in convstore.toml (older_than = \"90d\",
-only_compacted = true, after_compaction = false); --older-than and
---all-payloads replace it for one run. A dropped payload goes as `redact`
+The policy is `[retention]` in convstore.toml: `older_than` (unset: any
+age), `only_compacted` (default true) and `after_compaction` (default
+false: true runs it after each compaction that `compact`, automatic
+compaction or `append` stores; not after `import` or `gen`).
+--older-than and --all-payloads replace the file's policy for one run.
+A dropped payload goes as `redact`
 removes a text (from the record, stored views, the search index, the long
 texts and segment files nothing else holds): the record keeps the text's
 hash and length and reads as [redacted], `verify` proves every other
@@ -202,7 +205,7 @@ a run over every conversation covers them, and a record stays while any
 fork's view shows it. An as-of view from before a compaction, a revert of
 it, or a summary written over the range later read [redacted] where the
 payload went. sled keeps overwritten values in its own file until it
-reuses the space.
+reuses the space, and `stats` counts bytes as they were appended.
 
 Examples:
   convstore gc --dry-run                     # what the policy would drop
@@ -933,9 +936,9 @@ pub struct GcArgs {
     /// id:PREFIX); every conversation if omitted.
     #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: Option<String>,
-    /// Only payloads of records older than this (90d, 12h, 2w), in place
-    /// of `[retention] older_than`.
-    #[arg(long, value_name = "DURATION")]
+    /// Only payloads of records older than this (45s, 30m for minutes,
+    /// 12h, 90d, 2w), in place of `[retention] older_than`.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub older_than: Option<String>,
     /// Drop payloads views still show too (needs an age): those records
     /// read [redacted] in the view.

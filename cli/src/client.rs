@@ -812,6 +812,18 @@ pub(crate) fn dispatch(
                 args.json,
             );
         }
+        Command::Gc(args) => {
+            let body = json!({
+                "conversation": args.conversation,
+                "older_than": args.older_than,
+                "all_payloads": args.all_payloads,
+                "dry_run": args.dry_run,
+            });
+            let value = client.post_json("/v1/gc", &body)?;
+            drop(out);
+            cmd::gc::print(&value, args.json)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Backup(args) => {
             // The server writes the copy on its machine: an absolute path.
             let dest = std::path::absolute(&args.dest).context("the destination")?;

@@ -36,9 +36,9 @@ pub struct Engine {
     /// Why the index could not be brought up to date after the last write
     /// (the write itself stood).
     index_error: Mutex<Option<String>>,
-    /// Why `[retention]` could not run after the last compaction (the
-    /// compaction itself stood).
-    retention_error: Mutex<Option<String>>,
+    /// What `[retention]` did after the last compaction, or why it could
+    /// not (the compaction itself stood).
+    retention_error: Mutex<Option<std::result::Result<DroppedPayloads, String>>>,
     /// Who is told of each write ([`Engine::subscribe`]).
     listeners: Arc<Mutex<Vec<Sender<ConversationId>>>>,
     /// Whether writes by other processes sharing the backend are passed
@@ -472,6 +472,56 @@ impl Engine {
         Ok(dropped)
     }
 
+    /// Runs `retention` over `target` (every conversation for `None`),
+    /// each conversation's own records, and says what went as `gc --json`
+    /// prints it: the policy's reason, per conversation that lost
+    /// payloads (or the one named) the records, bytes, seqs, blobs and
+    /// view blocks, and the totals.
+    pub fn gc_report(
+        &self,
+        target: Option<&ConversationId>,
+        retention: &Retention,
+        dry_run: bool,
+    ) -> Result<serde_json::Value> {
+        let targets = match target {
+            Some(id) => vec![(*id, self.store.info(id)?.name)],
+            None => self
+                .store
+                .conversations()?
+                .into_iter()
+                .map(|c| (c.id, c.name))
+                .collect(),
+        };
+        let mut conversations = Vec::new();
+        let (mut records, mut bytes, mut blobs) = (0, 0, 0);
+        for (id, name) in targets {
+            let dropped = self.gc(&id, retention, dry_run)?;
+            records += dropped.records;
+            bytes += dropped.bytes;
+            blobs += dropped.blobs_removed;
+            if dropped.records > 0 || target.is_some() {
+                conversations.push(serde_json::json!({
+                    "id": id.hex(),
+                    "name": name,
+                    "records": dropped.records,
+                    "bytes": dropped.bytes,
+                    "first_seq": dropped.seqs.map(|s| s.0),
+                    "last_seq": dropped.seqs.map(|s| s.1),
+                    "blobs_removed": dropped.blobs_removed,
+                    "view_blocks": dropped.view_blocks,
+                }));
+            }
+        }
+        Ok(serde_json::json!({
+            "dry_run": dry_run,
+            "reason": retention.reason(),
+            "conversations": conversations,
+            "records": records,
+            "bytes": bytes,
+            "blobs_removed": blobs,
+        }))
+    }
+
     /// Runs `[retention]` on `id` if it says to after a compaction. The
     /// compaction stands whatever happens here: a failure is noted
     /// ([`Engine::take_retention_error`]).
@@ -486,14 +536,20 @@ impl Engine {
             return;
         }
         let ran = Retention::new(settings, None, false).and_then(|r| self.gc(id, &r, false));
-        if let (Err(e), Ok(mut slot)) = (ran, self.retention_error.lock()) {
-            *slot = Some(e.to_string());
+        if let Ok(mut slot) = self.retention_error.lock() {
+            *slot = Some(ran.map_err(|e| e.to_string()));
         }
     }
 
     /// Why `[retention]` could not run after the last compaction, if it
     /// could not (the compaction itself was stored).
     pub fn take_retention_error(&self) -> Option<String> {
+        self.take_retention().and_then(std::result::Result::err)
+    }
+
+    /// What `[retention]` did after the last compaction, or why it could
+    /// not, if it ran.
+    pub fn take_retention(&self) -> Option<std::result::Result<DroppedPayloads, String>> {
         self.retention_error.lock().ok().and_then(|mut e| e.take())
     }
 

@@ -19,6 +19,7 @@
 //! documents before the fork point too.
 
 use convstore_store::Seq;
+use convstore_store::{REDACTED_JSON, REDACTED_TEXT};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -49,7 +50,8 @@ use crate::pipeline;
 pub const DIR: &str = "search";
 
 /// The version of the index's layout; another is rebuilt, never misread.
-const LAYOUT: u32 = 1;
+/// 2: texts removed by a redaction (`[redacted]`) are not indexed.
+const LAYOUT: u32 = 2;
 
 /// Records indexed before the writer is committed and emptied, in a large
 /// catch-up (bounds the writer's memory).
@@ -151,20 +153,34 @@ struct Payload {
     conversations: BTreeMap<String, Marker>,
 }
 
-/// The text a record is indexed by, if any.
+/// The text a record is indexed by, if any. A text removed by a
+/// redaction (or `gc`) is not: its placeholder would match every such
+/// record.
 pub fn indexed_text(event: &Event) -> Option<String> {
+    let kept = |text: &str| if text == REDACTED_TEXT { "" } else { text }.to_owned();
+    let json = |json: &convstore_store::Json| {
+        let text = json.as_str();
+        if text == REDACTED_JSON { "" } else { text }.to_owned()
+    };
+    let named = |name: &str, rest: String| {
+        if rest.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{name} {rest}")
+        }
+    };
     let text = match &event.kind {
         EventKind::TurnStart => return None,
         EventKind::User { text }
         | EventKind::Assistant { text }
         | EventKind::Reasoning { text }
-        | EventKind::System { text } => text.clone(),
+        | EventKind::System { text } => kept(text),
         EventKind::ToolCall {
             name, arguments, ..
-        } => format!("{name} {}", arguments.as_str()),
-        EventKind::ToolResult { content, .. } => content.clone(),
-        EventKind::Config { delta } => delta.as_str().to_owned(),
-        EventKind::Extension { name, payload } => format!("{name} {}", payload.as_str()),
+        } => named(name, json(arguments)),
+        EventKind::ToolResult { content, .. } => kept(content),
+        EventKind::Config { delta } => json(delta),
+        EventKind::Extension { name, payload } => named(name, json(payload)),
         EventKind::Compaction(c) => c.summary.clone()?,
     };
     (!text.is_empty()).then_some(text)

@@ -454,6 +454,45 @@ pub(crate) async fn reindex(State(state): State<Shared>) -> Result<Json<Value>> 
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct GcBody {
+    conversation: Option<String>,
+    older_than: Option<String>,
+    #[serde(default)]
+    all_payloads: bool,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /v1/gc` `{"conversation"?, "older_than"?, "all_payloads"?,
+/// "dry_run"?}`: the server's `[retention]` policy (or the age and scope
+/// given) run over one conversation or all; answered, as `gc --json`
+/// prints it, once what went is durable.
+pub(crate) async fn gc(State(state): State<Shared>, body: Body) -> Result<Json<Value>> {
+    let body = read_body(body, &state.limits).await?;
+    let body: GcBody = parse_json_body(&body)?;
+    let _write = write_permit(&state).await?;
+    state
+        .blocking(move |engine| {
+            let retention = convstore_engine::retention::Retention::new(
+                &engine.config().retention,
+                body.older_than.as_deref(),
+                body.all_payloads,
+            )?;
+            let target = match &body.conversation {
+                Some(query) => Some(resolve_write(engine.store(), query)?),
+                None => None,
+            };
+            let report = engine.gc_report(target.as_ref(), &retention, body.dry_run)?;
+            // The index drops the texts at the next catch-up if it could
+            // not now.
+            let _ = engine.take_index_error();
+            Ok(Json(report))
+        })
+        .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct BackupBody {
     dest: String,
 }

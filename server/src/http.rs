@@ -509,6 +509,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/import", post(commands::import))
         .route("/v1/reindex", post(commands::reindex))
         .route("/v1/backup", post(commands::backup))
+        .route("/v1/gc", post(commands::gc))
         .route(
             &format!("{conversation}/views/{{name}}"),
             axum::routing::delete(routes::drop_view),

@@ -1077,6 +1077,35 @@ pub(crate) async fn append(
         if !appended.warnings.is_empty() {
             value["warnings"] = json!(appended.warnings);
         }
+        // `[retention] after_compaction`: an append that stored a
+        // compaction runs the policy (the events stand whatever it does).
+        let (id, first) = (appended.id, appended.first_seq);
+        let retain = state.engine.config().retention.after_compaction;
+        let retention = if retain {
+            state
+                .blocking(move |engine| {
+                    let compacted = engine.store().scan(&id, first..len)?.any(|r| {
+                        r.is_ok_and(|r| {
+                            matches!(
+                                r.event.kind,
+                                convstore_engine::store::EventKind::Compaction(_)
+                            )
+                        })
+                    });
+                    if compacted {
+                        engine.after_compaction(&id);
+                    }
+                    Ok(engine.take_retention_error())
+                })
+                .await
+        } else {
+            Ok(None)
+        };
+        if let Ok(Some(error)) | Err(ApiError { message: error, .. }) = retention {
+            value["warning"] = json!(format!(
+                "the events were stored, but [retention] could not drop the payloads the compaction covers: {error}"
+            ));
+        }
         if q.auto == Some(true) {
             // The events are stored: a failure here is reported, not an
             // error (a retry would store them twice).

@@ -156,6 +156,12 @@ pub enum StoreError {
         /// Why not.
         why: String,
     },
+    /// An operation this backend does not offer yet.
+    #[error("{what} is not supported on a database server yet")]
+    Unsupported {
+        /// The operation.
+        what: String,
+    },
     /// Reading or writing the database files failed (a full disk, a file
     /// size limit, a failing device); what was acknowledged before is kept.
     #[error("I/O error on the database: {}", describe_io(.0))]

@@ -70,7 +70,7 @@ pub use backend::sled::remove_created_database;
 pub use backend::sled::salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget, MEMORY_COMPACTIONS as BULK_MEMORY_COMPACTIONS};
-pub use codec::{BlobRef, INLINE_MAX};
+pub use codec::{BlobRef, INLINE_MAX, REDACTED_JSON, REDACTED_TEXT};
 pub use delete::{Deleted, Deletion};
 pub use error::{StoreError, StoreResult};
 pub use event::{Compaction, Event, EventKind, EventType, Json, Timestamp, TurnTracker, ViewEvent};

@@ -99,9 +99,8 @@ impl Store {
         before_write: &mut dyn FnMut(),
     ) -> StoreResult<Option<DroppedPayloads>> {
         if self.kv.is_server() && !dry_run {
-            return Err(crate::StoreError::NotRedactable {
-                seq: 0,
-                why: "dropping payloads is not supported on a database server yet".to_owned(),
+            return Err(crate::StoreError::Unsupported {
+                what: "dropping payloads (gc)".to_owned(),
             });
         }
         let _turn = self.lock_conversation(id);
@@ -119,6 +118,8 @@ impl Store {
         // blocks) and length; a record both settled and staged is in both.
         let mut dropped: Vec<(u64, BlobHash, u64)> = Vec::new();
         let mut batch = Pass::new(self, time, 0);
+        // A dry run's blobs: those that would go unless referred to.
+        let mut batch_blobs: HashSet<BlobHash> = HashSet::new();
         let mut wrote = false;
         for space in [Space::Settled, Space::Staged] {
             let found: Vec<_> = self
@@ -149,12 +150,18 @@ impl Store {
                     if !select(seq, record.timestamp, kind) {
                         continue;
                     }
+                    if reads_as_stripped(&mut record.clone(), field) {
+                        continue;
+                    }
                     let Ok((redacted, text, was_blob)) = redact_field(&record, field) else {
                         continue;
                     };
                     dropped.push((seq, text.hash, text.len));
                     if was_blob {
                         batch.pending.blobs.push(*text.hash.as_bytes());
+                        if dry_run {
+                            batch_blobs.insert(text.hash);
+                        }
                     }
                     let inner = encode(&redacted);
                     let mut bytes = vec![REDACTED_MARK];
@@ -198,7 +205,11 @@ impl Store {
         out.records = dropped.len() as u64;
         out.bytes = dropped.iter().map(|d| d.2).sum();
         out.seqs = dropped.first().zip(dropped.last()).map(|(a, b)| (a.0, b.0));
-        if dry_run || !wrote {
+        if dry_run {
+            out.blobs_removed = self.blobs_left_unreferenced(id, &batch_blobs, &dropped)?;
+            return Ok(Some(out));
+        }
+        if !wrote {
             return Ok(Some(out));
         }
         let dropped: Vec<(u64, BlobHash)> = dropped.iter().map(|d| (d.0, d.1)).collect();
@@ -254,6 +265,35 @@ impl Store {
         }
         self.sync()?;
         Ok(rewritten)
+    }
+
+    /// How many of `candidates` (blobs the records `dropped` of `id` refer
+    /// to) nothing else would refer to once they are dropped: what a
+    /// dry run says the pass would remove.
+    fn blobs_left_unreferenced(
+        &self,
+        id: &ConversationId,
+        candidates: &HashSet<BlobHash>,
+        dropped: &[(u64, BlobHash, u64)],
+    ) -> StoreResult<u64> {
+        let mut left = candidates.clone();
+        if left.is_empty() || !self.keep_referenced(&[*id], &mut left)? {
+            return Ok(0);
+        }
+        let len = self.meta(id)?.len;
+        for chunk in self.chunks(id, 0, len)? {
+            for (seq, bytes) in chunk?.raw_records(self, 0, len)? {
+                if dropped.binary_search_by_key(&seq, |d| d.0).is_ok() {
+                    continue;
+                }
+                for text in decode_record(&bytes)?.texts() {
+                    if let TextRepr::Blob(blob) = text {
+                        left.remove(&blob.hash);
+                    }
+                }
+            }
+        }
+        Ok(left.len() as u64)
     }
 
     /// Every fork (of a fork...) of `id` and how many of `id`'s records it
@@ -390,6 +430,18 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+/// Whether `field` of `record` reads as a view's stripped form of it (a
+/// call's arguments `{}`, a result's `[compacted] ...`): a stored view
+/// cannot tell such a payload from a stripped one, so it is kept (there
+/// is nothing in it to drop).
+fn reads_as_stripped(record: &mut crate::codec::RecordRepr<'_>, field: RedactField) -> bool {
+    match (field, slot(record, field)) {
+        (RedactField::Arguments, Ok(TextRepr::Inline(text))) => *text == "{}",
+        (RedactField::Content, Ok(TextRepr::Inline(text))) => text.starts_with("[compacted] "),
+        _ => false,
     }
 }
 

@@ -95,15 +95,13 @@ impl Store {
             drop(guard);
             match verified {
                 // Shared records are counted once, with their owner.
-                Ok(report) => {
-                    total.records += own;
-                    total.redacted += report.redacted;
-                }
+                Ok(_) => total.records += own,
                 Err(failure) => return Ok(Err(failure)),
             }
             total.conversations += 1;
         }
         total.blobs = lock(&blobs).len() as u64;
+        total.redacted = done.values().map(|d| d.1).sum();
         Ok(Ok(total))
     }
 
@@ -111,24 +109,28 @@ impl Store {
     pub fn verify(&self, id: &ConversationId) -> StoreResult<Verified> {
         let blobs = Mutex::new(HashSet::new());
         let guard = self.hold_writes();
-        let mut report = self.verify_one(id, &blobs, &mut HashMap::new());
+        let mut done = HashMap::new();
+        let mut report = self.verify_one(id, &blobs, &mut done);
         drop(guard);
         if let Ok(report) = &mut report {
             report.conversations = 1;
             report.blobs = lock(&blobs).len() as u64;
+            // A fork's records redacted in its ancestors' logs too.
+            report.redacted = done.values().map(|d| d.1).sum();
         }
         Ok(report)
     }
 
     /// Verifies `id` (through its ancestors, if it is a fork); `done`
-    /// holds the conversations verified already and their record counts.
+    /// holds the conversations verified already, their record counts and
+    /// how many of their own records are redacted.
     fn verify_one(
         &self,
         id: &ConversationId,
         blobs: &Mutex<HashSet<BlobHash>>,
-        done: &mut HashMap<ConversationId, u64>,
+        done: &mut HashMap<ConversationId, (u64, u64)>,
     ) -> Verified {
-        if let Some(&records) = done.get(id) {
+        if let Some(&(records, _)) = done.get(id) {
             return Ok(VerifyReport {
                 conversations: 1,
                 records,
@@ -180,7 +182,7 @@ impl Store {
         };
         let mut report = check.run(&meta, start)?;
         report.records += shared;
-        done.insert(*id, report.records);
+        done.insert(*id, (report.records, report.redacted));
         Ok(report)
     }
 }

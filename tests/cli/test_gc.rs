@@ -78,7 +78,7 @@ fn gc_drops_what_the_view_no_longer_shows_and_the_view_stays() {
 
     let verified = env.run(&["verify"]).ok().stdout;
     assert!(
-        verified.contains("redacted in c: 300 records (seqs 2..598)"),
+        verified.contains("redacted in c: 300 records (between seqs 2 and 598)"),
         "{verified}"
     );
     assert!(

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use convstore_engine::retention::Retention;
 use convstore_engine::Engine;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::args::GcArgs;
 use crate::output::{self, Notes};
@@ -18,59 +18,24 @@ pub(crate) fn run(engine: &Engine, args: &GcArgs, notes: &Notes) -> Result<ExitC
         args.older_than.as_deref(),
         args.all_payloads,
     )?;
-    let store = engine.store();
-    let targets = match &args.conversation {
-        Some(name) => {
-            let id = store.resolve_exact(name)?;
-            vec![(id, store.info(&id)?.name)]
-        }
-        None => store
-            .conversations()?
-            .into_iter()
-            .map(|c| (c.id, c.name))
-            .collect(),
+    let target = match &args.conversation {
+        Some(name) => Some(engine.store().resolve_exact(name)?),
+        None => None,
     };
-    let mut conversations = Vec::new();
-    let (mut records, mut bytes, mut blobs) = (0, 0, 0);
-    for (id, name) in targets {
-        let dropped = engine.gc(&id, &retention, args.dry_run)?;
-        records += dropped.records;
-        bytes += dropped.bytes;
-        blobs += dropped.blobs_removed;
-        if dropped.records > 0 || args.conversation.is_some() {
-            conversations.push(json!({
-                "id": id.hex(),
-                "name": name,
-                "records": dropped.records,
-                "bytes": dropped.bytes,
-                "first_seq": dropped.seqs.map(|s| s.0),
-                "last_seq": dropped.seqs.map(|s| s.1),
-                "blobs_removed": dropped.blobs_removed,
-                "view_blocks": dropped.view_blocks,
-            }));
-        }
-    }
+    let value = engine.gc_report(target.as_ref(), &retention, args.dry_run)?;
     if let Some(error) = engine.take_index_error() {
         notes.warn(&format!(
             "the payloads were dropped, but the search index was not updated yet ({error}); \
              the next search catches it up, `convstore reindex` rebuilds it"
         ));
     }
-    let value = json!({
-        "dry_run": args.dry_run,
-        "reason": retention.reason(),
-        "conversations": conversations,
-        "records": records,
-        "bytes": bytes,
-        "blobs_removed": blobs,
-    });
     print(&value, args.json)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Prints a pass as `gc --json` (`json`) or as a line per conversation
 /// and a total, from its JSON form.
-fn print(value: &Value, json: bool) -> Result<()> {
+pub(crate) fn print(value: &Value, json: bool) -> Result<()> {
     let mut out = output::stdout();
     if json {
         writeln!(out, "{value}")?;
@@ -93,7 +58,7 @@ fn print(value: &Value, json: bool) -> Result<()> {
             .map_or_else(|| c["id"].as_str().unwrap_or("").to_owned(), str::to_owned);
         let seqs = match (c["first_seq"].as_u64(), c["last_seq"].as_u64()) {
             (Some(a), Some(b)) if a == b => format!(" (seq {a})"),
-            (Some(a), Some(b)) => format!(" (seqs {a}..{b})"),
+            (Some(a), Some(b)) => format!(" (between seqs {a} and {b})"),
             _ => String::new(),
         };
         writeln!(

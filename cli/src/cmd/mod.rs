@@ -9,7 +9,7 @@ pub(crate) mod diff;
 pub(crate) mod explain;
 mod export;
 pub(crate) mod fork;
-mod gc;
+pub(crate) mod gc;
 mod gen;
 pub(crate) mod import;
 mod log;
@@ -128,11 +128,17 @@ pub(crate) fn written(
 
 /// Warns if `[retention]` could not run after a compaction.
 pub(crate) fn retention_warning(engine: &Engine, notes: &Notes) {
-    if let Some(error) = engine.take_retention_error() {
-        notes.warn(&format!(
+    match engine.take_retention() {
+        Some(Ok(dropped)) if dropped.records > 0 => notes.say(&format!(
+            "retention: dropped {} ({}) the compaction covers",
+            crate::output::plural(dropped.records, "payload"),
+            crate::output::bytes(dropped.bytes)
+        )),
+        Some(Err(error)) => notes.warn(&format!(
             "the compaction was stored, but [retention] could not drop the payloads it covers \
              ({error}); `convstore gc` runs it again"
-        ));
+        )),
+        _ => {}
     }
 }
 

@@ -115,7 +115,7 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
                         format!("record {}", first.unwrap_or(0))
                     } else {
                         format!(
-                            "{} (seqs {}..{})",
+                            "{} (between seqs {} and {})",
                             output::plural(r["records"].as_u64().unwrap_or(0), "record"),
                             first.unwrap_or(0),
                             last.unwrap_or(0)
@@ -150,13 +150,21 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
     }
 }
 
-/// The redactions of `id`'s own records (every conversation's for
-/// `None`), grouped as they were made: one `redact`, or one retention
-/// pass.
+/// The redactions of `id`'s records (its own and its ancestors', which it
+/// shares; every conversation's own for `None`), grouped as they were
+/// made: one `redact`, or one retention pass.
 fn redactions(engine: &Engine, id: Option<&ConversationId>) -> Result<Vec<Value>> {
     let store = engine.store();
     let targets = match id {
-        Some(id) => vec![(*id, store.info(id)?.name)],
+        Some(id) => {
+            let mut chain = vec![(*id, store.info(id)?.name)];
+            let mut at = *id;
+            while let Some(point) = store.fork_point(&at)? {
+                chain.push((point.parent, store.info(&point.parent)?.name));
+                at = point.parent;
+            }
+            chain
+        }
         None => store
             .conversations()?
             .into_iter()
