@@ -117,6 +117,52 @@ pub(crate) fn envelope(bytes: &[u8]) -> StoreResult<Option<Envelope<'_>>> {
     }
 }
 
+/// The record bytes inside an envelope (`rest`: what follows the mark),
+/// read without decoding the rest of it: a redacted record is read by the
+/// million, and bincode reads the envelope's fixed arrays a byte at a
+/// time. `None` where it does not parse as the encoding of [`Envelope`]
+/// (varint lengths, little endian: `options`); the caller then decodes it
+/// whole, which says why.
+pub(crate) fn envelope_record(rest: &[u8]) -> Option<&[u8]> {
+    /// A bincode varint at the start of `bytes`: its value and length.
+    fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+        let wide = |n: usize| -> Option<u64> {
+            let mut value = [0u8; 8];
+            value[..n].copy_from_slice(bytes.get(1..=n)?);
+            Some(u64::from_le_bytes(value))
+        };
+        match *bytes.first()? {
+            b @ 0..=250 => Some((u64::from(b), 1)),
+            251 => Some((wide(2)?, 3)),
+            252 => Some((wide(4)?, 5)),
+            253 => Some((wide(8)?, 9)),
+            _ => None,
+        }
+    }
+    // The address (32 bytes), the time (a varint), the conversation (16
+    // bytes), the reason (a length and its bytes), then the record.
+    let mut at = 32;
+    at += varint(rest.get(at..)?)?.1 + 16;
+    let (len, n) = varint(rest.get(at..)?)?;
+    at = at.checked_add(n)?.checked_add(usize::try_from(len).ok()?)?;
+    let (len, n) = varint(rest.get(at..)?)?;
+    at = at.checked_add(n)?;
+    let end = at.checked_add(usize::try_from(len).ok()?)?;
+    (end == rest.len()).then(|| &rest[at..end])
+}
+
+/// The record bytes of `bytes`: its own, or a redacted record's from its
+/// envelope.
+fn inner_record(bytes: &[u8]) -> StoreResult<&[u8]> {
+    match bytes.split_first() {
+        Some((&REDACTED_MARK, rest)) => match envelope_record(rest) {
+            Some(record) => Ok(record),
+            None => Ok(decode::<Envelope<'_>>(rest, "redacted record")?.record),
+        },
+        _ => Ok(bytes),
+    }
+}
+
 /// The address of the record stored as `bytes` after `parent`: the chain
 /// step, or the address a redacted record keeps.
 pub(crate) fn link(parent: &Address, bytes: &[u8]) -> Address {
@@ -335,10 +381,7 @@ fn text_repr<'e>(s: &'e str, blobs: &mut Vec<(BlobHash, &'e str)>) -> TextRepr<'
 /// its record's encoding plus its blobs' lengths, as when it was appended
 /// (a redacted text counts as it did).
 pub(crate) fn record_size(bytes: &[u8], record: &RecordRepr<'_>) -> u64 {
-    let base = match envelope(bytes) {
-        Ok(Some(envelope)) => envelope.record.len() as u64,
-        _ => bytes.len() as u64,
-    };
+    let base = inner_record(bytes).map_or(bytes.len(), <[u8]>::len) as u64;
     record.texts().fold(base, |size, text| match text {
         TextRepr::Inline(_) => size,
         // Stored inline, it took its bytes where the hash now is.
@@ -352,11 +395,7 @@ pub(crate) fn record_size(bytes: &[u8], record: &RecordRepr<'_>) -> u64 {
 /// Decodes a record's canonical bytes (a redacted record's, from its
 /// envelope).
 pub(crate) fn decode_record(bytes: &[u8]) -> StoreResult<RecordRepr<'_>> {
-    let bytes = match envelope(bytes)? {
-        Some(envelope) => envelope.record,
-        None => bytes,
-    };
-    let record: RecordRepr<'_> = decode(bytes, "record")?;
+    let record: RecordRepr<'_> = decode(inner_record(bytes)?, "record")?;
     if Timestamp::from_micros(record.timestamp.as_micros()).is_none() {
         return Err(StoreError::Corrupt {
             what: "record: timestamp out of range".to_owned(),

@@ -54,3 +54,42 @@ fn garbage_does_not_decode() {
         assert!(decode_record(bytes).is_err());
     }
 }
+
+#[test]
+fn an_envelope_is_read_as_bincode_writes_it() {
+    let record: Vec<u8> = (0..=255u8).collect();
+    for time in [
+        0,
+        1,
+        -1,
+        250,
+        251,
+        70_000,
+        4_102_444_800_000_000,
+        -1_000_000_000_000,
+    ] {
+        for reason_len in [0, 3, 250, 251, 70_000] {
+            let reason = "r".repeat(reason_len);
+            for record_len in [0, 1, 250, 251, 256] {
+                let envelope = Envelope {
+                    address: crate::hash::Address::from_bytes([7; 32]),
+                    time: crate::event::Timestamp::from_micros(time).unwrap(),
+                    by: [9; 16],
+                    reason: &reason,
+                    record: &record[..record_len],
+                };
+                let bytes = encode(&envelope);
+                assert_eq!(
+                    envelope_record(&bytes),
+                    Some(&record[..record_len]),
+                    "time {time}, reason {reason_len}, record {record_len}"
+                );
+                // Cut short or with bytes after it: not an envelope.
+                assert_eq!(envelope_record(&bytes[..bytes.len() - 1]), None);
+                let mut longer = bytes.clone();
+                longer.push(0);
+                assert_eq!(envelope_record(&longer), None);
+            }
+        }
+    }
+}
