@@ -204,8 +204,9 @@ compactions' summaries are kept. A fork's shared records are its parent's:
 a run over every conversation covers them, and a record stays while any
 fork's view shows it. An as-of view from before a compaction, a revert of
 it, or a summary written over the range later read [redacted] where the
-payload went. sled keeps overwritten values in its own file until it
-reuses the space, and `stats` counts bytes as they were appended.
+payload went. sled keeps overwritten values in its own files (`db`,
+`blobs/`) until it reuses the space, and `stats` counts bytes as they
+were appended.
 
 Examples:
   convstore gc --dry-run                     # what the policy would drop

@@ -509,6 +509,7 @@ impl Engine {
                     "last_seq": dropped.seqs.map(|s| s.1),
                     "blobs_removed": dropped.blobs_removed,
                     "view_blocks": dropped.view_blocks,
+                    "unfinished": dropped.unfinished,
                 }));
             }
         }

@@ -54,6 +54,11 @@ pub struct DroppedPayloads {
     pub blobs_removed: u64,
     /// Stored view blocks rewritten (0 in a dry run).
     pub view_blocks: u64,
+    /// Why the pass could not finish removing what the dropped payloads
+    /// left (old segment bodies, long texts, view blocks), if it could
+    /// not: the records are dropped all the same, and the next open tries
+    /// again ([`Store::pending_purges`]).
+    pub unfinished: Option<String>,
 }
 
 /// A retention pass decided and not finished (`Y` id seq).
@@ -212,9 +217,17 @@ impl Store {
         if !wrote {
             return Ok(Some(out));
         }
+        // The records are dropped: from here on a failure (a full disk, a
+        // file that cannot be written) leaves the rest to the next open.
         let dropped: Vec<(u64, BlobHash)> = dropped.iter().map(|d| (d.0, d.1)).collect();
-        out.view_blocks = self.redact_views(id, &dropped)?;
-        out.blobs_removed = self.finish_drops(id)?;
+        let finished = self.redact_views(id, &dropped).and_then(|blocks| {
+            out.view_blocks = blocks;
+            self.finish_drops(id)
+        });
+        match finished {
+            Ok(blobs) => out.blobs_removed = blobs,
+            Err(e) => out.unfinished = Some(e.to_string()),
+        }
         drop(guard);
         Ok(Some(out))
     }
@@ -294,6 +307,21 @@ impl Store {
             }
         }
         Ok(left.len() as u64)
+    }
+
+    /// How many retention batches and redactions still have texts to
+    /// remove from disk (their records are dropped or redacted; a process
+    /// stopped before it finished, or could not write the files): the
+    /// next open tries again.
+    pub fn pending_purges(&self) -> StoreResult<u64> {
+        let mut count = 0;
+        for tag in [keys::COLLECTING, keys::REDACTING] {
+            for pair in self.scan_prefix([tag]) {
+                pair?;
+                count += 1;
+            }
+        }
+        Ok(count)
     }
 
     /// Every fork (of a fork...) of `id` and how many of `id`'s records it

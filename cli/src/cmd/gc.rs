@@ -23,6 +23,15 @@ pub(crate) fn run(engine: &Engine, args: &GcArgs, notes: &Notes) -> Result<ExitC
         None => None,
     };
     let value = engine.gc_report(target.as_ref(), &retention, args.dry_run)?;
+    for c in value["conversations"].as_array().into_iter().flatten() {
+        if let Some(why) = c["unfinished"].as_str() {
+            notes.warn(&format!(
+                "{}: the payloads were dropped, but not all of their old copies are gone from \
+                 disk yet ({why}); the next command that opens the database tries again",
+                c["name"].as_str().or(c["id"].as_str()).unwrap_or("")
+            ));
+        }
+    }
     if let Some(error) = engine.take_index_error() {
         notes.warn(&format!(
             "the payloads were dropped, but the search index was not updated yet ({error}); \

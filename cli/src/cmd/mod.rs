@@ -129,11 +129,19 @@ pub(crate) fn written(
 /// Warns if `[retention]` could not run after a compaction.
 pub(crate) fn retention_warning(engine: &Engine, notes: &Notes) {
     match engine.take_retention() {
-        Some(Ok(dropped)) if dropped.records > 0 => notes.say(&format!(
-            "retention: dropped {} ({}) the compaction covers",
-            crate::output::plural(dropped.records, "payload"),
-            crate::output::bytes(dropped.bytes)
-        )),
+        Some(Ok(dropped)) if dropped.records > 0 => {
+            notes.say(&format!(
+                "retention: dropped {} ({}) the compaction covers",
+                crate::output::plural(dropped.records, "payload"),
+                crate::output::bytes(dropped.bytes)
+            ));
+            if let Some(why) = &dropped.unfinished {
+                notes.warn(&format!(
+                    "retention: not all of the dropped payloads' old copies are gone from disk \
+                     yet ({why}); the next command that opens the database tries again"
+                ));
+            }
+        }
         Some(Err(error)) => notes.warn(&format!(
             "the compaction was stored, but [retention] could not drop the payloads it covers \
              ({error}); `convstore gc` runs it again"

@@ -58,6 +58,14 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
             "verification failed: search index: {problem}; `convstore reindex` rebuilds it from the logs"
         ));
     }
+    if let Ok(pending @ 1..) = store.pending_purges() {
+        notes.warn(&format!(
+            "{} still {} texts to remove from disk (the records read [redacted]); \
+             the next command that can write the database files tries again",
+            output::plural(pending, "redaction or retention batch"),
+            if pending == 1 { "has" } else { "have" }
+        ));
+    }
     if let Some(behind) = index.as_ref().filter(|i| i.behind > 0) {
         notes.say(&format!(
             "note: the search index is behind the log in {} ({}): the next write or search catches it up",
