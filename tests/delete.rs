@@ -264,6 +264,9 @@ enum Op {
     /// Redacts the text of record `k` (modulo its length) of conversation
     /// `c`.
     Redact(usize, usize),
+    /// Drops the payloads of conversation `c`'s own records whose seq is
+    /// `r` modulo `m` (a retention pass, `Store::drop_payloads`).
+    Gc(usize, usize, usize),
     /// Opens the database again.
     Reopen,
 }
@@ -276,6 +279,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         2 => (0..4usize, any::<u8>()).prop_map(|(c, f)| Op::Fork(c, f)),
         2 => (0..4usize, any::<bool>()).prop_map(|(c, w)| Op::Delete(c, w)),
         2 => (0..4usize, 0..64usize).prop_map(|(c, k)| Op::Redact(c, k)),
+        2 => (0..4usize, 1..4usize, 0..4usize).prop_map(|(c, m, r)| Op::Gc(c, m, r % m)),
         1 => Just(Op::Reopen),
     ]
 }
@@ -296,6 +300,8 @@ struct Modelled {
     name: String,
     id: ConversationId,
     parent: Option<usize>,
+    /// Records it shares with its parent.
+    at: usize,
     texts: Vec<Record>,
 }
 
@@ -311,7 +317,8 @@ enum Record {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
 
-    /// Appends, forks, deletes, redactions and reopens against a model:
+    /// Appends, forks, deletes, redactions, retention passes and reopens
+    /// against a model:
     /// after each step the store holds exactly the model's conversations
     /// with their texts (a redacted one `[redacted]` in every conversation
     /// sharing the record, a redaction event after it in the conversation
@@ -345,7 +352,7 @@ proptest::proptest! {
                         let (id, _) = store
                             .create_and_append(Some(&name), &events, &AppendOptions::default())
                             .unwrap();
-                        model.push(Some(Modelled { name, id, parent: None, texts }));
+                        model.push(Some(Modelled { name, id, parent: None, at: 0, texts }));
                     }
                 }
                 Op::Fork(c, fraction) => {
@@ -359,6 +366,7 @@ proptest::proptest! {
                             name,
                             id,
                             parent: Some(i),
+                            at,
                             texts: parent.texts[..at].to_vec(),
                         }));
                     }
@@ -413,6 +421,29 @@ proptest::proptest! {
                                 proptest::prop_assert!(refused || store.backend().is_server());
                             }
                             (record, other) => panic!("{record:?}: {other:?}"),
+                        }
+                    }
+                }
+                Op::Gc(c, every, rest) => {
+                    if let Some(&i) = live.get(c) {
+                        let m = model[i].as_ref().unwrap();
+                        let select = |seq: u64, _, _| seq as usize % every == rest;
+                        let done = store.drop_payloads(&m.id, &[], &select, "model", false, &mut || {});
+                        if store.backend().is_server() {
+                            proptest::prop_assert!(done.is_err());
+                        } else {
+                            let dropped = done.unwrap().unwrap();
+                            let mut expected = 0;
+                            for (seq, record) in m.texts.iter().enumerate().skip(m.at) {
+                                if let Record::Text(t) = *record {
+                                    if seq % every == rest && !written[t].1 {
+                                        written[t].1 = true;
+                                        expected += 1;
+                                    }
+                                }
+                            }
+                            proptest::prop_assert_eq!(dropped.records, expected);
+                            proptest::prop_assert_eq!(dropped.unfinished, None);
                         }
                     }
                 }
