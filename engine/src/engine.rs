@@ -38,7 +38,7 @@ pub struct Engine {
     index_error: Mutex<Option<String>>,
     /// What `[retention]` did after the last compaction, or why it could
     /// not (the compaction itself stood).
-    retention_error: Mutex<Option<std::result::Result<DroppedPayloads, String>>>,
+    retention_outcome: Mutex<Option<std::result::Result<DroppedPayloads, String>>>,
     /// Who is told of each write ([`Engine::subscribe`]).
     listeners: Arc<Mutex<Vec<Sender<ConversationId>>>>,
     /// Whether writes by other processes sharing the backend are passed
@@ -87,7 +87,7 @@ impl Engine {
             secrets: Secrets::none(),
             search: Mutex::new(None),
             index_error: Mutex::new(None),
-            retention_error: Mutex::new(None),
+            retention_outcome: Mutex::new(None),
             listeners: Arc::new(Mutex::new(Vec::new())),
             remote: std::sync::Once::new(),
             index_on_write: true,
@@ -537,7 +537,7 @@ impl Engine {
             return;
         }
         let ran = Retention::new(settings, None, false).and_then(|r| self.gc(id, &r, false));
-        if let Ok(mut slot) = self.retention_error.lock() {
+        if let Ok(mut slot) = self.retention_outcome.lock() {
             *slot = Some(ran.map_err(|e| e.to_string()));
         }
     }
@@ -551,7 +551,10 @@ impl Engine {
     /// What `[retention]` did after the last compaction, or why it could
     /// not, if it ran.
     pub fn take_retention(&self) -> Option<std::result::Result<DroppedPayloads, String>> {
-        self.retention_error.lock().ok().and_then(|mut e| e.take())
+        self.retention_outcome
+            .lock()
+            .ok()
+            .and_then(|mut e| e.take())
     }
 
     /// Deletes `id` for good (with its forks if `with_forks`; see

@@ -93,7 +93,7 @@ pub(crate) const REDACTED_MARK: u8 = 0xFF;
 /// record's address can no longer be computed from its bytes (a text it
 /// hashed is gone), so it is kept here; the next record's address, which
 /// hashes it, is what binds it to the chain.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Envelope<'a> {
     /// The record's address, as computed before the redaction.
     pub address: Address,
@@ -109,21 +109,33 @@ pub(crate) struct Envelope<'a> {
     pub record: &'a [u8],
 }
 
+impl Envelope<'_> {
+    /// The bytes a redacted record is stored as: [`REDACTED_MARK`], then
+    /// the envelope.
+    pub(crate) fn stored(&self) -> Vec<u8> {
+        let mut bytes = vec![REDACTED_MARK];
+        bytes.extend(encode(self));
+        bytes
+    }
+}
+
 /// The envelope of `bytes` if the record is redacted.
 pub(crate) fn envelope(bytes: &[u8]) -> StoreResult<Option<Envelope<'_>>> {
     match bytes.split_first() {
-        Some((&REDACTED_MARK, rest)) => Ok(Some(decode(rest, "redacted record")?)),
+        Some((&REDACTED_MARK, rest)) => match read_envelope(rest) {
+            Some(envelope) => Ok(Some(envelope)),
+            None => Ok(Some(decode(rest, "redacted record")?)),
+        },
         _ => Ok(None),
     }
 }
 
-/// The record bytes inside an envelope (`rest`: what follows the mark),
-/// read without decoding the rest of it: a redacted record is read by the
-/// million, and bincode reads the envelope's fixed arrays a byte at a
-/// time. `None` where it does not parse as the encoding of [`Envelope`]
-/// (varint lengths, little endian: `options`); the caller then decodes it
-/// whole, which says why.
-pub(crate) fn envelope_record(rest: &[u8]) -> Option<&[u8]> {
+/// An envelope (`rest`: what follows the mark) read by hand: a redacted
+/// record is read by the million, and bincode reads the envelope's fixed
+/// arrays a byte at a time. `None` where it does not parse as the
+/// encoding of [`Envelope`] (varint lengths, little endian: `options`);
+/// [`envelope`] then decodes it with bincode, which says why.
+fn read_envelope(rest: &[u8]) -> Option<Envelope<'_>> {
     /// A bincode varint at the start of `bytes`: its value and length.
     fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
         let wide = |n: usize| -> Option<u64> {
@@ -139,28 +151,38 @@ pub(crate) fn envelope_record(rest: &[u8]) -> Option<&[u8]> {
             _ => None,
         }
     }
-    // The address (32 bytes), the time (a varint), the conversation (16
-    // bytes), the reason (a length and its bytes), then the record.
-    let mut at = 32;
-    at += varint(rest.get(at..)?)?.1 + 16;
-    let (len, n) = varint(rest.get(at..)?)?;
-    at = at.checked_add(n)?.checked_add(usize::try_from(len).ok()?)?;
-    let (len, n) = varint(rest.get(at..)?)?;
-    at = at.checked_add(n)?;
-    let end = at.checked_add(usize::try_from(len).ok()?)?;
-    (end == rest.len()).then(|| &rest[at..end])
+    // The address (32 bytes), the time (a zigzag varint), the
+    // conversation (16 bytes), the reason and the record (each a length
+    // and its bytes).
+    let address = Address::from_bytes(rest.get(..32)?.try_into().ok()?);
+    let (zigzag, n) = varint(rest.get(32..)?)?;
+    let micros = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
+    let time = Timestamp::from_micros(micros)?;
+    let mut at = 32 + n;
+    let by: [u8; 16] = rest.get(at..at + 16)?.try_into().ok()?;
+    at += 16;
+    let mut field = || -> Option<&[u8]> {
+        let (len, n) = varint(rest.get(at..)?)?;
+        let start = at.checked_add(n)?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        at = end;
+        rest.get(start..end)
+    };
+    let reason = std::str::from_utf8(field()?).ok()?;
+    let record = field()?;
+    (at == rest.len()).then_some(Envelope {
+        address,
+        time,
+        by,
+        reason,
+        record,
+    })
 }
 
 /// The record bytes of `bytes`: its own, or a redacted record's from its
 /// envelope.
 fn inner_record(bytes: &[u8]) -> StoreResult<&[u8]> {
-    match bytes.split_first() {
-        Some((&REDACTED_MARK, rest)) => match envelope_record(rest) {
-            Some(record) => Ok(record),
-            None => Ok(decode::<Envelope<'_>>(rest, "redacted record")?.record),
-        },
-        _ => Ok(bytes),
-    }
+    Ok(envelope(bytes)?.map_or(bytes, |e| e.record))
 }
 
 /// The address of the record stored as `bytes` after `parent`: the chain

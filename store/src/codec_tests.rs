@@ -80,15 +80,15 @@ fn an_envelope_is_read_as_bincode_writes_it() {
                 };
                 let bytes = encode(&envelope);
                 assert_eq!(
-                    envelope_record(&bytes),
-                    Some(&record[..record_len]),
+                    read_envelope(&bytes).as_ref(),
+                    Some(&envelope),
                     "time {time}, reason {reason_len}, record {record_len}"
                 );
                 // Cut short or with bytes after it: not an envelope.
-                assert_eq!(envelope_record(&bytes[..bytes.len() - 1]), None);
+                assert_eq!(read_envelope(&bytes[..bytes.len() - 1]), None);
                 let mut longer = bytes.clone();
                 longer.push(0);
-                assert_eq!(envelope_record(&longer), None);
+                assert_eq!(read_envelope(&longer), None);
             }
         }
     }

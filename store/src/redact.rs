@@ -33,7 +33,7 @@ use crate::append::{encode_all, write_records, Appended, Writes};
 use crate::backend::{Batch, Keyspace, SegmentRef};
 use crate::codec::{
     decode, decode_record, encode, envelope, link, BlobRef, BlobValue, BodyRepr, ChunkRepr,
-    Envelope, RecordRepr, TextRepr, REDACTED_MARK,
+    Envelope, RecordRepr, TextRepr,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventKind, Json, Timestamp};
@@ -199,14 +199,14 @@ impl Store {
         let (redacted, text, was_blob) =
             redact_field(&record, field).map_err(|why| refuse(why.to_owned()))?;
         let inner = encode(&redacted);
-        let mut stored = vec![REDACTED_MARK];
-        stored.extend(encode(&Envelope {
+        let stored = Envelope {
             address,
             time,
             by: *id.as_bytes(),
             reason,
             record: &inner,
-        }));
+        }
+        .stored();
         let mut writes = Writes::new(self);
         let mut scrub = Vec::new();
         for held in holding {
@@ -222,11 +222,8 @@ impl Store {
         }
         let mut view_blocks = 0;
         for holder in self.sharing(&owner, seq)? {
-            let mut prefix = vec![keys::VIEW_BLOCK];
-            prefix.extend_from_slice(holder.as_bytes());
-            for pair in self.scan_prefix(prefix) {
-                let (key, value) = pair?;
-                let changed = crate::views::redact_block(&value, &|at, _, bytes| {
+            view_blocks +=
+                self.redact_view_blocks(&holder, &mut writes.batch, &|at, _, bytes| {
                     if at != seq {
                         return None;
                     }
@@ -234,11 +231,6 @@ impl Store {
                     let (redacted, shown, _) = redact_field(&record, field).ok()?;
                     (shown == text).then(|| encode(&redacted))
                 })?;
-                if let Some(block) = changed {
-                    writes.batch.put(key.to_vec(), block);
-                    view_blocks += 1;
-                }
-            }
         }
         let pending = Pending {
             by: *id.as_bytes(),
@@ -302,25 +294,37 @@ impl Store {
         }))
     }
 
+    /// Adds to `batch` every stored view block of `holder` that `redact`
+    /// rewrites (see `views::redact_block`); returns how many.
+    pub(crate) fn redact_view_blocks(
+        &self,
+        holder: &ConversationId,
+        batch: &mut Batch,
+        redact: &crate::views::RedactEvent<'_>,
+    ) -> StoreResult<u64> {
+        let mut prefix = vec![keys::VIEW_BLOCK];
+        prefix.extend_from_slice(holder.as_bytes());
+        let mut rewritten = 0;
+        for pair in self.scan_prefix(prefix) {
+            let (key, value) = pair?;
+            if let Some(block) = crate::views::redact_block(&value, redact)? {
+                batch.put(key.to_vec(), block);
+                rewritten += 1;
+            }
+        }
+        Ok(rewritten)
+    }
+
     /// `owner` and every fork (of a fork...) of it that shares record
     /// `seq` of its log.
     fn sharing(&self, owner: &ConversationId, seq: u64) -> StoreResult<Vec<ConversationId>> {
         let mut out = vec![*owner];
-        for fork in self.forks_of(owner)? {
-            let mut at = fork;
-            let mut shares = true;
-            while at != *owner {
-                let Some(point) = self.fork_point(&at)? else {
-                    shares = false;
-                    break;
-                };
-                shares &= seq < point.at;
-                at = point.parent;
-            }
-            if shares {
-                out.push(fork);
-            }
-        }
+        out.extend(
+            self.sharing_forks(owner)?
+                .into_iter()
+                .filter(|&(_, shared)| seq < shared)
+                .map(|(fork, _)| fork),
+        );
         Ok(out)
     }
 
@@ -549,33 +553,47 @@ impl Store {
     /// The redacted records of `id`'s log, in order; `own` leaves out
     /// those a fork shares with its parent.
     pub fn redactions(&self, id: &ConversationId, own: bool) -> StoreResult<Vec<RedactedRecord>> {
+        let mut out = Vec::new();
+        self.each_redacted(id, own, |seq, bytes, envelope| {
+            let mut record = decode_record(bytes)?;
+            let fields = RedactField::ALL
+                .into_iter()
+                .filter(|&f| matches!(slot(&mut record, f), Ok(TextRepr::Redacted(_))))
+                .collect();
+            out.push(RedactedRecord {
+                seq,
+                fields,
+                time: envelope.time,
+                reason: envelope.reason.to_owned(),
+                by: ConversationId::from_bytes(envelope.by),
+            });
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Calls `f` with the seq, stored bytes and envelope of each redacted
+    /// record of `id`'s log (its own only, if `own`), in order.
+    pub(crate) fn each_redacted(
+        &self,
+        id: &ConversationId,
+        own: bool,
+        mut f: impl FnMut(u64, &[u8], Envelope<'_>) -> StoreResult<()>,
+    ) -> StoreResult<()> {
         let len = self.meta(id)?.len;
         let start = if own {
             self.fork_point(id)?.map_or(0, |p| p.at)
         } else {
             0
         };
-        let mut out = Vec::new();
         for chunk in self.chunks(id, start, len)? {
             for (seq, bytes) in chunk?.raw_records(self, start, len)? {
-                let Some(envelope) = envelope(&bytes)? else {
-                    continue;
-                };
-                let mut record = decode_record(&bytes)?;
-                let fields = RedactField::ALL
-                    .into_iter()
-                    .filter(|&f| matches!(slot(&mut record, f), Ok(TextRepr::Redacted(_))))
-                    .collect();
-                out.push(RedactedRecord {
-                    seq,
-                    fields,
-                    time: envelope.time,
-                    reason: envelope.reason.to_owned(),
-                    by: ConversationId::from_bytes(envelope.by),
-                });
+                if let Some(envelope) = envelope(&bytes)? {
+                    f(seq, &bytes, envelope)?;
+                }
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -604,33 +622,27 @@ impl Store {
     /// its parent), grouped as they were made, oldest first. Memory grows
     /// with the groups, not the records.
     pub fn redaction_groups(&self, id: &ConversationId) -> StoreResult<Vec<RedactionGroup>> {
-        let len = self.meta(id)?.len;
-        let start = self.fork_point(id)?.map_or(0, |p| p.at);
         let mut groups: Vec<RedactionGroup> = Vec::new();
         let mut index = std::collections::HashMap::new();
-        for chunk in self.chunks(id, start, len)? {
-            for (seq, bytes) in chunk?.raw_records(self, start, len)? {
-                let Some(envelope) = envelope(&bytes)? else {
-                    continue;
-                };
-                let key = (envelope.time, envelope.reason.to_owned(), envelope.by);
-                if let Some(&i) = index.get(&key) {
-                    let group: &mut RedactionGroup = &mut groups[i];
-                    group.records += 1;
-                    group.last_seq = seq;
-                } else {
-                    index.insert(key, groups.len());
-                    groups.push(RedactionGroup {
-                        records: 1,
-                        first_seq: seq,
-                        last_seq: seq,
-                        time: envelope.time,
-                        reason: envelope.reason.to_owned(),
-                        by: ConversationId::from_bytes(envelope.by),
-                    });
-                }
+        self.each_redacted(id, true, |seq, _, envelope| {
+            let key = (envelope.time, envelope.reason.to_owned(), envelope.by);
+            if let Some(&i) = index.get(&key) {
+                let group: &mut RedactionGroup = &mut groups[i];
+                group.records += 1;
+                group.last_seq = seq;
+            } else {
+                index.insert(key, groups.len());
+                groups.push(RedactionGroup {
+                    records: 1,
+                    first_seq: seq,
+                    last_seq: seq,
+                    time: envelope.time,
+                    reason: envelope.reason.to_owned(),
+                    by: ConversationId::from_bytes(envelope.by),
+                });
             }
-        }
+            Ok(())
+        })?;
         groups.sort_by_key(|g| (g.time, g.first_seq));
         Ok(groups)
     }

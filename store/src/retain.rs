@@ -27,7 +27,6 @@ use crate::append::Writes;
 use crate::backend::{Batch, Keyspace, SegmentRef};
 use crate::codec::{
     decode, decode_record, encode, envelope, link, BlobValue, ChunkRepr, Envelope, TextRepr,
-    REDACTED_MARK,
 };
 use crate::error::StoreResult;
 use crate::event::{EventType, Timestamp};
@@ -169,15 +168,16 @@ impl Store {
                         }
                     }
                     let inner = encode(&redacted);
-                    let mut bytes = vec![REDACTED_MARK];
-                    bytes.extend(encode(&Envelope {
-                        address,
-                        time,
-                        by: *id.as_bytes(),
-                        reason,
-                        record: &inner,
-                    }));
-                    stored[i] = Some(bytes);
+                    stored[i] = Some(
+                        Envelope {
+                            address,
+                            time,
+                            by: *id.as_bytes(),
+                            reason,
+                            record: &inner,
+                        }
+                        .stored(),
+                    );
                 }
                 if stored.iter().all(Option::is_none) {
                     continue;
@@ -262,16 +262,8 @@ impl Store {
                 let (redacted, shown, _) = redact_field(&record, field).ok()?;
                 hashes.contains(&shown.hash).then(|| encode(&redacted))
             };
-            let mut prefix = vec![keys::VIEW_BLOCK];
-            prefix.extend_from_slice(holder.as_bytes());
             let mut batch = Batch::new();
-            for pair in self.scan_prefix(prefix) {
-                let (key, value) = pair?;
-                if let Some(block) = crate::views::redact_block(&value, &redact)? {
-                    batch.put(key.to_vec(), block);
-                    rewritten += 1;
-                }
-            }
+            rewritten += self.redact_view_blocks(&holder, &mut batch, &redact)?;
             if !batch.is_empty() {
                 self.kv.apply(batch)?;
             }
@@ -441,22 +433,16 @@ impl Store {
     /// The seq and text hash of every redacted text of `id`'s own
     /// records, sorted.
     fn dropped_texts(&self, id: &ConversationId) -> StoreResult<Vec<(u64, BlobHash)>> {
-        let len = self.meta(id)?.len;
-        let start = self.fork_point(id)?.map_or(0, |p| p.at);
         let mut out = Vec::new();
-        for chunk in self.chunks(id, start, len)? {
-            for (seq, bytes) in chunk?.raw_records(self, start, len)? {
-                if envelope(&bytes)?.is_none() {
-                    continue;
-                }
-                let mut record = decode_record(&bytes)?;
-                for field in RedactField::ALL {
-                    if let Ok(TextRepr::Redacted(blob)) = slot(&mut record, field) {
-                        out.push((seq, blob.hash));
-                    }
+        self.each_redacted(id, true, |seq, bytes, _| {
+            let mut record = decode_record(bytes)?;
+            for field in RedactField::ALL {
+                if let Ok(TextRepr::Redacted(blob)) = slot(&mut record, field) {
+                    out.push((seq, blob.hash));
                 }
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 }

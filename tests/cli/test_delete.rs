@@ -1,8 +1,7 @@
 //! `convstore delete`: as a user meets it, and killed part-way.
 
 use std::fmt::Write as _;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::TestEnv;
 
@@ -122,18 +121,7 @@ fn a_killed_delete_leaves_the_conversation_whole_or_gone() {
             &round.to_string(),
         ])
         .ok();
-        let mut child = env
-            .command(&["delete", &name])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        std::thread::sleep(Duration::from_millis(round * 12));
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(started.elapsed() < Duration::from_secs(60));
+        env.run_killed_after(&["delete", &name], Duration::from_millis(round * 12));
         let log = env.run(&["log", &name]);
         if log.code == 0 {
             assert_eq!(log.stdout.lines().count(), 30000);

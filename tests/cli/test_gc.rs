@@ -3,8 +3,7 @@
 //! convstore.toml, after compactions; bad policies refused.
 
 use std::fmt::Write as _;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::TestEnv;
 
@@ -30,15 +29,6 @@ fn turns(tag: &str, turns: usize) -> String {
         }
     }
     text
-}
-
-/// Whether any segment file of the database holds `needle`.
-fn segments_hold(env: &TestEnv, needle: &str) -> bool {
-    let dir = env.db().join("segments");
-    std::fs::read_dir(dir).expect("segments/").any(|entry| {
-        let bytes = std::fs::read(entry.expect("a segment file").path()).expect("its bytes");
-        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-    })
 }
 
 #[test]
@@ -73,8 +63,8 @@ fn gc_drops_what_the_view_no_longer_shows_and_the_view_stays() {
         .as_str()
         .unwrap()
         .starts_with("RES-c-100#"));
-    assert!(!segments_hold(&env, "RES-c-7#"));
-    assert!(segments_hold(&env, "RES-c-107#"));
+    assert!(!env.segments_hold("RES-c-7#"));
+    assert!(env.segments_hold("RES-c-107#"));
 
     let verified = env.run(&["verify"]).ok().stdout;
     assert!(
@@ -109,18 +99,7 @@ fn a_killed_gc_leaves_each_record_whole_or_dropped() {
             .ok();
         env.run(&["compact", &name]).ok();
         let view = env.run(&["project", &name]).ok().stdout;
-        let mut child = env
-            .command(&["gc", &name])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        std::thread::sleep(Duration::from_millis(round * 6));
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(started.elapsed() < Duration::from_secs(60));
+        env.run_killed_after(&["gc", &name], Duration::from_millis(round * 6));
         // The next command finishes what the killed one left.
         env.run(&["verify"]).ok();
         assert_eq!(
@@ -137,7 +116,7 @@ fn a_killed_gc_leaves_each_record_whole_or_dropped() {
                     dropped += 1;
                     let text = format!("RES-{tag}-{t}#");
                     if t % 100 == 0 {
-                        assert!(!segments_hold(&env, &text), "round {round}: {text}");
+                        assert!(!env.segments_hold(&text), "round {round}: {text}");
                     }
                 }
                 Some(text) => assert!(

@@ -1,20 +1,10 @@
 //! `convstore redact` killed part-way: the record whole, or redacted with
 //! its event and the text gone from the segment files; never half.
 
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::TestEnv;
 use crate::test_delete::user_lines;
-
-/// Whether any segment file of the database holds `needle`.
-fn segments_hold(env: &TestEnv, needle: &str) -> bool {
-    let dir = env.db().join("segments");
-    std::fs::read_dir(dir).expect("segments/").any(|entry| {
-        let bytes = std::fs::read(entry.expect("a segment file").path()).expect("its bytes");
-        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-    })
-}
 
 #[test]
 fn a_killed_redact_leaves_the_record_whole_or_redacted() {
@@ -31,24 +21,16 @@ fn a_killed_redact_leaves_the_record_whole_or_redacted() {
         );
         env.run_with_stdin(&["append", &name], &input).ok();
         env.run(&["view", &name, "--name", "v"]).ok();
-        let mut child = env
-            .command(&["redact", &name, "100", "--reason", "leak"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        std::thread::sleep(Duration::from_millis(round * 20));
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(started.elapsed() < Duration::from_secs(60));
+        env.run_killed_after(
+            &["redact", &name, "100", "--reason", "leak"],
+            Duration::from_millis(round * 20),
+        );
         let log = env.run(&["log", &name]).ok().lines();
         let events = log.iter().filter(|e| e.get("delta").is_some()).count();
         let whole = match log[100]["text"].as_str() {
             Some("[redacted]") => {
                 assert_eq!(events, 1, "round {round}: one redaction event");
-                assert!(!segments_hold(&env, &secret), "round {round}");
+                assert!(!env.segments_hold(&secret), "round {round}");
                 false
             }
             Some(text) => {

@@ -115,6 +115,32 @@ impl TestEnv {
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+
+    /// Runs `args` and kills the process `after` it started (whatever it
+    /// was doing), output discarded.
+    pub fn run_killed_after(&self, args: &[&str], after: std::time::Duration) {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn convstore");
+        let started = std::time::Instant::now();
+        std::thread::sleep(after);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    }
+
+    /// Whether any segment file of the database holds `needle`.
+    pub fn segments_hold(&self, needle: &str) -> bool {
+        let dir = self.db().join("segments");
+        std::fs::read_dir(dir).expect("segments/").any(|entry| {
+            let bytes = std::fs::read(entry.expect("a segment file").path()).expect("its bytes");
+            bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+        })
+    }
 }
 
 /// The real JP conversations, when the shared data is beside the checkout.
