@@ -9,15 +9,23 @@
 #   benches/postgres.sh [--short]
 #
 # --short (CI): 10^5 events, short loops.
+# CONVSTORE_BENCH_PROFILE picks the cargo profile (release unless set; CI
+# sets test, the profile its test suite already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 short=0
 [ "${1:-}" = "--short" ] && short=1
 events=1000000 compactions=10000 appends=2000 seconds=10
 [ $short = 1 ] && { events=100000; compactions=1000; appends=300; seconds=3; }
-cargo build --release --quiet --bin convstore --example append_latency --example concurrent_appends
-bin=$PWD/target/release/convstore
-examples=$PWD/target/release/examples
+profile=${CONVSTORE_BENCH_PROFILE:-release}
+cargo build --profile "$profile" --quiet --bin convstore --example append_latency --example concurrent_appends
+case $profile in
+    release | bench) out=$PWD/target/release ;;
+    dev | test) out=$PWD/target/debug ;;
+    *) out=$PWD/target/$profile ;;
+esac
+bin=$out/convstore
+examples=$out/examples
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -x "$pgbin/initdb" ] || { echo "postgres.sh: PostgreSQL's server binaries are not installed" >&2; exit 1; }
 work=$(mktemp -d)

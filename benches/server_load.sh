@@ -6,13 +6,21 @@
 #   benches/server_load.sh [--short]
 #
 # --short (CI): small counts, no 10^6-event set, no PostgreSQL.
+# CONVSTORE_BENCH_PROFILE picks the cargo profile (release unless set; CI
+# sets test, the profile its test suite already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 short=0
 [ "${1:-}" = "--short" ] && short=1
-cargo build --release --quiet --bin convstore --example server_load
-bin=$PWD/target/release/convstore
-load=$PWD/target/release/examples/server_load
+profile=${CONVSTORE_BENCH_PROFILE:-release}
+cargo build --profile "$profile" --quiet --bin convstore --example server_load
+case $profile in
+    release | bench) out=$PWD/target/release ;;
+    dev | test) out=$PWD/target/debug ;;
+    *) out=$PWD/target/$profile ;;
+esac
+bin=$out/convstore
+load=$out/examples/server_load
 work=$(mktemp -d)
 chmod 755 "$work"   # PostgreSQL's cluster lives here, as the postgres user
 trap 'kill $(cat "$work/pid" 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT

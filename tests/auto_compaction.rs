@@ -8,8 +8,8 @@ use convstore_projection::{estimate_chars, tokens_for_chars};
 use convstore_store::{AppendOptions, ConversationId, Event, EventKind, Store, Timestamp};
 
 /// Turns appended one by one: `CONVSTORE_AUTO_TURNS`, else 10,000 in an
-/// optimized build and 2,000 in a debug one (`.ci/run` runs this test both
-/// ways).
+/// optimized build and 2,000 in a debug one (`.ci/run` runs it again
+/// with 10,000).
 fn turn_count() -> u64 {
     std::env::var("CONVSTORE_AUTO_TURNS")
         .ok()
