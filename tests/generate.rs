@@ -4,7 +4,7 @@
 
 mod support;
 
-use convstore_engine::generate::{generate_shaped, jp_shape, Shape, BATCH};
+use convstore_engine::generate::{generate_spec, jp_shape, Shape, Spec, BATCH};
 use convstore_store::Turn;
 use convstore_store::{EventKind, Store};
 use support::TestEnv;
@@ -21,7 +21,11 @@ fn the_same_seed_gives_the_same_head() {
             .map(|_| {
                 let dir = tempfile::tempdir().unwrap();
                 let store = Store::open(dir.path().join("db")).unwrap();
-                let id = generate_shaped(&store, "g", 3_000, 30, 7, shape, BATCH).unwrap();
+                let spec = Spec {
+                    shape,
+                    ..Spec::new(3_000, 30, 7)
+                };
+                let id = generate_spec(&store, "g", &spec).unwrap();
                 store.info(&id).unwrap().head
             })
             .collect();
@@ -33,7 +37,11 @@ fn the_same_seed_gives_the_same_head() {
 fn the_jp_shape_follows_the_real_statistics() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("db")).unwrap();
-    let id = generate_shaped(&store, "jp", 40_000, 0, 3, Shape::Jp, BATCH).unwrap();
+    let spec = Spec {
+        shape: Shape::Jp,
+        ..Spec::new(40_000, 0, 3)
+    };
+    let id = generate_spec(&store, "jp", &spec).unwrap();
     let info = store.info(&id).unwrap();
     let (mut results, mut users, mut per_turn) =
         (Vec::new(), Vec::new(), vec![0u64; info.turns as usize]);
@@ -76,7 +84,15 @@ fn the_log_read_back_does_not_depend_on_how_it_was_appended() {
     let read = |batch: usize| {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("db")).unwrap();
-        let id = generate_shaped(&store, "g", 2_000, 40, 5, Shape::Small, batch).unwrap();
+        let id = generate_spec(
+            &store,
+            "g",
+            &Spec {
+                batch,
+                ..Spec::new(2_000, 40, 5)
+            },
+        )
+        .unwrap();
         let info = store.info(&id).unwrap();
         assert!(store.verify(&id).unwrap().is_ok(), "batch {batch}");
         let records: Vec<_> = store
@@ -150,4 +166,52 @@ fn a_log_missing_a_chunk_is_refused_by_log_and_export() {
             );
         }
     }
+}
+
+/// `--overlays strip`: every compaction strips reasoning and tool calls,
+/// none summarizes or omits, so the view keeps every event but the
+/// reasoning it covers and the compactions themselves.
+#[test]
+fn strip_overlays_keep_most_of_the_view() {
+    let env = TestEnv::new();
+    let args = ["--events", "5000", "--compactions", "100", "--seed", "4"];
+    env.run(&[&["gen", "wide", "--overlays", "strip"][..], &args].concat())
+        .ok();
+    env.run(&[&["gen", "mixed"][..], &args].concat()).ok();
+    let lines = |command: &[&str]| -> Vec<serde_json::Value> {
+        env.run(command)
+            .ok()
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let log = lines(&["log", "wide"]);
+    let compactions: Vec<_> = log.iter().filter(|r| r["type"] == "compaction").collect();
+    assert_eq!(compactions.len(), 100);
+    for c in &compactions {
+        assert_eq!(c["reasoning"], "strip", "{c}");
+        assert_eq!(c["tool_calls"], "strip", "{c}");
+        assert!(c.get("summary").is_none_or(serde_json::Value::is_null), "{c}");
+    }
+    let reasoning = log.iter().filter(|r| r["type"] == "reasoning").count();
+    let wide = lines(&["project", "wide"]);
+    assert!(wide
+        .iter()
+        .all(|v| v["text"] != "[Summary of previous conversation]"));
+    assert!(
+        wide.len() >= 5000 - 100 - reasoning,
+        "{} view events of 5000",
+        wide.len()
+    );
+    assert!(wide.iter().any(|v| v["type"] == "tool_result"
+        && v["content"].as_str().unwrap().starts_with("[compacted] ")));
+    // The default mix keeps far fewer.
+    let mixed = lines(&["project", "mixed"]);
+    assert!(
+        mixed.len() * 2 < wide.len(),
+        "{} vs {}",
+        mixed.len(),
+        wide.len()
+    );
 }

@@ -111,3 +111,41 @@ proptest! {
         prop_assert_eq!(project(&events), naive_project(&events));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// The store's pipeline (chunks decoded in parallel, records the view
+    /// drops or strips left unread, stripped results named from nearby
+    /// calls) equals the reference, however the log was appended.
+    #[test]
+    fn the_store_pipeline_equals_the_reference(
+        events in gen::projection_log(80),
+        batches in 1usize..4,
+    ) {
+        use convstore_engine::pipeline::{plan, stream, Scope};
+        use convstore_store::{AppendOptions, Event, Store};
+
+        prop_assume!(!events.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("db")).unwrap();
+        let raw: Vec<Event> = events.iter().map(|e| e.event.clone()).collect();
+        let options = AppendOptions::new().unsynced(true);
+        let size = raw.len().div_ceil(batches);
+        let mut parts = raw.chunks(size);
+        let first = parts.next().unwrap();
+        let id = store.create_and_append(Some("c"), first, &options).unwrap().0;
+        for part in parts {
+            store.append(&id, part, &options).unwrap();
+        }
+        let scope = Scope { end: store.info(&id).unwrap().len };
+        let projector = plan(&store, &id, scope, None).unwrap();
+        let mut view = Vec::new();
+        stream(&store, &id, scope, &projector, |v| {
+            view.push(v.clone());
+            Ok(())
+        })
+        .unwrap();
+        prop_assert_eq!(view, naive_project(&events));
+    }
+}

@@ -128,7 +128,8 @@ Examples:
     #[command(after_help = "\
 Examples:
   convstore gen big --events 1000000 --compactions 10000 --seed 1
-  convstore gen small --events 10000 --compactions 100")]
+  convstore gen small --events 10000 --compactions 100
+  convstore gen wide --events 1000000 --compactions 10000 --overlays strip")]
     Gen(GenArgs),
     /// Print a conversation's raw records as NDJSON, with seq, turn and
     /// address.
@@ -725,6 +726,20 @@ pub struct GenArgs {
     /// as it happens (same events and head; more, smaller chunks).
     #[arg(long, default_value_t = convstore_engine::generate::BATCH)]
     pub batch: usize,
+    /// What the compactions do.
+    #[arg(long, value_enum, default_value_t = GenOverlays::Mixed)]
+    pub overlays: GenOverlays,
+}
+
+/// What generated compactions do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GenOverlays {
+    /// 10% summaries, 45% strip reasoning and tool calls, 45% another
+    /// tool-call policy (the view keeps a few percent of the events).
+    Mixed,
+    /// Every one strips reasoning and tool calls over a random range: no
+    /// summaries, nothing omitted (the view keeps most events).
+    Strip,
 }
 
 /// Shapes of generated conversations.

@@ -8,7 +8,9 @@
 //! over the log at random points after the first turns: random ranges over
 //! the turns so far (a few past the last), 10% summaries (their ranges
 //! widened over the summaries they meet, as `compact` does), 45% strip
-//! reasoning and tool calls, 45% another tool-call policy. The same seed
+//! reasoning and tool calls, 45% another tool-call policy
+//! ([`Overlays::Mixed`]); or every one stripping reasoning and tool calls
+//! ([`Overlays::Strip`]: a view that keeps most events). The same seed
 //! gives the same events and so the same head.
 //!
 //! Shape `jp`: turns shaped like the 21 real JP conversations the project
@@ -79,6 +81,50 @@ pub enum Shape {
     Jp,
 }
 
+/// What the compactions of a generated conversation do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlays {
+    /// 10% summaries, 45% strip reasoning and tool calls, 45% another
+    /// tool-call policy: the view keeps a few percent of the events.
+    Mixed,
+    /// Every compaction strips reasoning and tool calls over its range:
+    /// no summary, nothing omitted, so the view keeps most events.
+    Strip,
+}
+
+/// What to generate: how many events, how many of them compactions, from
+/// which seed, in which shape, appended how many at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spec {
+    /// How many events, compactions included.
+    pub events: u64,
+    /// How many of them are compactions.
+    pub compactions: u64,
+    /// The same seed gives the same events, and so the same head.
+    pub seed: u64,
+    /// The shape of the turns.
+    pub shape: Shape,
+    /// Events per append ([`BATCH`] by default).
+    pub batch: usize,
+    /// What the compactions do.
+    pub overlays: Overlays,
+}
+
+impl Spec {
+    /// `events` events, `compactions` of them compactions, from `seed`: the
+    /// small shape, mixed compactions, appended in [`BATCH`]es.
+    pub fn new(events: u64, compactions: u64, seed: u64) -> Self {
+        Self {
+            events,
+            compactions,
+            seed,
+            shape: Shape::Small,
+            batch: BATCH,
+            overlays: Overlays::Mixed,
+        }
+    }
+}
+
 /// Writes a conversation named `name` of `events` events, `compactions` of
 /// them compactions, generated from `seed` in the `small` shape; returns
 /// its id.
@@ -89,7 +135,7 @@ pub fn generate(
     compactions: u64,
     seed: u64,
 ) -> Result<ConversationId> {
-    generate_shaped(store, name, events, compactions, seed, Shape::Small, BATCH)
+    generate_spec(store, name, &Spec::new(events, compactions, seed))
 }
 
 /// Checks the generator's arguments.
@@ -110,24 +156,24 @@ fn check(events: u64, compactions: u64, batch_size: usize) -> Result<()> {
     Ok(())
 }
 
-/// [`generate`] in the shape `shape`, appending `batch_size` events at a
-/// time ([`BATCH`] by default; 1: as an agent that stores each event as it
-/// happens). The events, and so the head, do not depend on `batch_size`;
+/// [`generate`] as `spec` says, appending `spec.batch` events at a time
+/// ([`BATCH`] by default; 1: as an agent that stores each event as it
+/// happens). The events, and so the head, do not depend on the batch size;
 /// how they are laid out in the store does.
 ///
 /// With [`BATCH`], the conversation is written as one bulk append: it
 /// exists whole or not at all (an interrupted run leaves nothing). With
 /// any other size it is written as that many appends, as an agent would,
 /// and an interrupted run leaves the appends made so far.
-pub fn generate_shaped(
-    store: &Store,
-    name: &str,
-    events: u64,
-    compactions: u64,
-    seed: u64,
-    shape: Shape,
-    batch_size: usize,
-) -> Result<ConversationId> {
+pub fn generate_spec(store: &Store, name: &str, spec: &Spec) -> Result<ConversationId> {
+    let &Spec {
+        events,
+        compactions,
+        seed,
+        shape,
+        batch: batch_size,
+        overlays,
+    } = spec;
     check(events, compactions, batch_size)?;
     if store.find_name(name)?.is_some() {
         return Err(StoreError::NameTaken {
@@ -165,7 +211,7 @@ pub fn generate_shaped(
             Timestamp::from_micros(EPOCH_MICROS + seq as i64 * 1000).unwrap_or_else(Timestamp::now);
         let kind = if at.peek() == Some(&seq) {
             at.next();
-            compaction(&mut rng, turn, &mut summaries)
+            compaction(&mut rng, turn, &mut summaries, overlays)
         } else {
             if pending.is_empty() {
                 // The small shape draws each event when it is due (so its
@@ -384,10 +430,18 @@ fn jp_turn(rng: &mut Rng, call: &mut u64, out: &mut std::collections::VecDeque<E
 }
 
 /// A compaction over the turns so far (`last` is the current turn).
-fn compaction(rng: &mut Rng, last: u64, summaries: &mut Vec<(u64, u64)>) -> EventKind {
+fn compaction(
+    rng: &mut Rng,
+    last: u64,
+    summaries: &mut Vec<(u64, u64)>,
+    overlays: Overlays,
+) -> EventKind {
     let from = rng.range(0, last);
     let to = rng.range(from, last + 2);
-    let kind = rng.percent();
+    let kind = match overlays {
+        Overlays::Mixed => rng.percent(),
+        Overlays::Strip => 10,
+    };
     let mut c = Compaction {
         from_turn: from,
         to_turn: to,

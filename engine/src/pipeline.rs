@@ -382,8 +382,8 @@ pub fn stream_range<T: Send>(
         let outputs = projector.decode_transform_map(
             window,
             |chunk| {
-                let drops = |seq, turn, kind| projector.drops(seq, turn, kind);
-                chunk.events(store, start, end, drops).map(|events| {
+                let reading = |seq, turn, kind| projector.reading(seq, turn, kind);
+                chunk.events_read(store, start, end, reading).map(|events| {
                     events
                         .into_iter()
                         .map(|(seq, turn, event)| LogEvent { seq, turn, event })

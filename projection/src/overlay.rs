@@ -110,6 +110,37 @@ impl ToolPolicy {
         self.strips(tool, |flags| flags.1, |hint| hint.response)
     }
 
+    /// Whether every call's arguments are stripped, whatever its tool.
+    pub fn strips_every_request(&self) -> bool {
+        self.strips_every(|flags| flags.0, |hint| hint.request)
+    }
+
+    /// Whether every result's content is stripped, whatever its tool.
+    pub fn strips_every_response(&self) -> bool {
+        self.strips_every(|flags| flags.1, |hint| hint.response)
+    }
+
+    /// Whether a side is stripped for every tool: its flag is set and no
+    /// hint keeps that side of some tool.
+    fn strips_every(
+        &self,
+        flag: impl Fn((bool, bool)) -> bool,
+        side: impl Fn(&ToolHint) -> Option<HintAction>,
+    ) -> bool {
+        let ToolPolicy::Strip {
+            request,
+            response,
+            tools,
+        } = self
+        else {
+            return false;
+        };
+        flag((*request, *response))
+            && tools
+                .iter()
+                .all(|(_, hint)| side(hint).is_none_or(|action| action == HintAction::Strip))
+    }
+
     /// A side's flag, replaced by the tool's hint for that side if it has
     /// one (the last hint written for a name wins).
     fn strips(

@@ -49,9 +49,7 @@ impl Projector {
             .map(|chunk| {
                 let raw = decode(chunk)?;
                 let mut out = Vec::with_capacity(raw.len());
-                for event in raw {
-                    self.transform(event, &mut out);
-                }
+                self.transform_run(raw, &mut out);
                 Ok(finish(out))
             })
             .collect()

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use convstore_store::event::ReasoningPolicy;
-use convstore_store::{Event, EventKind, EventType, Json, ToolNames};
+use convstore_store::{Event, EventKind, EventType, Json, Reading, ToolNames};
 
 use crate::overlay::{Overlay, Summary, ToolPolicy};
 use crate::resolve::{resolve, Resolution, Run};
@@ -66,9 +66,12 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// An empty plan.
+    /// An empty plan, to observe every event of the log in order.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            names: ToolNames::complete(),
+            ..Self::default()
+        }
     }
 
     /// Learns from the next raw event.
@@ -259,6 +262,32 @@ impl Projector {
         matches!(self.fate(seq, turn, kind), Fate::Dropped)
     }
 
+    /// How a reader should read the raw event at `seq` in `turn` of type
+    /// `kind` for this view: not at all when the view drops it; without
+    /// its main payload when the view replaces that whatever it holds (a
+    /// call whose arguments, or a result whose content, is stripped for
+    /// every tool: [`Projector::transform`] writes the replacement);
+    /// otherwise whole.
+    pub fn reading(&self, seq: u64, turn: u64, kind: EventType) -> Reading {
+        let tools = match self.fate(seq, turn, kind) {
+            Fate::Dropped => return Reading::Skip,
+            Fate::Kept {
+                tools: Some(tools), ..
+            } => tools,
+            Fate::Kept { tools: None, .. } | Fate::Summary(..) => return Reading::Whole,
+        };
+        let replaced = match kind {
+            EventType::ToolCall => tools.strips_every_request(),
+            EventType::ToolResult => tools.strips_every_response(),
+            _ => false,
+        };
+        if replaced {
+            Reading::WithoutPayload
+        } else {
+            Reading::Whole
+        }
+    }
+
     /// Whether the view shows the payload of the raw event at `seq` in
     /// `turn` (its text, arguments, content or payload) as it is: `false`
     /// when the view drops the event, replaces it with a summary, or
@@ -282,6 +311,49 @@ impl Projector {
 
     /// Appends the view events of one raw event to `out`.
     pub fn transform(&self, raw: LogEvent, out: &mut Vec<ViewEvent>) {
+        self.transform_after(raw, out, &[]);
+    }
+
+    /// Appends the view events of `raw`, a run of consecutive raw events
+    /// (a chunk's), to `out`. A stripped result names its tool from a call
+    /// of the same run when no two calls of the log had its id (then that
+    /// call is the latest), so the table of every call id, large and read
+    /// at random, is looked up only for the others.
+    pub fn transform_run(&self, raw: impl IntoIterator<Item = LogEvent>, out: &mut Vec<ViewEvent>) {
+        // Where in `out` the calls of this run are.
+        let mut calls: Vec<usize> = Vec::new();
+        for event in raw {
+            let at = out.len();
+            let call = matches!(event.event.kind, EventKind::ToolCall { .. });
+            self.transform_after(event, out, &calls);
+            if call && out.len() > at {
+                calls.push(at);
+            }
+        }
+    }
+
+    /// The name of call `id` from one of the calls at `calls` in `out`,
+    /// when that is the latest call with the id.
+    fn nearby_name<'a>(&self, id: &str, out: &'a [ViewEvent], calls: &[usize]) -> Option<&'a str> {
+        // Results follow their calls closely: a few calls back, or the
+        // table.
+        const LOOK_BACK: usize = 64;
+        if calls.is_empty() || !self.names.never_repeated(id) {
+            return None;
+        }
+        calls
+            .iter()
+            .rev()
+            .take(LOOK_BACK)
+            .find_map(|&i| match &out[i].event.kind {
+                EventKind::ToolCall { id: call, name, .. } if call == id => Some(name.as_str()),
+                _ => None,
+            })
+    }
+
+    /// [`Projector::transform`], with the calls of the run so far at
+    /// `calls` in `out`.
+    fn transform_after(&self, raw: LogEvent, out: &mut Vec<ViewEvent>, calls: &[usize]) {
         let LogEvent { seq, turn, event } = raw;
         let (tools, hints) = match self.fate(seq, turn, event.kind.event_type()) {
             Fate::Dropped => return,
@@ -320,7 +392,10 @@ impl Projector {
             } => {
                 // The name is looked up only under a tool policy.
                 if let Some(tools) = tools {
-                    let name = self.tool_name(id).unwrap_or("unknown");
+                    let name = self
+                        .nearby_name(id, out, calls)
+                        .or_else(|| self.tool_name(id))
+                        .unwrap_or("unknown");
                     if tools.strips_response(name) {
                         let status = if *is_error { "error" } else { "success" };
                         *content = if hints {

@@ -431,6 +431,17 @@ pub(crate) fn record_to_event(
     record: &RecordRepr<'_>,
     load: &mut dyn FnMut(BlobRef) -> StoreResult<String>,
 ) -> StoreResult<Event> {
+    record_to_event_with(record, load, true)
+}
+
+/// [`record_to_event`]; without `payload`, a tool call's arguments read
+/// `{}` and a tool result's content `""`, neither copied nor loaded (for
+/// a reader that replaces them).
+pub(crate) fn record_to_event_with(
+    record: &RecordRepr<'_>,
+    load: &mut dyn FnMut(BlobRef) -> StoreResult<String>,
+    payload: bool,
+) -> StoreResult<Event> {
     let mut read = |t: TextRepr<'_>, redacted: &str| -> StoreResult<String> {
         match t {
             TextRepr::Inline(s) => Ok(s.to_owned()),
@@ -460,7 +471,11 @@ pub(crate) fn record_to_event(
         } => EventKind::ToolCall {
             id: (*id).to_owned(),
             name: (*name).to_owned(),
-            arguments: Json::from_stored(read(*arguments, REDACTED_JSON)?),
+            arguments: if payload {
+                Json::from_stored(read(*arguments, REDACTED_JSON)?)
+            } else {
+                Json::empty_object()
+            },
         },
         BodyRepr::ToolResult {
             id,
@@ -468,7 +483,11 @@ pub(crate) fn record_to_event(
             is_error,
         } => EventKind::ToolResult {
             id: (*id).to_owned(),
-            content: read(*content, REDACTED_TEXT)?,
+            content: if payload {
+                read(*content, REDACTED_TEXT)?
+            } else {
+                String::new()
+            },
             is_error: *is_error,
         },
         BodyRepr::System(t) => EventKind::System {

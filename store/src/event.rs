@@ -71,29 +71,23 @@ impl Timestamp {
         let day = doy - (153 * mp + 2) / 5 + 1;
         let month = if mp < 10 { mp + 3 } else { mp - 9 };
         let year = yoe + era * 400 + i64::from(month <= 2);
-        let digits = |out: &mut Vec<u8>, value: i64, width: usize| {
-            let mut buf = [b'0'; 6];
+        // Filled in place on the stack, then copied once.
+        let mut text = *b"0000-00-00T00:00:00.000000Z";
+        let mut digits = |at: usize, width: usize, value: i64| {
             let mut v = value;
-            for slot in buf[..width].iter_mut().rev() {
+            for slot in text[at..at + width].iter_mut().rev() {
                 *slot = b'0' + (v % 10) as u8;
                 v /= 10;
             }
-            out.extend_from_slice(&buf[..width]);
         };
-        digits(out, year, 4);
-        out.push(b'-');
-        digits(out, month, 2);
-        out.push(b'-');
-        digits(out, day, 2);
-        out.push(b'T');
-        digits(out, second_of_day / 3600, 2);
-        out.push(b':');
-        digits(out, second_of_day / 60 % 60, 2);
-        out.push(b':');
-        digits(out, second_of_day % 60, 2);
-        out.push(b'.');
-        digits(out, micros, 6);
-        out.push(b'Z');
+        digits(0, 4, year);
+        digits(5, 2, month);
+        digits(8, 2, day);
+        digits(11, 2, second_of_day / 3600);
+        digits(14, 2, second_of_day / 60 % 60);
+        digits(17, 2, second_of_day % 60);
+        digits(20, 6, micros);
+        out.extend_from_slice(&text);
     }
 }
 

@@ -18,6 +18,8 @@ struct Slot {
     start: usize,
     len: usize,
     tool: usize,
+    /// Whether more than one call had this id.
+    repeated: bool,
 }
 
 /// The name of the latest tool call with each id: later calls with an id
@@ -29,6 +31,9 @@ struct Slot {
 pub struct ToolNames {
     shards: Vec<Shard>,
     hasher: DefaultHashBuilder,
+    /// Whether every call of the log up to its end was offered, so that
+    /// each id's `repeated` is exact ([`ToolNames::never_repeated`]).
+    complete: bool,
 }
 
 /// The ids of one hash shard, back to back, and their tools.
@@ -39,6 +44,8 @@ struct Shard {
     /// Every distinct tool name, and its index by name.
     tools: Vec<Box<str>>,
     tool_index: HashTable<usize>,
+    /// How many of its ids more than one call had.
+    repeats: usize,
 }
 
 impl Default for ToolNames {
@@ -53,22 +60,35 @@ impl ToolNames {
         Self::default()
     }
 
+    /// No call yet, and every call of the log will be offered in order
+    /// ([`ToolNames::insert`]): the table then knows which ids were never
+    /// repeated ([`ToolNames::never_repeated`]).
+    pub fn complete() -> Self {
+        ToolNames {
+            complete: true,
+            ..Self::default()
+        }
+    }
+
     fn with_shards(count: usize, hasher: DefaultHashBuilder) -> Self {
         ToolNames {
             shards: vec![Shard::default(); count.max(1)],
             hasher,
+            complete: false,
         }
     }
 
     /// A table of `shards` shards, shard `k` filled by `fill(k, insert)`
-    /// on rayon's threads: `fill` must offer every call, in log order, to
-    /// `insert(call, name)`, which keeps those that fall in shard `k`.
+    /// on rayon's threads: `fill` must offer every call of the log up to
+    /// its end, in log order, to `insert(call, name)`, which keeps those
+    /// that fall in shard `k`.
     pub fn par_build<E: Send>(
         shards: usize,
         fill: impl Fn(&mut dyn FnMut(&str, &str)) -> Result<(), E> + Sync,
     ) -> Result<Self, E> {
         use rayon::prelude::*;
         let mut names = Self::with_shards(shards, DefaultHashBuilder::default());
+        names.complete = true;
         let count = names.shards.len();
         let hasher = &names.hasher;
         names
@@ -102,6 +122,27 @@ impl ToolNames {
             .slots
             .find(hash, |s| shard.id(s) == call)
             .map(|s| &*shard.tools[s.tool])
+    }
+
+    /// Whether no two calls had id `call`, as far as the table knows:
+    /// `false` unless it was built from every call of the log
+    /// ([`ToolNames::complete`], [`ToolNames::par_build`]). A reader that
+    /// meets a call with this id then knows it is the latest without
+    /// looking the id up; while no id repeats, this answers without a
+    /// lookup either.
+    pub fn never_repeated(&self, call: &str) -> bool {
+        if !self.complete {
+            return false;
+        }
+        if self.shards.iter().all(|s| s.repeats == 0) {
+            return true;
+        }
+        let hash = self.hasher.hash_one(call);
+        let shard = &self.shards[shard_of(hash, self.shards.len())];
+        shard
+            .slots
+            .find(hash, |s| shard.id(s) == call)
+            .is_none_or(|s| !s.repeated)
     }
 
     /// How many distinct call ids it holds.
@@ -140,12 +181,17 @@ impl Shard {
             .find_mut(hash, |s| &ids[s.start..s.start + s.len] == call)
         {
             slot.tool = tool;
+            if !slot.repeated {
+                slot.repeated = true;
+                self.repeats += 1;
+            }
             return;
         }
         let slot = Slot {
             start: self.ids.len(),
             len: call.len(),
             tool,
+            repeated: false,
         };
         self.ids.push_str(call);
         let ids = &self.ids;
@@ -250,6 +296,36 @@ mod tests {
             assert_eq!(built, single);
             assert_eq!(built.len(), 1_777);
         }
+        // Which ids were called more than once is known to a table built
+        // from every call, and never claimed by one that was not.
+        let mut all = calls.clone();
+        all.extend((0..100).map(|i| (format!("s{i}"), "t0".to_owned())));
+        let counts = all.iter().fold(HashMap::new(), |mut counts, (c, _)| {
+            *counts.entry(c.as_str()).or_insert(0) += 1;
+            counts
+        });
+        let mut complete = ToolNames::complete();
+        for (call, name) in &calls[..1_777] {
+            complete.insert(call, name);
+        }
+        assert!((0..1_777).all(|i| complete.never_repeated(&format!("c{i}"))));
+        complete.insert("c5", "t9");
+        assert!(!complete.never_repeated("c5") && complete.never_repeated("c6"));
+        assert!(complete.never_repeated("never called"));
+        for shards in [1, 2, 3] {
+            let built = ToolNames::par_build(shards, |insert| {
+                for (call, name) in &all {
+                    insert(call, name);
+                }
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            for (call, count) in &counts {
+                assert_eq!(built.never_repeated(call), *count == 1, "{call}");
+            }
+        }
+        assert!(!single.never_repeated("c1"));
+        assert!(!single.never_repeated("c1776"));
         let failed = ToolNames::par_build(2, |_| Err("no directory"));
         assert_eq!(failed.err(), Some("no directory"));
     }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::args::{Cli, GenArgs, Shape};
+use crate::args::{Cli, GenArgs, GenOverlays, Shape};
 use crate::cmd;
 use crate::output::{self, Notes};
 use convstore_engine::generate;
@@ -33,15 +33,16 @@ pub(crate) fn run(cli: &Cli, args: &GenArgs, notes: &Notes) -> Result<ExitCode> 
     let store = engine.store();
     let progress = output::Progress::bar(notes, args.events, "generating");
     progress.attach(store);
-    let id = generate::generate_shaped(
-        store,
-        &args.conversation,
-        args.events,
-        args.compactions,
-        args.seed,
+    let spec = generate::Spec {
         shape,
-        args.batch,
-    )?;
+        batch: args.batch,
+        overlays: match args.overlays {
+            GenOverlays::Mixed => generate::Overlays::Mixed,
+            GenOverlays::Strip => generate::Overlays::Strip,
+        },
+        ..generate::Spec::new(args.events, args.compactions, args.seed)
+    };
+    let id = generate::generate_spec(store, &args.conversation, &spec)?;
     progress.finish();
     cmd::written(&engine, &id, notes);
     let info = store.info(&id)?;

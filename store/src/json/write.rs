@@ -171,8 +171,20 @@ impl<'a> ObjectWriter<'a> {
             self.out.push(b',');
         }
         self.empty = false;
-        write_json_string(self.out, key);
-        self.out.push(b':');
+        // Field names rarely need escaping: eight bytes checked at a time.
+        let plain = key.as_bytes().chunks(8).all(|bytes| {
+            let mut word = [b' '; 8];
+            word[..bytes.len()].copy_from_slice(bytes);
+            !needs_escape(u64::from_le_bytes(word))
+        });
+        if plain {
+            self.out.push(b'"');
+            self.out.extend_from_slice(key.as_bytes());
+            self.out.extend_from_slice(b"\":");
+        } else {
+            write_json_string(self.out, key);
+            self.out.push(b':');
+        }
     }
 
     /// A string field.
@@ -190,7 +202,7 @@ impl<'a> ObjectWriter<'a> {
     /// An integer field.
     pub fn u64(&mut self, key: &str, value: u64) {
         self.key(key);
-        self.out.extend_from_slice(value.to_string().as_bytes());
+        write_u64(self.out, value);
     }
 
     /// A boolean field.
@@ -221,6 +233,21 @@ impl<'a> ObjectWriter<'a> {
     pub fn end(self) {
         self.out.push(b'}');
     }
+}
+
+/// Writes `value` in decimal.
+fn write_u64(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Writes `s` as a JSON string literal, escaped as serde_json escapes it.
@@ -308,6 +335,22 @@ mod tests {
                         .collect();
                     assert_eq!(written(&s), serde_json::to_string(&s).expect("a string"));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn objects_write_numbers_and_keys_as_serde_json_does() {
+        use super::ObjectWriter;
+        for value in [0, 7, 10, 99, 100, 4_294_967_296, u64::MAX] {
+            for key in ["seq", "from_turn", "a b", "qu\"ote", ""] {
+                let mut out = Vec::new();
+                let mut object = ObjectWriter::begin(&mut out);
+                object.u64(key, value);
+                object.u64("next", value / 3);
+                object.end();
+                let expected = serde_json::json!({ key: value, "next": value / 3 });
+                assert_eq!(String::from_utf8(out).expect("UTF-8"), expected.to_string());
             }
         }
     }

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use crate::backend::SegmentRef;
 use crate::backend::{Bytes, KvIter};
-use crate::codec::{self, decode_record, record_to_event, ChunkLayout, ChunkValue};
+use crate::codec::{self, decode_record, record_to_event_with, ChunkLayout, ChunkValue};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
 use crate::ids::ConversationId;
@@ -232,6 +232,19 @@ impl Iterator for ChunkIter<'_> {
     }
 }
 
+/// How a reader of a chunk's events wants a record ([`RawChunk::events_read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Not at all.
+    Skip,
+    /// Whole.
+    Whole,
+    /// Without its main payload, for a reader that replaces it: a tool
+    /// call's arguments read `{}`, a tool result's content `""` (neither
+    /// copied nor loaded); other records whole.
+    WithoutPayload,
+}
+
 /// A chunk of records as stored, cheap to move between threads: a chunk in
 /// a segment file is read by the thread that decodes it.
 pub struct RawChunk {
@@ -346,6 +359,24 @@ impl RawChunk {
         end: u64,
         skip: impl Fn(u64, u64, EventType) -> bool,
     ) -> StoreResult<Vec<(u64, u64, Event)>> {
+        self.events_read(store, start, end, |seq, turn, kind| {
+            if skip(seq, turn, kind) {
+                Reading::Skip
+            } else {
+                Reading::Whole
+            }
+        })
+    }
+
+    /// [`RawChunk::events`], each record read as `reading(seq, turn, type)`
+    /// says.
+    pub fn events_read(
+        &self,
+        store: &Store,
+        start: u64,
+        end: u64,
+        reading: impl Fn(u64, u64, EventType) -> Reading,
+    ) -> StoreResult<Vec<(u64, u64, Event)>> {
         let chunk = self.chunk.load(store, &self.id)?;
         let mut out = Vec::with_capacity(chunk.layout.entries.len());
         for (i, entry) in chunk.layout.entries.iter().enumerate() {
@@ -355,10 +386,12 @@ impl RawChunk {
             }
             let record =
                 decode_record(chunk.record_bytes(i)).map_err(|e| in_record(&self.id, seq, &e))?;
-            if skip(seq, entry.turn, record.body.event_type()) {
-                continue;
-            }
-            let event = record_to_event(&record, &mut |blob| store.load_blob(blob))
+            let payload = match reading(seq, entry.turn, record.body.event_type()) {
+                Reading::Skip => continue,
+                Reading::Whole => true,
+                Reading::WithoutPayload => false,
+            };
+            let event = record_to_event_with(&record, &mut |blob| store.load_blob(blob), payload)
                 .map_err(|e| in_record(&self.id, seq, &e))?;
             out.push((seq, entry.turn, event));
         }

@@ -10,7 +10,7 @@ mod overlays;
 mod scan;
 mod turns;
 
-pub use chunk::{ChunkIter, RawChunk};
+pub use chunk::{ChunkIter, RawChunk, Reading};
 pub(crate) use chunk::{LoadedChunk, Located};
 pub use overlays::StoredOverlay;
 pub use scan::{LogIter, LogRecord, RecordRedaction};
