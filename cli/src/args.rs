@@ -59,6 +59,7 @@ pub struct Cli {
         long,
         global = true,
         env = "CONVSTORE_URL",
+        hide_env_values = true,
         value_name = "URL",
         value_parser = server_url,
         help_heading = "Global options"

@@ -529,6 +529,11 @@ fn help_has_global_options_apart_and_examples_for_every_command() {
             command == "append" || command == "import",
             "{command}"
         );
+        // Environment variables are named, their values never shown.
+        assert!(
+            help.contains("[env: CONVSTORE_URL]") && !help.contains("CONVSTORE_URL="),
+            "{command}"
+        );
         // Defaults are said once: in the text or in brackets.
         let wait = help
             .lines()
