@@ -192,7 +192,10 @@ fn strip_overlays_keep_most_of_the_view() {
     for c in &compactions {
         assert_eq!(c["reasoning"], "strip", "{c}");
         assert_eq!(c["tool_calls"], "strip", "{c}");
-        assert!(c.get("summary").is_none_or(serde_json::Value::is_null), "{c}");
+        assert!(
+            c.get("summary").is_none_or(serde_json::Value::is_null),
+            "{c}"
+        );
     }
     let reasoning = log.iter().filter(|r| r["type"] == "reasoning").count();
     let wide = lines(&["project", "wide"]);
