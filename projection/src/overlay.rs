@@ -127,18 +127,24 @@ impl ToolPolicy {
         flag: impl Fn((bool, bool)) -> bool,
         side: impl Fn(&ToolHint) -> Option<HintAction>,
     ) -> bool {
-        let ToolPolicy::Strip {
-            request,
-            response,
-            tools,
-        } = self
-        else {
-            return false;
-        };
-        flag((*request, *response))
-            && tools
-                .iter()
-                .all(|(_, hint)| side(hint).is_none_or(|action| action == HintAction::Strip))
+        self.strip_parts().is_some_and(|(flags, tools)| {
+            flag(flags)
+                && tools
+                    .iter()
+                    .all(|(_, hint)| side(hint).is_none_or(|action| action == HintAction::Strip))
+        })
+    }
+
+    /// A strip policy's `(request, response)` flags and per-tool hints.
+    fn strip_parts(&self) -> Option<((bool, bool), &[(String, ToolHint)])> {
+        match self {
+            ToolPolicy::Strip {
+                request,
+                response,
+                tools,
+            } => Some(((*request, *response), tools)),
+            _ => None,
+        }
     }
 
     /// A side's flag, replaced by the tool's hint for that side if it has
@@ -149,12 +155,7 @@ impl ToolPolicy {
         flag: impl Fn((bool, bool)) -> bool,
         side: impl Fn(&ToolHint) -> Option<HintAction>,
     ) -> bool {
-        let ToolPolicy::Strip {
-            request,
-            response,
-            tools,
-        } = self
-        else {
+        let Some((flags, tools)) = self.strip_parts() else {
             return false;
         };
         let hint = tools
@@ -164,7 +165,7 @@ impl ToolPolicy {
             .and_then(|(_, hint)| side(hint));
         match hint {
             Some(action) => action == HintAction::Strip,
-            None => flag((*request, *response)),
+            None => flag(flags),
         }
     }
 }
