@@ -73,6 +73,9 @@ pub enum ToolPolicy {
     },
 }
 
+/// Per-tool hints as written: the last hint for a name wins.
+type ToolHints = [(String, ToolHint)];
+
 impl ToolPolicy {
     /// The policy a compaction's `tool_calls` field says, whatever form it
     /// was written in (SPEC §4).
@@ -136,7 +139,7 @@ impl ToolPolicy {
     }
 
     /// A strip policy's `(request, response)` flags and per-tool hints.
-    fn strip_parts(&self) -> Option<((bool, bool), &[(String, ToolHint)])> {
+    fn strip_parts(&self) -> Option<((bool, bool), &ToolHints)> {
         match self {
             ToolPolicy::Strip {
                 request,
