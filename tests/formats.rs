@@ -1,4 +1,4 @@
-//! Databases written by the builds of formats 1 to 6 (checked in under
+//! Databases written by the builds of formats 1 to 7 (checked in under
 //! `tests/fixtures/`) read as those builds read them, verify, and take new
 //! appends; a backup of each is a current-format copy that reads the same.
 
@@ -65,17 +65,29 @@ fn reads_as_its_build_did(format: u32) {
     assert_eq!(env.run(&["pin", "chat", "--list"]).ok().stdout, "0\n");
     let verified = env.run(&["verify", "--json"]).ok().lines();
     assert_eq!(verified[0]["conversations"], 3);
-    // New writes go on in the old format.
+    // New writes go on in the old format: a redacted record of a format
+    // before 7 proves only its address, a committed one every other field.
     env.run(&["append", "chat", "--turn", "--user", "and now?"])
         .ok();
+    let len = env.run(&["log", "chat"]).ok().lines().len();
+    env.run(&["redact", "chat", &(len - 1).to_string(), "--reason", "test"])
+        .ok();
+    let verified = env.run(&["verify", "--json"]).ok().lines();
+    assert_eq!(verified[0]["redacted"], 1);
+    assert_eq!(
+        verified[0]["redacted_proven"],
+        u64::from(format >= 7),
+        "format {format}"
+    );
     env.run(&["append", "fork", "--user", "more"]).ok();
     env.run(&["compact", "big", "--reasoning", "strip", "--force"])
         .ok();
     env.run(&["view", "chat"]).ok();
     env.run(&["verify"]).ok();
     let log = env.run(&["log", "chat"]).ok().lines();
+    // The two records appended, and the redaction event.
     assert_eq!(
-        &log[..log.len() - 2],
+        &log[..log.len() - 3],
         expected(&env, format, "chat.log.ndjson").as_slice()
     );
     let store =
@@ -132,4 +144,9 @@ fn format_5_databases_read_and_take_appends() {
 #[test]
 fn format_6_databases_read_and_take_appends() {
     reads_as_its_build_did(6);
+}
+
+#[test]
+fn format_7_databases_read_and_take_appends() {
+    reads_as_its_build_did(7);
 }

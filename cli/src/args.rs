@@ -176,7 +176,9 @@ Examples:
 The text goes from the record, from the views showing it, from the search
 index, and (if nothing else holds it) from the long texts and segment
 files; the record keeps the text's hash and length, so `verify` still
-proves every other record untouched and names each redaction. sled keeps
+proves every other record untouched and names each redaction. In a
+database of format 7 (new databases) it also proves the redacted record's
+other fields as appended; in an older one only its address. sled keeps
 overwritten values in its own files until it reuses their space.
 
 By default the record's main text: `text` (user, assistant, reasoning,

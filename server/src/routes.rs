@@ -1833,6 +1833,8 @@ pub(crate) async fn verify(
                     "records": report.records,
                     "blobs": report.blobs,
                     "views": views,
+                    "redacted": report.redacted,
+                    "redacted_proven": report.redacted_proven,
                 }),
                 Err(failure) => json!({
                     "ok": false,

@@ -16,8 +16,8 @@ use crate::backend::frames::{self, Frame};
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::{
     encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay,
-    EncodedRecord, EntryRepr, OverlayDirectory, OverlayEntry, RangeEntry, RangeGroup, TurnEntry,
-    CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    EncodedRecord, EntryRepr, Layout, OverlayDirectory, OverlayEntry, RangeEntry, RangeGroup,
+    TurnEntry, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType};
@@ -177,7 +177,7 @@ impl Store {
         if events.is_empty() {
             return Err(StoreError::EmptyAppend);
         }
-        let encoded = encode_all(events, self.max_event_bytes())?;
+        let encoded = encode_all(events, self.max_event_bytes(), self.layout())?;
         // Many compactions can cost a key each in one batch, which sled
         // holds whole: they go through a bulk append (one commit too).
         let spans = encoded.iter().filter(|r| r.span.is_some()).count();
@@ -271,7 +271,7 @@ impl Store {
         if events.is_empty() {
             return Err(StoreError::EmptyAppend);
         }
-        let encoded = encode_all(events, self.max_event_bytes())?;
+        let encoded = encode_all(events, self.max_event_bytes(), self.layout())?;
         let guard = self.lock_writes();
         let (id, meta, mut writes) = self.new_conversation(name)?;
         check_head(options, &meta)?;
@@ -321,7 +321,7 @@ impl Store {
             if item.events.is_empty() || !seen.insert(*item.id) {
                 continue;
             }
-            match encode_all(item.events, self.max_event_bytes()) {
+            match encode_all(item.events, self.max_event_bytes(), self.layout()) {
                 Err(e) => results[i] = Some(Err(e)),
                 Ok(encoded)
                     if encoded.iter().filter(|r| r.span.is_some()).count()
@@ -863,7 +863,8 @@ pub(crate) fn write_records(
 /// The size an event counts for against the limit of an append: its
 /// record's bytes and the texts it stores as blobs.
 pub fn event_size(event: &Event) -> u64 {
-    encode_event(event).size
+    // The measure does not depend on the layout (`codec::record_size`).
+    encode_event(event, Layout::Plain).size
 }
 
 /// Batches of at least this many events are encoded in parallel.
@@ -871,15 +872,19 @@ const PARALLEL_ENCODE: usize = 512;
 
 /// Encodes `events`, none larger than `limit` bytes (an empty list is
 /// fine here; appends refuse it).
-pub(crate) fn encode_all(events: &[Event], limit: u64) -> StoreResult<Vec<EncodedRecord<'_>>> {
+pub(crate) fn encode_all(
+    events: &[Event],
+    limit: u64,
+    layout: Layout,
+) -> StoreResult<Vec<EncodedRecord<'_>>> {
     // Hashing the texts and encoding the records is most of an append's
     // work, and each event's is its own: a long batch is encoded on
     // rayon's threads (chaining the records stays in order, after).
     let encoded: Vec<EncodedRecord<'_>> = if events.len() >= PARALLEL_ENCODE {
         use rayon::prelude::*;
-        events.par_iter().map(encode_event).collect()
+        events.par_iter().map(|e| encode_event(e, layout)).collect()
     } else {
-        events.iter().map(encode_event).collect()
+        events.iter().map(|e| encode_event(e, layout)).collect()
     };
     if let Some((index, record)) = encoded.iter().enumerate().find(|(_, r)| r.size > limit) {
         return Err(StoreError::EventTooLarge {

@@ -185,14 +185,15 @@ impl BulkAppend<'_> {
             return Ok(());
         }
         let store = self.store;
-        let encoded = encode_all(events, store.max_event_bytes()).map_err(|e| match e {
-            StoreError::EventTooLarge { index, size, limit } => StoreError::EventTooLarge {
-                index: index + self.count as usize,
-                size,
-                limit,
-            },
-            other => other,
-        })?;
+        let encoded =
+            encode_all(events, store.max_event_bytes(), store.layout()).map_err(|e| match e {
+                StoreError::EventTooLarge { index, size, limit } => StoreError::EventTooLarge {
+                    index: index + self.count as usize,
+                    size,
+                    limit,
+                },
+                other => other,
+            })?;
         if store.kv.is_server() {
             // A database server: past the limit, the events go into one
             // transaction as they come (see `write_through`).
@@ -287,7 +288,7 @@ impl BulkAppend<'_> {
             let new = matches!(self.target, Target::New { .. });
             let mut spill = Box::new(Spill::start(store, &self.id, &self.base, new)?);
             let pending = std::mem::take(&mut self.pending);
-            let earlier = encode_all(&pending, u64::MAX)?;
+            let earlier = encode_all(&pending, u64::MAX, store.layout())?;
             spill.add(store, &self.id, &earlier)?;
             self.pending_bytes = 0;
             self.spill = Some(spill);

@@ -9,6 +9,14 @@
 //! entries; an entry holds the record's
 //! turn, the first eight bytes of its address (to name the first corrupt
 //! record) and the record bytes.
+//!
+//! From format 7 on a record is stored *committed* ([`Layout::Committed`]):
+//! its address hashes a *skeleton* in which every text is its blake3 hash
+//! and length, and the short texts' bytes follow the skeleton, outside what
+//! is hashed. A redaction can then remove a text and leave every other
+//! field provable. Readers tell the layouts apart by the first byte
+//! ([`COMMITTED_MARK`]), so a database holds both: records copied from an
+//! older database keep their bytes and their addresses.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -76,7 +84,36 @@ pub(crate) enum TextRepr<'a> {
     /// A text removed by a redaction: what its hash and length were (see
     /// [`Envelope`]).
     Redacted(BlobRef),
+    /// In a committed record's skeleton only: a short text's hash and
+    /// length, its bytes after the skeleton. [`decode_record`] never
+    /// returns it.
+    Hashed(HashedText<'a>),
 }
+
+/// A short text in a committed record's skeleton: its blake3 hash (as
+/// length-prefixed bytes, which decode as one slice where a `[u8; 32]`
+/// decodes byte by byte) and its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HashedText<'a> {
+    #[serde(with = "serde_bytes")]
+    pub hash: &'a [u8],
+    pub len: u64,
+}
+
+impl HashedText<'_> {
+    /// As a reference to the text; `None` if the hash is not 32 bytes.
+    fn blob(&self) -> Option<BlobRef> {
+        Some(BlobRef {
+            hash: BlobHash::from_bytes(self.hash.try_into().ok()?),
+            len: self.len,
+        })
+    }
+}
+
+/// What a skeleton's hashed text counts for in [`record_size`] beyond its
+/// bytes' length in a plain record: the hash, its length prefix, less the
+/// length prefix of the text (the same in both).
+const HASHED_EXTRA: u64 = 33;
 
 /// The text a redacted text field reads as.
 pub const REDACTED_TEXT: &str = "[redacted]";
@@ -88,6 +125,76 @@ pub const REDACTED_JSON: &str = r#"{"redacted":true}"#;
 /// encoding starts with its timestamp as a bincode varint, whose first
 /// byte is never 255.
 pub(crate) const REDACTED_MARK: u8 = 0xFF;
+
+/// The first byte of a committed record's bytes ([`Layout::Committed`]):
+/// like [`REDACTED_MARK`], never the first byte of a timestamp's varint
+/// (254 would announce a 128-bit integer).
+pub(crate) const COMMITTED_MARK: u8 = 0xFE;
+
+/// After [`COMMITTED_MARK`] and the skeleton, each text in field order
+/// starts with one of these: present (a short text's bytes follow; a long
+/// one is in the blob store), or removed by a redaction.
+const TEXT_PRESENT: u8 = 0;
+const TEXT_REDACTED: u8 = 1;
+
+/// How a record's bytes are laid out, and so what its address commits to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Formats 1 to 6: the bincode of [`RecordRepr`], short texts inline;
+    /// the address hashes every byte.
+    Plain,
+    /// Format 7: [`COMMITTED_MARK`], the skeleton's length (a varint), the
+    /// skeleton (the bincode of [`RecordRepr`] with each short text as
+    /// [`TextRepr::Hashed`]), then per text a tag and a short text's bytes.
+    /// The address hashes the skeleton only, so it commits to each text
+    /// through its hash.
+    Committed,
+}
+
+impl Layout {
+    /// The layout a database of `format` writes new records in.
+    pub(crate) fn of_format(format: u32) -> Layout {
+        if format >= crate::keys::COMMITTED_FORMAT {
+            Layout::Committed
+        } else {
+            Layout::Plain
+        }
+    }
+
+    /// The layout of a record's own bytes (a redacted record's: those in
+    /// its envelope).
+    pub(crate) fn of(record: &[u8]) -> Layout {
+        if record.first() == Some(&COMMITTED_MARK) {
+            Layout::Committed
+        } else {
+            Layout::Plain
+        }
+    }
+}
+
+/// A bincode varint at the start of `bytes`: its value and length.
+fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let wide = |n: usize| -> Option<u64> {
+        let mut value = [0u8; 8];
+        value[..n].copy_from_slice(bytes.get(1..=n)?);
+        Some(u64::from_le_bytes(value))
+    };
+    match *bytes.first()? {
+        b @ 0..=250 => Some((u64::from(b), 1)),
+        251 => Some((wide(2)?, 3)),
+        252 => Some((wide(4)?, 5)),
+        253 => Some((wide(8)?, 9)),
+        _ => None,
+    }
+}
+
+/// A committed record's skeleton and what follows it (`rest`: the bytes
+/// after [`COMMITTED_MARK`]).
+fn split_committed(rest: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, n) = varint(rest)?;
+    let end = n.checked_add(usize::try_from(len).ok()?)?;
+    Some((rest.get(n..end)?, rest.get(end..)?))
+}
 
 /// How a redacted record is stored: [`REDACTED_MARK`], then this. The
 /// record's address can no longer be computed from its bytes (a text it
@@ -136,21 +243,6 @@ pub(crate) fn envelope(bytes: &[u8]) -> StoreResult<Option<Envelope<'_>>> {
 /// encoding of [`Envelope`] (varint lengths, little endian: `options`);
 /// [`envelope`] then decodes it with bincode, which says why.
 fn read_envelope(rest: &[u8]) -> Option<Envelope<'_>> {
-    /// A bincode varint at the start of `bytes`: its value and length.
-    fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
-        let wide = |n: usize| -> Option<u64> {
-            let mut value = [0u8; 8];
-            value[..n].copy_from_slice(bytes.get(1..=n)?);
-            Some(u64::from_le_bytes(value))
-        };
-        match *bytes.first()? {
-            b @ 0..=250 => Some((u64::from(b), 1)),
-            251 => Some((wide(2)?, 3)),
-            252 => Some((wide(4)?, 5)),
-            253 => Some((wide(8)?, 9)),
-            _ => None,
-        }
-    }
     // The address (32 bytes), the time (a zigzag varint), the
     // conversation (16 bytes), the reason and the record (each a length
     // and its bytes).
@@ -194,8 +286,23 @@ pub(crate) fn link(parent: &Address, bytes: &[u8]) -> Address {
             address.copy_from_slice(&rest[..32]);
             Address::from_bytes(address)
         }
+        Some((&COMMITTED_MARK, rest)) => match split_committed(rest) {
+            Some((skeleton, _)) => parent.child(skeleton),
+            // Not a record: `verify` names it when it fails to decode.
+            None => parent.child(bytes),
+        },
         _ => parent.child(bytes),
     }
+}
+
+/// [`link`] for a reader that takes bytes on trust only if they check
+/// (salvage): `None` when a committed record's texts do not match the
+/// hashes its address commits to (see [`check_committed`]), where [`link`]
+/// would give the address all the same.
+pub(crate) fn link_checked(parent: &Address, bytes: &[u8]) -> Option<Address> {
+    let checked = !matches!(bytes.first(), Some(&(COMMITTED_MARK | REDACTED_MARK)))
+        || check_committed(parent, bytes).is_ok();
+    checked.then(|| link(parent, bytes))
 }
 
 /// A reference to a stored text.
@@ -285,7 +392,7 @@ impl BodyRepr<'_> {
     }
 }
 
-impl RecordRepr<'_> {
+impl<'a> RecordRepr<'a> {
     /// Every text of the record, in field order.
     pub(crate) fn texts(&self) -> impl Iterator<Item = TextRepr<'_>> {
         let body: [Option<TextRepr<'_>>; 2] = match &self.body {
@@ -302,6 +409,186 @@ impl RecordRepr<'_> {
         };
         self.meta.into_iter().chain(body.into_iter().flatten())
     }
+
+    /// Every text of the record, in field order, to replace.
+    pub(crate) fn texts_mut(&mut self) -> impl Iterator<Item = &mut TextRepr<'a>> {
+        let body: [Option<&mut TextRepr<'a>>; 2] = match &mut self.body {
+            BodyRepr::TurnStart => [None, None],
+            BodyRepr::User(t)
+            | BodyRepr::Assistant(t)
+            | BodyRepr::Reasoning(t)
+            | BodyRepr::System(t)
+            | BodyRepr::Config(t)
+            | BodyRepr::ToolCall { arguments: t, .. }
+            | BodyRepr::ToolResult { content: t, .. }
+            | BodyRepr::Extension { payload: t, .. } => [Some(t), None],
+            BodyRepr::Compaction(c) => [c.summary.as_mut(), c.info.as_mut()],
+        };
+        self.meta
+            .as_mut()
+            .into_iter()
+            .chain(body.into_iter().flatten())
+    }
+}
+
+/// The stored bytes of `record` in `layout`. Its texts are inline, blobs
+/// or redacted (a redacted text's length says whether it was a blob).
+pub(crate) fn encode_record(record: &RecordRepr<'_>, layout: Layout) -> Vec<u8> {
+    match layout {
+        Layout::Plain => encode(record),
+        Layout::Committed => encode_committed(record),
+    }
+}
+
+fn encode_committed(record: &RecordRepr<'_>) -> Vec<u8> {
+    // Each text's hash: the skeleton borrows them.
+    let hashes: Vec<BlobHash> = record
+        .texts()
+        .map(|text| match text {
+            TextRepr::Inline(s) => BlobHash::of(s.as_bytes()),
+            TextRepr::Blob(blob) | TextRepr::Redacted(blob) => blob.hash,
+            TextRepr::Hashed(h) => h.blob().map_or(BlobHash::from_bytes([0; 32]), |b| b.hash),
+        })
+        .collect();
+    let mut skeleton: RecordRepr<'_> = record.clone();
+    let mut after: Vec<(u8, &str)> = Vec::with_capacity(3);
+    for (text, hash) in skeleton.texts_mut().zip(&hashes) {
+        let hashed = |len: u64| {
+            TextRepr::Hashed(HashedText {
+                hash: hash.as_bytes(),
+                len,
+            })
+        };
+        let (tag, bytes, stored) = match *text {
+            TextRepr::Inline(s) => (TEXT_PRESENT, s, hashed(s.len() as u64)),
+            TextRepr::Blob(blob) => (TEXT_PRESENT, "", TextRepr::Blob(blob)),
+            TextRepr::Redacted(blob) if blob.len > INLINE_MAX as u64 => {
+                (TEXT_REDACTED, "", TextRepr::Blob(blob))
+            }
+            TextRepr::Redacted(BlobRef { len, .. }) | TextRepr::Hashed(HashedText { len, .. }) => {
+                (TEXT_REDACTED, "", hashed(len))
+            }
+        };
+        *text = stored;
+        after.push((tag, bytes));
+    }
+    let skeleton = encode(&skeleton);
+    let len = encode(&(skeleton.len() as u64));
+    let texts: usize = after.iter().map(|(_, s)| 1 + s.len()).sum();
+    let mut out = Vec::with_capacity(1 + len.len() + skeleton.len() + texts);
+    out.push(COMMITTED_MARK);
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&skeleton);
+    for (tag, bytes) in after {
+        out.push(tag);
+        out.extend_from_slice(bytes.as_bytes());
+    }
+    out
+}
+
+/// Decodes a committed record (`rest`: its bytes after
+/// [`COMMITTED_MARK`]): the skeleton, its short texts put back inline.
+fn decode_committed(rest: &[u8]) -> StoreResult<RecordRepr<'_>> {
+    let corrupt = |why: &str| StoreError::Corrupt {
+        what: format!("record: {why}"),
+    };
+    let (skeleton, mut after) =
+        split_committed(rest).ok_or_else(|| corrupt("its skeleton is cut short"))?;
+    let mut record: RecordRepr<'_> = decode(skeleton, "record")?;
+    for text in record.texts_mut() {
+        let (&tag, rest) = after
+            .split_first()
+            .ok_or_else(|| corrupt("a text is missing"))?;
+        after = rest;
+        *text = match (*text, tag) {
+            (TextRepr::Hashed(hashed), TEXT_PRESENT) => {
+                let len = usize::try_from(hashed.len)
+                    .ok()
+                    .filter(|&n| n <= after.len())
+                    .ok_or_else(|| corrupt("a text is cut short"))?;
+                let (bytes, rest) = after.split_at(len);
+                after = rest;
+                let text =
+                    std::str::from_utf8(bytes).map_err(|_| corrupt("a text is not valid UTF-8"))?;
+                TextRepr::Inline(text)
+            }
+            (TextRepr::Blob(blob), TEXT_PRESENT) => TextRepr::Blob(blob),
+            (TextRepr::Hashed(hashed), TEXT_REDACTED) => TextRepr::Redacted(
+                hashed
+                    .blob()
+                    .ok_or_else(|| corrupt("a text's hash is not 32 bytes"))?,
+            ),
+            (TextRepr::Blob(blob), TEXT_REDACTED) => TextRepr::Redacted(blob),
+            _ => return Err(corrupt("a text is neither hashed nor a blob")),
+        };
+    }
+    if !after.is_empty() {
+        return Err(corrupt("bytes after its last text"));
+    }
+    Ok(record)
+}
+
+/// For a committed record stored as `bytes` after `parent`: checks each
+/// short text present against the hash its skeleton commits to and, if the
+/// record is redacted, that the skeleton still hashes to the address its
+/// envelope keeps (every field but the removed text is then proven). A
+/// plain record is left to the chain, whose address hashes its texts.
+/// Returns whether a redacted record's remaining fields are proven (always
+/// for a committed one; for a plain one, see [`plain_redaction_proven`]).
+pub(crate) fn check_committed(parent: &Address, bytes: &[u8]) -> Result<bool, String> {
+    let envelope = envelope(bytes).map_err(|e| e.to_string())?;
+    let inner = envelope.as_ref().map_or(bytes, |e| e.record);
+    let Some((&COMMITTED_MARK, rest)) = inner.split_first() else {
+        return Ok(envelope
+            .as_ref()
+            .is_none_or(|e| plain_redaction_proven(parent, e, inner)));
+    };
+    let (skeleton, mut after) =
+        split_committed(rest).ok_or_else(|| "its skeleton is cut short".to_owned())?;
+    let hashed: RecordRepr<'_> = decode(skeleton, "record").map_err(|e| e.to_string())?;
+    for (i, text) in hashed.texts().enumerate() {
+        let Some((&tag, rest)) = after.split_first() else {
+            return Err("a text is missing".to_owned());
+        };
+        after = rest;
+        if let (TextRepr::Hashed(hashed), TEXT_PRESENT) = (text, tag) {
+            let len = usize::try_from(hashed.len).unwrap_or(usize::MAX);
+            let Some(text) = after.get(..len) else {
+                return Err("a text is cut short".to_owned());
+            };
+            after = &after[len..];
+            if BlobHash::of(text).as_bytes()[..] != *hashed.hash {
+                return Err(format!("text {} does not match its hash", i + 1));
+            }
+        }
+    }
+    if let Some(envelope) = envelope {
+        if parent.child(skeleton) != envelope.address {
+            return Err(
+                "redacted, and its remaining fields do not hash to the address it keeps".to_owned(),
+            );
+        }
+    }
+    Ok(true)
+}
+
+/// Whether a plain record's redaction is proven all the same: when every
+/// text it lost was a blob, the record as appended held only the blob's
+/// hash, so putting the reference back gives its bytes.
+fn plain_redaction_proven(parent: &Address, envelope: &Envelope<'_>, inner: &[u8]) -> bool {
+    let Ok(mut record) = decode::<RecordRepr<'_>>(inner, "record") else {
+        return false;
+    };
+    for text in record.texts_mut() {
+        match *text {
+            TextRepr::Redacted(blob) if blob.len > INLINE_MAX as u64 => {
+                *text = TextRepr::Blob(blob);
+            }
+            TextRepr::Redacted(_) | TextRepr::Hashed(_) => return false,
+            TextRepr::Inline(_) | TextRepr::Blob(_) => {}
+        }
+    }
+    parent.child(&encode(&record)) == envelope.address
 }
 
 /// A record ready to store: its canonical bytes and the texts it moved out.
@@ -317,8 +604,9 @@ pub(crate) struct EncodedRecord<'e> {
     pub span: Option<(u64, u64)>,
 }
 
-/// Encodes `event` canonically, moving long texts out as blobs.
-pub(crate) fn encode_event(event: &Event) -> EncodedRecord<'_> {
+/// Encodes `event` canonically in `layout`, moving long texts out as
+/// blobs.
+pub(crate) fn encode_event(event: &Event, layout: Layout) -> EncodedRecord<'_> {
     let mut blobs = Vec::new();
     let mut text = |s| text_repr(s, &mut blobs);
     let meta = event.meta.as_ref().map(|m| text(m.as_str()));
@@ -361,12 +649,18 @@ pub(crate) fn encode_event(event: &Event) -> EncodedRecord<'_> {
             info: c.info.as_ref().map(|i| text(i.as_str())),
         }),
     };
-    let bytes = encode(&RecordRepr {
+    let record = RecordRepr {
         timestamp: event.timestamp,
         meta,
         body,
-    });
-    let size = bytes.len() as u64 + blobs.iter().map(|(_, s)| s.len() as u64).sum::<u64>();
+    };
+    let bytes = encode_record(&record, layout);
+    let size = match layout {
+        Layout::Plain => {
+            bytes.len() as u64 + blobs.iter().map(|(_, s)| s.len() as u64).sum::<u64>()
+        }
+        Layout::Committed => record_size(&bytes, &record),
+    };
     let call = match &event.kind {
         EventKind::ToolCall { id, name, .. } => Some((id.as_str(), name.as_str())),
         _ => None,
@@ -402,22 +696,48 @@ fn text_repr<'e>(s: &'e str, blobs: &mut Vec<(BlobHash, &'e str)>) -> TextRepr<'
 /// The size an event stored as `bytes` (decoded: `record`) counts for:
 /// its record's encoding plus its blobs' lengths, as when it was appended
 /// (a redacted text counts as it did).
+///
+/// The measure is the same in both layouts: a committed record counts as
+/// its plain encoding would (its skeleton, each hashed short text counted
+/// as its bytes rather than its hash), so sizes and limits do not depend
+/// on the format.
 pub(crate) fn record_size(bytes: &[u8], record: &RecordRepr<'_>) -> u64 {
-    let base = inner_record(bytes).map_or(bytes.len(), <[u8]>::len) as u64;
-    record.texts().fold(base, |size, text| match text {
+    let inner = inner_record(bytes).unwrap_or(bytes);
+    let (base, committed) = match inner.split_first() {
+        Some((&COMMITTED_MARK, rest)) => (
+            split_committed(rest).map_or(inner.len(), |(skeleton, _)| skeleton.len()),
+            true,
+        ),
+        _ => (inner.len(), false),
+    };
+    record.texts().fold(base as u64, |size, text| match text {
+        TextRepr::Inline(s) if committed => (size + s.len() as u64).saturating_sub(HASHED_EXTRA),
         TextRepr::Inline(_) => size,
         // Stored inline, it took its bytes where the hash now is.
         TextRepr::Redacted(blob) if blob.len <= INLINE_MAX as u64 => {
-            (size + blob.len).saturating_sub(32)
+            let extra = if committed { HASHED_EXTRA } else { 32 };
+            (size + blob.len).saturating_sub(extra)
         }
         TextRepr::Blob(blob) | TextRepr::Redacted(blob) => size + blob.len,
+        TextRepr::Hashed(hashed) => (size + hashed.len).saturating_sub(HASHED_EXTRA),
     })
 }
 
 /// Decodes a record's canonical bytes (a redacted record's, from its
 /// envelope).
 pub(crate) fn decode_record(bytes: &[u8]) -> StoreResult<RecordRepr<'_>> {
-    let record: RecordRepr<'_> = decode(inner_record(bytes)?, "record")?;
+    let inner = inner_record(bytes)?;
+    let record: RecordRepr<'_> = if let Some((&COMMITTED_MARK, rest)) = inner.split_first() {
+        decode_committed(rest)?
+    } else {
+        let record: RecordRepr<'_> = decode(inner, "record")?;
+        if record.texts().any(|t| matches!(t, TextRepr::Hashed(_))) {
+            return Err(StoreError::Corrupt {
+                what: "record: a hashed text outside a committed record".to_owned(),
+            });
+        }
+        record
+    };
     if Timestamp::from_micros(record.timestamp.as_micros()).is_none() {
         return Err(StoreError::Corrupt {
             what: "record: timestamp out of range".to_owned(),
@@ -446,7 +766,7 @@ pub(crate) fn record_to_event_with(
         match t {
             TextRepr::Inline(s) => Ok(s.to_owned()),
             TextRepr::Blob(blob) => load(blob),
-            TextRepr::Redacted(_) => Ok(redacted.to_owned()),
+            TextRepr::Redacted(_) | TextRepr::Hashed(_) => Ok(redacted.to_owned()),
         }
     };
     let meta = match record.meta {

@@ -13,7 +13,7 @@ fn record_address_is_stable() {
     let e = event(
         r#"{"type":"tool_call","id":"c1","name":"fs_read_file","arguments":{"path":"a.rs"},"timestamp":"2025-01-05T04:00:00.000000Z","meta":{"k":"v"}}"#,
     );
-    let record = encode_event(&e);
+    let record = encode_event(&e, Layout::Plain);
     assert_eq!(
         crate::hash::hex(&record.bytes),
         "fd00e07017db550c000100097b226b223a2276227d040263310c66735f726561645f66696c65000f\
@@ -29,7 +29,7 @@ fn record_address_is_stable() {
 fn long_texts_move_to_blobs_and_come_back() {
     let long = "x".repeat(INLINE_MAX + 1);
     let e = event(&format!(r#"{{"type":"user","text":"{long}"}}"#));
-    let record = encode_event(&e);
+    let record = encode_event(&e, Layout::Plain);
     assert_eq!(record.blobs.len(), 1);
     assert!(record.bytes.len() < 100);
     let decoded = decode_record(&record.bytes).unwrap();
@@ -45,7 +45,7 @@ fn long_texts_move_to_blobs_and_come_back() {
 fn texts_up_to_the_limit_stay_inline() {
     let text = "y".repeat(INLINE_MAX);
     let e = event(&format!(r#"{{"type":"assistant","text":"{text}"}}"#));
-    assert!(encode_event(&e).blobs.is_empty());
+    assert!(encode_event(&e, Layout::Plain).blobs.is_empty());
 }
 
 #[test]
@@ -92,4 +92,178 @@ fn an_envelope_is_read_as_bincode_writes_it() {
             }
         }
     }
+}
+
+/// Pins format 7's committed layout: the stored bytes of the event of
+/// [`record_address_is_stable`] and its address, which hashes the
+/// skeleton (each text as its blake3 hash and length) and not the texts;
+/// the address was also computed with the Python `blake3` package.
+#[test]
+fn committed_record_address_is_stable() {
+    let e = event(
+        r#"{"type":"tool_call","id":"c1","name":"fs_read_file","arguments":{"path":"a.rs"},"timestamp":"2025-01-05T04:00:00.000000Z","meta":{"k":"v"}}"#,
+    );
+    let record = encode_event(&e, Layout::Committed);
+    let meta = BlobHash::of(br#"{"k":"v"}"#);
+    let arguments = BlobHash::of(br#"{"path":"a.rs"}"#);
+    let skeleton = [
+        &hex_bytes("fd00e07017db550c0001")[..],
+        &[3, 32],
+        meta.as_bytes(),
+        &[9, 4, 2],
+        b"c1",
+        &[12],
+        b"fs_read_file",
+        &[3, 32],
+        arguments.as_bytes(),
+        &[15],
+    ]
+    .concat();
+    let stored = [
+        &[COMMITTED_MARK, skeleton.len() as u8][..],
+        &skeleton,
+        &[0],
+        br#"{"k":"v"}"#,
+        &[0],
+        br#"{"path":"a.rs"}"#,
+    ]
+    .concat();
+    assert_eq!(record.bytes, stored);
+    assert_eq!(
+        link(&Address::ROOT, &record.bytes),
+        Address::ROOT.child(&skeleton)
+    );
+    assert_eq!(
+        link(&Address::ROOT, &record.bytes).hex(),
+        "11e2bd24ba5ce2241c391eb0ca365fd823feac236adf3ec8cc993681969dac9f"
+    );
+    // Counted as its plain encoding, in either layout.
+    assert_eq!(record.size, encode_event(&e, Layout::Plain).size);
+    let back = decode_record(&record.bytes).unwrap();
+    let again = record_to_event(&back, &mut |_| unreachable!()).unwrap();
+    assert_eq!(again, e);
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A committed record redacted keeps a skeleton that hashes to its kept
+/// address: `check_committed` proves it, and fails it when any other field
+/// or a remaining text was changed. A plain record's redaction is proven
+/// only when the text was a blob.
+#[test]
+fn a_committed_redaction_proves_the_other_fields() {
+    let parent = Address::ROOT.child(b"parent");
+    let e = event(
+        r#"{"type":"tool_result","id":"c1","content":"secret","is_error":false,"meta":{"k":"v"}}"#,
+    );
+    for layout in [Layout::Committed, Layout::Plain] {
+        let record = encode_event(&e, layout).bytes;
+        assert_eq!(check_committed(&parent, &record), Ok(true));
+        let address = link(&parent, &record);
+        let redacted = redact_inline(&decode_record(&record).unwrap());
+        let stored = |inner: &[u8]| {
+            Envelope {
+                address,
+                time: crate::event::Timestamp::from_micros(0).unwrap(),
+                by: [1; 16],
+                reason: "r",
+                record: inner,
+            }
+            .stored()
+        };
+        let honest = stored(&encode_record(&redacted, layout));
+        assert_eq!(link(&parent, &honest), address);
+        let read = decode_record(&honest).unwrap();
+        assert!(matches!(
+            read.body,
+            BodyRepr::ToolResult {
+                content: TextRepr::Redacted(_),
+                ..
+            }
+        ));
+        // A plain record redacted of a short text: only its address stands.
+        assert_eq!(
+            check_committed(&parent, &honest),
+            Ok(layout == Layout::Committed)
+        );
+        // Another field changed under the kept address.
+        let mut forged = redacted.clone();
+        if let BodyRepr::ToolResult { is_error, .. } = &mut forged.body {
+            *is_error = true;
+        }
+        let forged = stored(&encode_record(&forged, layout));
+        match layout {
+            Layout::Committed => assert!(check_committed(&parent, &forged).is_err()),
+            Layout::Plain => assert_eq!(check_committed(&parent, &forged), Ok(false)),
+        }
+    }
+    // A committed record's remaining text changed: its hash says so, though
+    // the address (over the skeleton) is unchanged.
+    let record = encode_event(&e, Layout::Committed).bytes;
+    let mut flipped = record.clone();
+    let at = flipped.len() - 2;
+    flipped[at] ^= 1;
+    assert_eq!(link(&parent, &flipped), link(&parent, &record));
+    assert!(check_committed(&parent, &flipped).is_err());
+    // A plain record whose redacted text was a blob is proven.
+    let long = "x".repeat(INLINE_MAX + 1);
+    let e = event(&format!(r#"{{"type":"user","text":"{long}"}}"#));
+    let record = encode_event(&e, Layout::Plain).bytes;
+    let address = link(&parent, &record);
+    let redacted = redact_blob(&decode_record(&record).unwrap());
+    let inner = encode_record(&redacted, Layout::Plain);
+    let honest = Envelope {
+        address,
+        time: crate::event::Timestamp::from_micros(0).unwrap(),
+        by: [1; 16],
+        reason: "r",
+        record: &inner,
+    }
+    .stored();
+    assert_eq!(check_committed(&parent, &honest), Ok(true));
+}
+
+fn redact_inline<'a>(record: &RecordRepr<'a>) -> RecordRepr<'a> {
+    let mut record = record.clone();
+    if let BodyRepr::ToolResult { content, .. } = &mut record.body {
+        if let TextRepr::Inline(s) = *content {
+            *content = TextRepr::Redacted(BlobRef {
+                hash: BlobHash::of(s.as_bytes()),
+                len: s.len() as u64,
+            });
+        }
+    }
+    record
+}
+
+fn redact_blob<'a>(record: &RecordRepr<'a>) -> RecordRepr<'a> {
+    let mut record = record.clone();
+    for text in record.texts_mut() {
+        if let TextRepr::Blob(blob) = *text {
+            *text = TextRepr::Redacted(blob);
+        }
+    }
+    record
+}
+
+/// Committed bytes that are cut, padded or hold a hashed text where a
+/// plain record cannot: errors, never a panic or a misread.
+#[test]
+fn damaged_committed_records_do_not_decode() {
+    let e = event(r#"{"type":"user","text":"hello","meta":{"k":"v"}}"#);
+    let record = encode_event(&e, Layout::Committed).bytes;
+    for cut in 1..record.len() {
+        assert!(decode_record(&record[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut longer = record.clone();
+    longer.push(0);
+    assert!(decode_record(&longer).is_err());
+    // The skeleton alone, read as a plain record.
+    let (skeleton, _) = split_committed(&record[1..]).unwrap();
+    assert!(decode_record(skeleton).is_err());
 }

@@ -144,7 +144,7 @@ impl Store {
         name: Option<&str>,
         events: &[Event],
     ) -> StoreResult<(ConversationId, Address)> {
-        let encoded = encode_all(events, self.max_event_bytes())?;
+        let encoded = encode_all(events, self.max_event_bytes(), self.layout())?;
         let guard = self.lock_writes();
         let len = self.meta(parent)?.len;
         if at > len {

@@ -85,8 +85,9 @@ pub(crate) const BLOBS: &str = "blobs";
 /// also files each compaction by its turn range, so that the compactions
 /// meeting some turns are found without reading the others; format 6 files
 /// them there without their record bytes, which are read from the overlay
-/// directories.
-pub const FORMAT_VERSION: u32 = 6;
+/// directories; format 7 stores new records committed (`codec::Layout`),
+/// which a format-6 build would misread.
+pub const FORMAT_VERSION: u32 = 7;
 
 /// The first format version that stages small appends.
 pub(crate) const STAGING_FORMAT: u32 = 3;
@@ -102,6 +103,10 @@ pub(crate) const OVERLAY_RANGE_FORMAT: u32 = 5;
 /// The first format version whose overlay range keys leave each
 /// compaction's record bytes to its chunk's overlay directory.
 pub(crate) const BARE_RANGE_FORMAT: u32 = 6;
+
+/// The first format version that stores new records committed: their
+/// addresses hash each text's hash rather than its bytes.
+pub(crate) const COMMITTED_FORMAT: u32 = 7;
 
 /// The oldest format version this build reads and writes.
 pub(crate) const OLDEST_FORMAT: u32 = 1;

@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 use crate::append::{encode_all, write_records, Appended, Writes};
 use crate::backend::{Batch, Keyspace, SegmentRef};
 use crate::codec::{
-    decode, decode_record, encode, envelope, link, BlobRef, BlobValue, BodyRepr, ChunkRepr,
-    Envelope, RecordRepr, TextRepr,
+    decode, decode_record, encode, encode_record, envelope, link, BlobRef, BlobValue, BodyRepr,
+    ChunkRepr, Envelope, Layout, RecordRepr, TextRepr,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventKind, Json, Timestamp};
@@ -198,7 +198,7 @@ impl Store {
         };
         let (redacted, text, was_blob) =
             redact_field(&record, field).map_err(|why| refuse(why.to_owned()))?;
-        let inner = encode(&redacted);
+        let inner = encode_record(&redacted, Layout::of(bytes));
         let stored = Envelope {
             address,
             time,
@@ -229,7 +229,7 @@ impl Store {
                     }
                     let record = decode_record(bytes).ok()?;
                     let (redacted, shown, _) = redact_field(&record, field).ok()?;
-                    (shown == text).then(|| encode(&redacted))
+                    (shown == text).then(|| encode_record(&redacted, Layout::of(bytes)))
                 })?;
         }
         let pending = Pending {
@@ -385,7 +385,7 @@ impl Store {
                 delta: Json::from_value(&delta),
             },
         )];
-        let encoded = encode_all(&events, u64::MAX)?;
+        let encoded = encode_all(&events, u64::MAX, self.layout())?;
         let (meta, raw) = self.meta_and_bytes(by)?;
         let placement = self.place(by, &meta, &encoded)?;
         let mut writes = Writes::new(self);
@@ -518,7 +518,9 @@ pub(crate) fn redact_field<'a>(
             false,
         ),
         TextRepr::Blob(blob) => (blob, true),
-        TextRepr::Redacted(_) => return Err("that field is already redacted"),
+        TextRepr::Redacted(_) | TextRepr::Hashed(_) => {
+            return Err("that field is already redacted")
+        }
     };
     *text = TextRepr::Redacted(blob);
     Ok((out, blob, was_blob))

@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 use crate::append::Writes;
 use crate::backend::{Batch, Keyspace, SegmentRef};
 use crate::codec::{
-    decode, decode_record, encode, envelope, link, BlobValue, ChunkRepr, Envelope, TextRepr,
+    decode, decode_record, encode, encode_record, envelope, link, BlobValue, ChunkRepr, Envelope,
+    Layout, TextRepr,
 };
 use crate::error::StoreResult;
 use crate::event::{EventType, Timestamp};
@@ -167,7 +168,7 @@ impl Store {
                             batch_blobs.insert(text.hash);
                         }
                     }
-                    let inner = encode(&redacted);
+                    let inner = encode_record(&redacted, Layout::of(entry.record));
                     stored[i] = Some(
                         Envelope {
                             address,
@@ -260,7 +261,9 @@ impl Store {
                 let record = decode_record(bytes).ok()?;
                 let field = main_field(&record)?;
                 let (redacted, shown, _) = redact_field(&record, field).ok()?;
-                hashes.contains(&shown.hash).then(|| encode(&redacted))
+                hashes
+                    .contains(&shown.hash)
+                    .then(|| encode_record(&redacted, Layout::of(bytes)))
             };
             let mut batch = Batch::new();
             rewritten += self.redact_view_blocks(&holder, &mut batch, &redact)?;

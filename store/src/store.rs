@@ -483,6 +483,11 @@ impl Store {
         self.max_event_bytes.store(bytes, Ordering::Relaxed);
     }
 
+    /// The layout new records are stored in (by the database's format).
+    pub(crate) fn layout(&self) -> crate::codec::Layout {
+        crate::codec::Layout::of_format(self.format)
+    }
+
     /// The largest event appends accept.
     pub fn max_event_bytes(&self) -> u64 {
         self.max_event_bytes.load(Ordering::Relaxed)

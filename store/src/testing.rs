@@ -79,7 +79,7 @@ pub fn record_roundtrip(bytes: &[u8]) -> Option<(crate::Event, crate::Event)> {
     let stand_in = |blob: crate::BlobRef| Ok(blob.hash.hex());
     let record = decode_record(bytes).ok()?;
     let first = record_to_event(&record, &mut { stand_in }).ok()?;
-    let encoded = encode_event(&first);
+    let encoded = encode_event(&first, crate::codec::Layout::of(bytes));
     let again = decode_record(&encoded.bytes).ok()?;
     let second = record_to_event(&again, &mut { stand_in }).ok()?;
     Some((first, second))

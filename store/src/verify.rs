@@ -43,6 +43,11 @@ pub struct VerifyReport {
     /// Records found redacted (their addresses kept, a text gone): see
     /// [`Store::redaction_groups`].
     pub redacted: u64,
+    /// Of those, the records whose every remaining field is proven: each
+    /// committed record (format 7), and a plain one whose redacted texts
+    /// were all blobs. For the others only the address the chain was built
+    /// on is.
+    pub redacted_proven: u64,
 }
 
 /// The first thing found wrong.
@@ -102,6 +107,7 @@ impl Store {
         }
         total.blobs = lock(&blobs).len() as u64;
         total.redacted = done.values().map(|d| d.1).sum();
+        total.redacted_proven = done.values().map(|d| d.2).sum();
         Ok(Ok(total))
     }
 
@@ -117,6 +123,7 @@ impl Store {
             report.blobs = lock(&blobs).len() as u64;
             // A fork's records redacted in its ancestors' logs too.
             report.redacted = done.values().map(|d| d.1).sum();
+            report.redacted_proven = done.values().map(|d| d.2).sum();
         }
         Ok(report)
     }
@@ -128,9 +135,9 @@ impl Store {
         &self,
         id: &ConversationId,
         blobs: &Mutex<HashSet<BlobHash>>,
-        done: &mut HashMap<ConversationId, (u64, u64)>,
+        done: &mut HashMap<ConversationId, (u64, u64, u64)>,
     ) -> Verified {
-        if let Some(&(records, _)) = done.get(id) {
+        if let Some(&(records, _, _)) = done.get(id) {
             return Ok(VerifyReport {
                 conversations: 1,
                 records,
@@ -182,7 +189,10 @@ impl Store {
         };
         let mut report = check.run(&meta, start)?;
         report.records += shared;
-        done.insert(*id, (report.records, report.redacted));
+        done.insert(
+            *id,
+            (report.records, report.redacted, report.redacted_proven),
+        );
         Ok(report)
     }
 }
@@ -233,8 +243,10 @@ struct ChunkCheck {
     calls: Calls,
     /// Its compactions as `(index in the chunk, record bytes)`.
     overlays: Vec<(usize, Vec<u8>)>,
-    /// How many of its records are redacted.
+    /// How many of its records are redacted, and of those how many have
+    /// their remaining fields proven.
     redacted: u64,
+    redacted_proven: u64,
     /// The first failure: the chunk did not read (no index), or its record
     /// at this index is bad (the index of `records`' end when the record
     /// did not hash or decode, of its last entry when a blob is bad).
@@ -251,6 +263,7 @@ impl ChunkCheck {
             calls: Vec::new(),
             overlays: Vec::new(),
             redacted: 0,
+            redacted_proven: 0,
             failure: Some((None, problem)),
         }
     }
@@ -268,6 +281,7 @@ struct Fold {
     overlays: Vec<(u64, u64, u64, Vec<u8>)>,
     directories: Vec<(u64, Calls)>,
     redacted: u64,
+    redacted_proven: u64,
 }
 
 impl Checker<'_> {
@@ -291,6 +305,7 @@ impl Checker<'_> {
             overlays: Vec::new(),
             directories: Vec::new(),
             redacted: 0,
+            redacted_proven: 0,
         };
         // The settled chunks, then the staged ones from where they start
         // (the staged chunks before it were settled, and are not read).
@@ -330,6 +345,7 @@ impl Checker<'_> {
             overlays,
             directories,
             redacted,
+            redacted_proven,
         } = fold;
         if seq != meta.len {
             return Err(self.fail(
@@ -363,6 +379,7 @@ impl Checker<'_> {
             records: seq - first,
             blobs: 0,
             redacted,
+            redacted_proven,
         })
     }
 
@@ -382,6 +399,7 @@ impl Checker<'_> {
             calls: Vec::new(),
             overlays: Vec::new(),
             redacted: 0,
+            redacted_proven: 0,
             failure: None,
         };
         for (i, entry) in entries.iter().enumerate() {
@@ -400,7 +418,22 @@ impl Checker<'_> {
                 }
             };
             let size = crate::codec::record_size(bytes, &record);
-            check.redacted += u64::from(bytes.first() == Some(&crate::codec::REDACTED_MARK));
+            if matches!(
+                bytes.first(),
+                Some(&(crate::codec::REDACTED_MARK | crate::codec::COMMITTED_MARK))
+            ) {
+                match crate::codec::check_committed(&check.last, bytes) {
+                    Ok(proven) if bytes[0] == crate::codec::REDACTED_MARK => {
+                        check.redacted += 1;
+                        check.redacted_proven += u64::from(proven);
+                    }
+                    Ok(_) => {}
+                    Err(problem) => {
+                        check.failure = Some((Some(i), problem));
+                        break;
+                    }
+                }
+            }
             let mut bad_blob = None;
             for text in record.texts() {
                 if let TextRepr::Blob(blob) = text {
@@ -471,6 +504,7 @@ impl Checker<'_> {
         }
         fold.address = check.last;
         fold.redacted += check.redacted;
+        fold.redacted_proven += check.redacted_proven;
         for (i, record) in check.overlays {
             let seq = check.first_seq + i as u64;
             let turn = check.records[i].1;

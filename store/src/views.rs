@@ -335,7 +335,7 @@ impl Store {
         for block in &update.blocks {
             events.extend(block.events.iter().map(|e| e.event.clone()));
         }
-        let encoded = encode_all(&events, u64::MAX)?;
+        let encoded = encode_all(&events, u64::MAX, crate::codec::Layout::Plain)?;
         let guard = self.lock_writes();
         let stored = self.get(&keys::view(id, key))?;
         let current: Option<ViewState> = match &stored {

@@ -104,9 +104,17 @@ fn usage_errors_exit_2() {
 fn a_newer_format_is_refused() {
     let env = TestEnv::new();
     env.run(&["append", "c", "--user", "x"]).ok();
-    convstore_store::testing::set_format_version(&env.db(), 7).unwrap();
+    convstore_store::testing::set_format_version(&env.db(), convstore_store::FORMAT_VERSION + 1)
+        .unwrap();
     let run = env.run(&["list"]).fails();
-    assert!(run.stderr.contains("format version 7"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "format version {}",
+            convstore_store::FORMAT_VERSION + 1
+        )),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

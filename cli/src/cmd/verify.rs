@@ -88,6 +88,7 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
                     "blobs": report.blobs,
                     "views": views,
                     "redacted": report.redacted,
+                    "redacted_proven": report.redacted_proven,
                     "redactions": redactions,
                     "search_index": index.as_ref().map(|i| json!({
                         "documents": i.documents,
@@ -135,6 +136,20 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
                         label.unwrap_or(""),
                         r["time"].as_str().unwrap_or(""),
                         r["reason"].as_str().unwrap_or("")
+                    )?;
+                }
+                if report.redacted > 0 {
+                    let others = if report.redacted_proven < report.redacted {
+                        " (the others: only the address the chain was built on, \
+                         as they are older than format 7)"
+                    } else {
+                        ""
+                    };
+                    writeln!(
+                        out,
+                        "proven: every field but the removed text, for {} of {}{others}",
+                        report.redacted_proven,
+                        output::plural(report.redacted, "redacted record"),
                     )?;
                 }
             }

@@ -770,7 +770,7 @@ impl Sources {
         for candidate in candidates {
             let path = &scanned.files[candidate.file as usize];
             if let Ok(bytes) = read_at(path, candidate.offset, u64::from(candidate.len)) {
-                if crate::codec::link(&address, &bytes) == candidate.address {
+                if crate::codec::link_checked(&address, &bytes) == Some(candidate.address) {
                     return Ok(Some(bytes));
                 }
             }
@@ -1218,8 +1218,8 @@ fn follow(bytes: &[u8], first: u64, seq: u64, address: Address) -> Result<Vec<Ve
         if this == seq && at != address {
             return Err("it does not continue the records before it".to_owned());
         }
-        let next = crate::codec::link(&at, record);
-        if next.check() != entry.check {
+        let next = crate::codec::link_checked(&at, record);
+        let Some(next) = next.filter(|next| next.check() == entry.check) else {
             if this < seq {
                 return Err(format!("record {this} does not match its address"));
             }
@@ -1227,7 +1227,7 @@ fn follow(bytes: &[u8], first: u64, seq: u64, address: Address) -> Result<Vec<Ve
                 return Err(format!("record {this} does not match its address"));
             }
             break;
-        }
+        };
         if this >= seq {
             if decode_record(record).is_err() {
                 if out.is_empty() {
@@ -1316,7 +1316,7 @@ fn try_chunk(bytes: &[u8], at: usize) -> Option<FoundChunk> {
             }
             let record = bytes.get(p..p + len)?;
             decode_record(record).ok()?;
-            let own = crate::codec::link(&address, record);
+            let own = crate::codec::link_checked(&address, record)?;
             (own.check() == check).then_some((p..p + len, own))
         })();
         let Some((range, own)) = entry else {
