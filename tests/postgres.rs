@@ -117,9 +117,12 @@ fn every_command_runs_on_postgres_and_schemas_are_versioned() {
         out.contains("migrated the schema from version 1 to 2"),
         "{out}"
     );
+    // A conversation of its own: the records this database held before
+    // are committed (format 7), and a log goes on committed once it is.
+    ok(&db, &["append", "old", "--user", "from format 4"], None);
     let compaction = r#"{"type":"compaction","from_turn":0,"to_turn":0,"summary":"migrated"}"#;
-    ok(&db, &["append", "chat"], Some(compaction));
-    let view = ok(&db, &["project", "chat", "--turns", "0"], None);
+    ok(&db, &["append", "old"], Some(compaction));
+    let view = ok(&db, &["project", "old", "--turns", "0"], None);
     assert!(view.contains("\"text\":\"migrated\""), "{view}");
     assert_eq!(psql(&db, "SELECT count(*) FROM overlay_ranges").trim(), "0");
     ok(&db, &["verify"], None);

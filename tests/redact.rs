@@ -213,3 +213,46 @@ fn a_committed_redaction_proves_the_record_s_other_fields() {
         assert!(store.verify_all().unwrap().is_ok());
     }
 }
+
+/// Each way a committed record's bytes could be changed while keeping its
+/// address, so as to remove a text unseen or pass a redacted record off as
+/// one that proves less, fails `verify` at that record.
+#[test]
+fn forged_redactions_fail_verify() {
+    use convstore_store::testing::{forge, Forgery};
+    let cases = [
+        (Forgery::HashOutsideRedaction, 1, false),
+        (Forgery::HashOutsideRedaction, 2, false),
+        (Forgery::SecondTextRedacted, 1, true),
+        (Forgery::PassedOffAsPlain, 1, true),
+        (Forgery::TimestampChanged, 1, true),
+    ];
+    for (forgery, seq, redacted_first) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("db")).unwrap();
+        let mut secret = user("sk-SECRET");
+        secret.meta = Some(convstore_store::Json::from_value(
+            &serde_json::json!({"k": "v"}),
+        ));
+        let (id, _) = store
+            .create_and_append(
+                Some("c"),
+                &[user("hello"), secret, user(&"LONG SECRET ".repeat(200))],
+                &AppendOptions::default(),
+            )
+            .unwrap();
+        if redacted_first {
+            store.redact(&id, seq, None, "a key").unwrap();
+        }
+        assert!(store.verify(&id).unwrap().is_ok());
+        forge(&store, &id, seq, forgery).unwrap();
+        let failure = store.verify(&id).unwrap().unwrap_err();
+        assert_eq!(failure.seq, Some(seq), "{forgery:?}: {failure}");
+        if matches!(forgery, Forgery::PassedOffAsPlain) {
+            assert!(
+                failure.problem.contains("plain record after committed"),
+                "{failure}"
+            );
+        }
+    }
+}

@@ -1110,3 +1110,80 @@ fn gc_through_the_server_drops_what_it_drops_locally() {
     assert_eq!(code, 0);
     assert!(out.contains("redacted in chat: 2 records"), "{out}");
 }
+
+/// `redact` through the server that holds the database: the text goes as
+/// it does locally, a refusal is 422 `not_redactable`, and `verify`
+/// prints the redactions and what is proven the same through the server
+/// as on the database.
+#[test]
+fn redact_over_http_and_through_the_cli() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let server = Server::start(&db, &[]);
+    let (code, _, err) = cli(
+        &db,
+        &["append", "chat", "--user", "sk-SECRET", "--user", "fine"],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(
+        &db,
+        &["redact", "chat", "0", "--reason", "a key\npasted"],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "redacted record 0 (text, 9 bytes); redaction event at seq 2\n"
+    );
+    let url = format!("{}/v1/conversations/chat/redact", server.url);
+    let (status, body) = answer(
+        agent()
+            .post(&url)
+            .send_string(r#"{"seq":0,"reason":"again"}"#),
+    );
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("not_redactable")),
+        "{body}"
+    );
+    let (status, body) = answer(
+        agent()
+            .post(&url)
+            .send_string(r#"{"seq":1,"field":"text","reason":"r"}"#),
+    );
+    assert_eq!(
+        (status, body["event_seq"].as_u64()),
+        (200, Some(3)),
+        "{body}"
+    );
+    let (code, through, err) = cli(&db, &["verify"], None);
+    assert_eq!(code, 0, "{err}");
+    let (code, through_json, _) = cli(&db, &["verify", "--json"], None);
+    assert_eq!(code, 0);
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+    let (code, local, err) = cli(&db, &["verify"], None);
+    assert_eq!(code, 0, "{err}");
+    // The local line counts the search index's documents too.
+    let rest = |text: &str| text.lines().skip(1).collect::<Vec<_>>().join("\n");
+    assert_eq!(rest(&through), rest(&local));
+    assert!(
+        local.contains("a key\\u{a}pasted") && local.contains("for 2 of 2 redacted records"),
+        "{local}"
+    );
+    let value: Value = serde_json::from_str(&through_json).expect("json");
+    assert_eq!(
+        (
+            value["redacted"].as_u64(),
+            value["redacted_proven"].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
+    let (code, out, _) = cli(&db, &["project", "chat"], None);
+    assert_eq!(code, 0);
+    assert!(
+        !out.contains("sk-SECRET") && out.matches("[redacted]").count() == 2,
+        "{out}"
+    );
+}

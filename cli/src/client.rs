@@ -602,19 +602,7 @@ pub(crate) fn dispatch(
             let value =
                 client.get_json("/v1/verify", &[("conversation", args.conversation.clone())])?;
             if value["ok"].as_bool() == Some(true) {
-                if args.json {
-                    writeln!(out, "{value}")?;
-                } else {
-                    let number = |k: &str| value[k].as_u64().unwrap_or(0);
-                    writeln!(
-                        out,
-                        "ok: {}, {}, {}, {} verified",
-                        output::plural(number("conversations"), "conversation"),
-                        output::plural(number("records"), "record"),
-                        output::plural(number("blobs"), "blob"),
-                        output::plural(number("views"), "view")
-                    )?;
-                }
+                cmd::verify::print_ok(&mut out, &value, args.json)?;
             } else {
                 let message = value["message"]
                     .as_str()
@@ -630,6 +618,17 @@ pub(crate) fn dispatch(
                 }
                 bail!(message);
             }
+        }
+        Command::Redact(args) => {
+            let path = format!("{}/redact", client.conversation(&args.conversation));
+            let body = json!({
+                "seq": args.seq,
+                "field": args.field,
+                "reason": args.reason,
+            });
+            let value = client.post_json(&path, &body)?;
+            drop(out);
+            return cmd::redact::print(&value, args.json);
         }
         Command::Stats(args) => {
             drop(out);

@@ -33,18 +33,9 @@ pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
 pub(crate) fn line_to_stderr(text: &str) {
     use std::io::Write;
     // One line, whatever a message quotes: control characters (a name
-    // typed with one, a newline inside a value) and Unicode's line and
-    // paragraph separators are written escaped.
-    let line: String = text
-        .chars()
-        .map(|c| {
-            if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect();
+    // typed with one, a newline inside a value) and invisible ones are
+    // written escaped.
+    let line = convstore_store::one_line(text);
     let mut err = std::io::stderr().lock();
     let _ = err
         .write_all(line.as_bytes())

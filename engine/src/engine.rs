@@ -679,6 +679,78 @@ impl Engine {
     }
 }
 
+/// A redaction as `redact --json` prints it and the server answers it.
+pub fn redaction_json(redaction: &convstore_store::Redaction) -> serde_json::Value {
+    serde_json::json!({
+        "conversation": redaction.owner.hex(),
+        "seq": redaction.seq,
+        "field": redaction.field.as_str(),
+        "len": redaction.len,
+        "hash": redaction.hash.hex(),
+        "blob_removed": redaction.blob_removed,
+        "view_blocks": redaction.view_blocks,
+        "event_seq": redaction.event.first_seq,
+        "head": redaction.event.head.hex(),
+    })
+}
+
+/// A verification that passed, as `verify --json` prints it and the
+/// server answers it: the counts, and the redactions of the records
+/// verified (of `id` and the ancestors it shares records with, or of
+/// every conversation), grouped as they were made: one `redact`, or one
+/// retention pass.
+pub fn verified_json(
+    engine: &Engine,
+    id: Option<&ConversationId>,
+    report: &VerifyReport,
+    views: u64,
+) -> Result<serde_json::Value> {
+    let mut redactions = Vec::new();
+    if report.redacted > 0 {
+        let store = engine.store();
+        let targets = match id {
+            Some(id) => {
+                let mut chain = vec![(*id, store.info(id)?.name)];
+                let mut at = *id;
+                while let Some(point) = store.fork_point(&at)? {
+                    chain.push((point.parent, store.info(&point.parent)?.name));
+                    at = point.parent;
+                }
+                chain
+            }
+            None => store
+                .conversations()?
+                .into_iter()
+                .map(|c| (c.id, c.name))
+                .collect(),
+        };
+        for (id, name) in targets {
+            for group in store.redaction_groups(&id)? {
+                redactions.push(serde_json::json!({
+                    "conversation": id.hex(),
+                    "name": name,
+                    "records": group.records,
+                    "first_seq": group.first_seq,
+                    "last_seq": group.last_seq,
+                    "time": group.time.to_string(),
+                    "reason": group.reason,
+                    "by": group.by.hex(),
+                }));
+            }
+        }
+    }
+    Ok(serde_json::json!({
+        "ok": true,
+        "conversations": report.conversations,
+        "records": report.records,
+        "blobs": report.blobs,
+        "views": views,
+        "redacted": report.redacted,
+        "redacted_proven": report.redacted_proven,
+        "redactions": redactions,
+    }))
+}
+
 /// A deletion as `delete --json` prints it and the server answers it.
 pub fn deletion_json(deletion: &Deletion) -> serde_json::Value {
     serde_json::json!({

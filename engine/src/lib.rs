@@ -56,7 +56,9 @@ pub mod summarizers;
 pub mod turns;
 pub mod views;
 
-pub use engine::{deletion_json, parse_ndjson, Engine, Verification};
+pub use engine::{
+    deletion_json, parse_ndjson, redaction_json, verified_json, Engine, Verification,
+};
 pub use error::{Error, Result};
 pub use location::Location;
 pub use pipeline::{AsOf, Scope};

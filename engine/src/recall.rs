@@ -239,7 +239,11 @@ pub fn record_text(record: &LogRecord) -> String {
     // A text removed for good says when and why, so a reader knows it was
     // there and is not coming back.
     let dropped = record.redaction.as_ref().map_or(String::new(), |r| {
-        format!(" · redacted {} ({})", rfc3339(r.time), r.reason)
+        format!(
+            " · redacted {} ({})",
+            rfc3339(r.time),
+            convstore_store::one_line(&r.reason)
+        )
     });
     let mut out = format!(
         "── seq {} · turn {} · {} · {what}{dropped} ──\n",

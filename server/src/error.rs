@@ -150,7 +150,10 @@ fn store_error(error: &StoreError, message: String) -> ApiError {
         }
         StoreError::EventTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "event_too_large"),
         StoreError::EmptyAppend => (StatusCode::BAD_REQUEST, "empty"),
-        StoreError::Destination { .. } => (StatusCode::CONFLICT, "bad_destination"),
+        StoreError::Destination { .. } | StoreError::OlderFormat { .. } => {
+            (StatusCode::CONFLICT, "bad_destination")
+        }
+        StoreError::NotRedactable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_redactable"),
         StoreError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
         StoreError::Io(_) | StoreError::Backend(_) | StoreError::OutcomeUnknown { .. } => {
             (StatusCode::INTERNAL_SERVER_ERROR, "storage")

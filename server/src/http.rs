@@ -502,6 +502,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route(&format!("{conversation}/fork"), post(routes::fork))
         .route(conversation, axum::routing::delete(routes::delete))
         .route(&format!("{conversation}/compact"), post(routes::compact))
+        .route(&format!("{conversation}/redact"), post(routes::redact))
         .route(
             &format!("{conversation}/pins"),
             post(commands::pin).delete(commands::unpin),

@@ -1578,6 +1578,56 @@ pub(crate) async fn drop_view(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct RedactBody {
+    seq: u64,
+    #[serde(default)]
+    field: Option<String>,
+    reason: String,
+}
+
+/// `POST /v1/conversations/{conv}/redact`: removes one text of one record
+/// for good (see `Store::redact`); answered once the redaction and its
+/// event are durable.
+pub(crate) async fn redact(
+    State(state): State<Shared>,
+    Path(conv): Path<String>,
+    body: Body,
+) -> Result<Json<Value>> {
+    let body = read_body(body, &state.limits).await?;
+    let body: RedactBody = parse_json_body(&body)?;
+    let field = match body.field.as_deref() {
+        None => None,
+        Some(name) => Some(
+            convstore_engine::store::RedactField::parse(name).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!(
+                        "field \"{}\": one of text, arguments, content, payload, delta, meta",
+                        convstore_engine::store::one_line(name)
+                    ),
+                )
+            })?,
+        ),
+    };
+    let _write = write_permit(&state).await?;
+    let (redaction, id) = state
+        .blocking(move |engine| {
+            let id = resolve_write(engine.store(), &conv)?;
+            let redaction = engine.redact(&id, body.seq, field, &body.reason)?;
+            // The index catches up at its next write or search if it
+            // could not now.
+            let _ = engine.take_index_error();
+            Ok((redaction, id))
+        })
+        .await?;
+    state.committer.durable().await?;
+    state.notify(&id, redaction.event.first_seq + redaction.event.count);
+    Ok(Json(convstore_engine::redaction_json(&redaction)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct DeleteQuery {
     #[serde(default)]
     with_forks: bool,
@@ -1827,15 +1877,9 @@ pub(crate) async fn verify(
                 None => None,
             };
             Ok(Json(match engine.verify(id.as_ref())? {
-                Ok((report, views)) => json!({
-                    "ok": true,
-                    "conversations": report.conversations,
-                    "records": report.records,
-                    "blobs": report.blobs,
-                    "views": views,
-                    "redacted": report.redacted,
-                    "redacted_proven": report.redacted_proven,
-                }),
+                Ok((report, views)) => {
+                    convstore_engine::verified_json(engine, id.as_ref(), &report, views)?
+                }
                 Err(failure) => json!({
                     "ok": false,
                     "conversation": failure.conversation.hex(),

@@ -797,7 +797,7 @@ pub(crate) fn write_records(
     }
     for (i, record) in encoded.iter().enumerate() {
         let seq = first_seq + i as u64;
-        let address = crate::codec::link(&parent, &record.bytes);
+        let address = record.address_after(&parent);
         let turn = meta.turns.next(record.event_type);
         let compaction = record.event_type == EventType::Compaction;
         if compaction && !writes.overlay_directories {

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use crate::backend::{Batch, Bytes};
-use crate::codec::{decode, decode_record, TextRepr};
+use crate::codec::{decode, decode_record, Layout, TextRepr};
 use crate::copy::{ConversationWriter, Destination, Identity, RawRecord};
 use crate::error::{StoreError, StoreResult};
 use crate::fork::ForkPoint;
@@ -116,6 +116,14 @@ impl Store {
         out: &Store,
         only: Option<&[ConversationId]>,
     ) -> StoreResult<BackupReport> {
+        // Records are copied as they are: a format-7 database's may be
+        // committed, which a database of an earlier format cannot hold.
+        if out.layout() == Layout::Plain && self.layout() == Layout::Committed {
+            return Err(StoreError::OlderFormat {
+                format: out.format,
+                needs: keys::COMMITTED_FORMAT,
+            });
+        }
         let captured = self.capture(only)?;
         let mut report = BackupReport::default();
         let mut todo = Vec::new();

@@ -862,7 +862,7 @@ impl Spill {
         for record in encoded {
             let seq = self.meta.len;
             let parent = self.meta.head;
-            let address = crate::codec::link(&parent, &record.bytes);
+            let address = record.address_after(&parent);
             let turn = self.meta.turns.next(record.event_type);
             let compaction = record.event_type == EventType::Compaction;
             if compaction && !self.overlay_directories {

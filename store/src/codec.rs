@@ -11,10 +11,10 @@
 //! record) and the record bytes.
 //!
 //! From format 7 on a record is stored *committed* ([`Layout::Committed`]):
-//! its address hashes a *skeleton* in which every text is its blake3 hash
-//! and length, and the short texts' bytes follow the skeleton, outside what
-//! is hashed. A redaction can then remove a text and leave every other
-//! field provable. Readers tell the layouts apart by the first byte
+//! its address hashes its *frame* (the record without its short texts) and
+//! each short text's blake3 hash, not the texts' bytes. A redaction can
+//! then remove a text, keep its hash, and leave every other field
+//! provable. Readers tell the layouts apart by the first byte
 //! ([`COMMITTED_MARK`]), so a database holds both: records copied from an
 //! older database keep their bytes and their addresses.
 
@@ -84,36 +84,10 @@ pub(crate) enum TextRepr<'a> {
     /// A text removed by a redaction: what its hash and length were (see
     /// [`Envelope`]).
     Redacted(BlobRef),
-    /// In a committed record's skeleton only: a short text's hash and
-    /// length, its bytes after the skeleton. [`decode_record`] never
-    /// returns it.
-    Hashed(HashedText<'a>),
+    /// In a committed record's frame only: a short text, stored after the
+    /// frame. [`decode_record`] never returns it.
+    Beside,
 }
-
-/// A short text in a committed record's skeleton: its blake3 hash (as
-/// length-prefixed bytes, which decode as one slice where a `[u8; 32]`
-/// decodes byte by byte) and its length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct HashedText<'a> {
-    #[serde(with = "serde_bytes")]
-    pub hash: &'a [u8],
-    pub len: u64,
-}
-
-impl HashedText<'_> {
-    /// As a reference to the text; `None` if the hash is not 32 bytes.
-    fn blob(&self) -> Option<BlobRef> {
-        Some(BlobRef {
-            hash: BlobHash::from_bytes(self.hash.try_into().ok()?),
-            len: self.len,
-        })
-    }
-}
-
-/// What a skeleton's hashed text counts for in [`record_size`] beyond its
-/// bytes' length in a plain record: the hash, its length prefix, less the
-/// length prefix of the text (the same in both).
-const HASHED_EXTRA: u64 = 33;
 
 /// The text a redacted text field reads as.
 pub const REDACTED_TEXT: &str = "[redacted]";
@@ -131,11 +105,14 @@ pub(crate) const REDACTED_MARK: u8 = 0xFF;
 /// (254 would announce a 128-bit integer).
 pub(crate) const COMMITTED_MARK: u8 = 0xFE;
 
-/// After [`COMMITTED_MARK`] and the skeleton, each text in field order
-/// starts with one of these: present (a short text's bytes follow; a long
-/// one is in the blob store), or removed by a redaction.
-const TEXT_PRESENT: u8 = 0;
-const TEXT_REDACTED: u8 = 1;
+/// After [`COMMITTED_MARK`] and the frame, one entry per text in field
+/// order, starting with one of these: a short text present (its length
+/// and bytes follow) or redacted (its hash and length follow); a long text
+/// present or redacted (its reference is in the frame; nothing follows).
+const SHORT_PRESENT: u8 = 0;
+const SHORT_REDACTED: u8 = 1;
+const BLOB_PRESENT: u8 = 2;
+const BLOB_REDACTED: u8 = 3;
 
 /// How a record's bytes are laid out, and so what its address commits to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,11 +120,12 @@ pub(crate) enum Layout {
     /// Formats 1 to 6: the bincode of [`RecordRepr`], short texts inline;
     /// the address hashes every byte.
     Plain,
-    /// Format 7: [`COMMITTED_MARK`], the skeleton's length (a varint), the
-    /// skeleton (the bincode of [`RecordRepr`] with each short text as
-    /// [`TextRepr::Hashed`]), then per text a tag and a short text's bytes.
-    /// The address hashes the skeleton only, so it commits to each text
-    /// through its hash.
+    /// Format 7: [`COMMITTED_MARK`], the frame's length (a varint), the
+    /// frame (the bincode of [`RecordRepr`] with each short text as
+    /// [`TextRepr::Beside`]), then an entry per text. The address hashes
+    /// the frame and each short text's hash and length
+    /// ([`committed_address`]), so it commits to every text through its
+    /// hash.
     Committed,
 }
 
@@ -159,6 +137,12 @@ impl Layout {
         } else {
             Layout::Plain
         }
+    }
+
+    /// The layout of a record stored as `bytes`: its own, or for a
+    /// redacted record that of the record its envelope keeps.
+    pub(crate) fn of_stored(bytes: &[u8]) -> Layout {
+        Layout::of(inner_record(bytes).unwrap_or(bytes))
     }
 
     /// The layout of a record's own bytes (a redacted record's: those in
@@ -188,8 +172,8 @@ fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
     }
 }
 
-/// A committed record's skeleton and what follows it (`rest`: the bytes
-/// after [`COMMITTED_MARK`]).
+/// A committed record's frame and its entries (`rest`: the bytes after
+/// [`COMMITTED_MARK`]).
 fn split_committed(rest: &[u8]) -> Option<(&[u8], &[u8])> {
     let (len, n) = varint(rest)?;
     let end = n.checked_add(usize::try_from(len).ok()?)?;
@@ -286,22 +270,59 @@ pub(crate) fn link(parent: &Address, bytes: &[u8]) -> Address {
             address.copy_from_slice(&rest[..32]);
             Address::from_bytes(address)
         }
-        Some((&COMMITTED_MARK, rest)) => match split_committed(rest) {
-            Some((skeleton, _)) => parent.child(skeleton),
-            // Not a record: `verify` names it when it fails to decode.
-            None => parent.child(bytes),
-        },
+        // Not a record if it does not parse: `verify` names it when it
+        // fails to decode.
+        Some((&COMMITTED_MARK, rest)) => {
+            committed_address(parent, rest).unwrap_or_else(|| parent.child(bytes))
+        }
         _ => parent.child(bytes),
     }
 }
 
+/// The address of a committed record (`rest`: its bytes after
+/// [`COMMITTED_MARK`]) after `parent`: blake3 of the parent, the mark, the
+/// frame and, for each short text in field order, its blake3 hash and its
+/// length (u64, little-endian). The mark keeps it apart from any plain
+/// record's address, so a committed record cannot be passed off as plain
+/// (whose redactions prove less) under the same address. A redacted short text's entry holds that hash and
+/// length, so the address stays computable without the text. `None` where
+/// the entries do not parse.
+fn committed_address(parent: &Address, rest: &[u8]) -> Option<Address> {
+    let (frame, mut entries) = split_committed(rest)?;
+    let mut hasher = parent.hasher();
+    hasher.update(&[COMMITTED_MARK]);
+    hasher.update(frame);
+    while let Some((&tag, rest)) = entries.split_first() {
+        entries = rest;
+        match tag {
+            SHORT_PRESENT => {
+                let (len, n) = varint(entries)?;
+                let end = n.checked_add(usize::try_from(len).ok()?)?;
+                let text = entries.get(n..end)?;
+                entries = &entries[end..];
+                hasher.update(BlobHash::of(text).as_bytes());
+                hasher.update(&len.to_le_bytes());
+            }
+            SHORT_REDACTED => {
+                let hash = entries.get(..32)?;
+                let (len, n) = varint(&entries[32..])?;
+                entries = &entries[32 + n..];
+                hasher.update(hash);
+                hasher.update(&len.to_le_bytes());
+            }
+            BLOB_PRESENT | BLOB_REDACTED => {}
+            _ => return None,
+        }
+    }
+    Some(Address::from_hasher(&hasher))
+}
+
 /// [`link`] for a reader that takes bytes on trust only if they check
-/// (salvage): `None` when a committed record's texts do not match the
-/// hashes its address commits to (see [`check_committed`]), where [`link`]
-/// would give the address all the same.
+/// (salvage): `None` for a redacted record whose envelope does not hash to
+/// the address it keeps (see [`check_committed`]), where [`link`] would
+/// give that address all the same.
 pub(crate) fn link_checked(parent: &Address, bytes: &[u8]) -> Option<Address> {
-    let checked = !matches!(bytes.first(), Some(&(COMMITTED_MARK | REDACTED_MARK)))
-        || check_committed(parent, bytes).is_ok();
+    let checked = bytes.first() != Some(&REDACTED_MARK) || check_committed(parent, bytes).is_ok();
     checked.then(|| link(parent, bytes))
 }
 
@@ -436,140 +457,161 @@ impl<'a> RecordRepr<'a> {
 pub(crate) fn encode_record(record: &RecordRepr<'_>, layout: Layout) -> Vec<u8> {
     match layout {
         Layout::Plain => encode(record),
-        Layout::Committed => encode_committed(record),
+        Layout::Committed => encode_committed(record, None),
     }
 }
 
-fn encode_committed(record: &RecordRepr<'_>) -> Vec<u8> {
-    // Each text's hash: the skeleton borrows them.
-    let hashes: Vec<BlobHash> = record
-        .texts()
-        .map(|text| match text {
-            TextRepr::Inline(s) => BlobHash::of(s.as_bytes()),
-            TextRepr::Blob(blob) | TextRepr::Redacted(blob) => blob.hash,
-            TextRepr::Hashed(h) => h.blob().map_or(BlobHash::from_bytes([0; 32]), |b| b.hash),
-        })
-        .collect();
-    let mut skeleton: RecordRepr<'_> = record.clone();
-    let mut after: Vec<(u8, &str)> = Vec::with_capacity(3);
-    for (text, hash) in skeleton.texts_mut().zip(&hashes) {
-        let hashed = |len: u64| {
-            TextRepr::Hashed(HashedText {
-                hash: hash.as_bytes(),
-                len,
-            })
-        };
-        let (tag, bytes, stored) = match *text {
-            TextRepr::Inline(s) => (TEXT_PRESENT, s, hashed(s.len() as u64)),
-            TextRepr::Blob(blob) => (TEXT_PRESENT, "", TextRepr::Blob(blob)),
+/// Appends `n` as a bincode varint.
+fn push_varint(out: &mut Vec<u8>, n: u64) {
+    match n {
+        0..=250 => out.push(n as u8),
+        251..=0xFFFF => {
+            out.push(251);
+            out.extend_from_slice(&(n as u16).to_le_bytes());
+        }
+        0x1_0000..=0xFFFF_FFFF => {
+            out.push(252);
+            out.extend_from_slice(&(n as u32).to_le_bytes());
+        }
+        _ => {
+            out.push(253);
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+}
+
+/// A committed record's bytes; with `digests`, also what its address
+/// hashes after the frame (each short text's hash and length), gathered
+/// there so that chaining it costs one hash.
+fn encode_committed(record: &RecordRepr<'_>, mut digests: Option<&mut Vec<u8>>) -> Vec<u8> {
+    let mut digest = |hash: &BlobHash, len: u64| {
+        if let Some(digests) = digests.as_deref_mut() {
+            digests.extend_from_slice(hash.as_bytes());
+            digests.extend_from_slice(&len.to_le_bytes());
+        }
+    };
+    let mut frame: RecordRepr<'_> = record.clone();
+    let mut entries = Vec::with_capacity(64);
+    for text in frame.texts_mut() {
+        match *text {
+            TextRepr::Inline(s) => {
+                *text = TextRepr::Beside;
+                entries.push(SHORT_PRESENT);
+                push_varint(&mut entries, s.len() as u64);
+                entries.extend_from_slice(s.as_bytes());
+                digest(&BlobHash::of(s.as_bytes()), s.len() as u64);
+            }
+            TextRepr::Blob(_) => entries.push(BLOB_PRESENT),
             TextRepr::Redacted(blob) if blob.len > INLINE_MAX as u64 => {
-                (TEXT_REDACTED, "", TextRepr::Blob(blob))
+                *text = TextRepr::Blob(blob);
+                entries.push(BLOB_REDACTED);
             }
-            TextRepr::Redacted(BlobRef { len, .. }) | TextRepr::Hashed(HashedText { len, .. }) => {
-                (TEXT_REDACTED, "", hashed(len))
+            TextRepr::Redacted(blob) => {
+                *text = TextRepr::Beside;
+                entries.push(SHORT_REDACTED);
+                entries.extend_from_slice(blob.hash.as_bytes());
+                push_varint(&mut entries, blob.len);
+                digest(&blob.hash, blob.len);
             }
-        };
-        *text = stored;
-        after.push((tag, bytes));
+            // Never given: decoding puts every short text back inline.
+            TextRepr::Beside => entries.push(SHORT_REDACTED),
+        }
     }
-    let skeleton = encode(&skeleton);
-    let len = encode(&(skeleton.len() as u64));
-    let texts: usize = after.iter().map(|(_, s)| 1 + s.len()).sum();
-    let mut out = Vec::with_capacity(1 + len.len() + skeleton.len() + texts);
+    let frame = encode(&frame);
+    let mut out = Vec::with_capacity(10 + frame.len() + entries.len());
     out.push(COMMITTED_MARK);
-    out.extend_from_slice(&len);
-    out.extend_from_slice(&skeleton);
-    for (tag, bytes) in after {
-        out.push(tag);
-        out.extend_from_slice(bytes.as_bytes());
-    }
+    push_varint(&mut out, frame.len() as u64);
+    out.extend_from_slice(&frame);
+    out.extend_from_slice(&entries);
     out
 }
 
 /// Decodes a committed record (`rest`: its bytes after
-/// [`COMMITTED_MARK`]): the skeleton, its short texts put back inline.
-fn decode_committed(rest: &[u8]) -> StoreResult<RecordRepr<'_>> {
+/// [`COMMITTED_MARK`]): the frame, its short texts put back inline. Only a
+/// record in a redaction's envelope (`enveloped`) may hold redacted texts,
+/// exactly one: elsewhere a text's entry turned into its hash would keep
+/// the address and remove the text unseen.
+fn decode_committed(rest: &[u8], enveloped: bool) -> StoreResult<RecordRepr<'_>> {
     let corrupt = |why: &str| StoreError::Corrupt {
         what: format!("record: {why}"),
     };
-    let (skeleton, mut after) =
-        split_committed(rest).ok_or_else(|| corrupt("its skeleton is cut short"))?;
-    let mut record: RecordRepr<'_> = decode(skeleton, "record")?;
+    let (frame, mut entries) =
+        split_committed(rest).ok_or_else(|| corrupt("its frame is cut short"))?;
+    let mut record: RecordRepr<'_> = decode(frame, "record")?;
     for text in record.texts_mut() {
-        let (&tag, rest) = after
+        let (&tag, rest) = entries
             .split_first()
             .ok_or_else(|| corrupt("a text is missing"))?;
-        after = rest;
+        entries = rest;
         *text = match (*text, tag) {
-            (TextRepr::Hashed(hashed), TEXT_PRESENT) => {
-                let len = usize::try_from(hashed.len)
+            (TextRepr::Beside, SHORT_PRESENT) => {
+                let (len, n) = varint(entries).ok_or_else(|| corrupt("a text is cut short"))?;
+                let bytes = usize::try_from(len)
                     .ok()
-                    .filter(|&n| n <= after.len())
+                    .and_then(|len| entries.get(n..n.checked_add(len)?))
                     .ok_or_else(|| corrupt("a text is cut short"))?;
-                let (bytes, rest) = after.split_at(len);
-                after = rest;
-                let text =
-                    std::str::from_utf8(bytes).map_err(|_| corrupt("a text is not valid UTF-8"))?;
-                TextRepr::Inline(text)
+                entries = &entries[n + bytes.len()..];
+                TextRepr::Inline(
+                    std::str::from_utf8(bytes).map_err(|_| corrupt("a text is not valid UTF-8"))?,
+                )
             }
-            (TextRepr::Blob(blob), TEXT_PRESENT) => TextRepr::Blob(blob),
-            (TextRepr::Hashed(hashed), TEXT_REDACTED) => TextRepr::Redacted(
-                hashed
-                    .blob()
-                    .ok_or_else(|| corrupt("a text's hash is not 32 bytes"))?,
-            ),
-            (TextRepr::Blob(blob), TEXT_REDACTED) => TextRepr::Redacted(blob),
-            _ => return Err(corrupt("a text is neither hashed nor a blob")),
+            (TextRepr::Beside, SHORT_REDACTED) => {
+                let (hash, len, n) = entries
+                    .get(..32)
+                    .and_then(|hash| {
+                        let (len, n) = varint(&entries[32..])?;
+                        Some((hash, len, n))
+                    })
+                    .ok_or_else(|| corrupt("a redacted text is cut short"))?;
+                let mut bytes = [0u8; 32];
+                bytes.copy_from_slice(hash);
+                entries = &entries[32 + n..];
+                TextRepr::Redacted(BlobRef {
+                    hash: BlobHash::from_bytes(bytes),
+                    len,
+                })
+            }
+            (TextRepr::Blob(blob), BLOB_PRESENT) => TextRepr::Blob(blob),
+            (TextRepr::Blob(blob), BLOB_REDACTED) => TextRepr::Redacted(blob),
+            _ => return Err(corrupt("a text's entry does not match its frame")),
         };
     }
-    if !after.is_empty() {
+    if !entries.is_empty() {
         return Err(corrupt("bytes after its last text"));
     }
-    Ok(record)
+    let redacted = record
+        .texts()
+        .filter(|t| matches!(t, TextRepr::Redacted(_)))
+        .count();
+    match (enveloped, redacted) {
+        (false, 0) | (true, 1) => Ok(record),
+        (false, _) => Err(corrupt("a text is redacted but the record is not")),
+        (true, _) => Err(corrupt(
+            "a redacted record must have exactly one text redacted",
+        )),
+    }
 }
 
-/// For a committed record stored as `bytes` after `parent`: checks each
-/// short text present against the hash its skeleton commits to and, if the
-/// record is redacted, that the skeleton still hashes to the address its
-/// envelope keeps (every field but the removed text is then proven). A
-/// plain record is left to the chain, whose address hashes its texts.
-/// Returns whether a redacted record's remaining fields are proven (always
-/// for a committed one; for a plain one, see [`plain_redaction_proven`]).
+/// For a redacted record stored as `bytes` after `parent`: whether its
+/// remaining fields are proven, that is whether what its envelope keeps
+/// still hashes to the address it keeps. A committed record's always must
+/// (`Err` if not: changed under its kept address); a plain one's can only
+/// if the texts it lost were blobs ([`plain_redaction_proven`]). A record
+/// that is not redacted is proven by its own address: `Ok(true)`.
 pub(crate) fn check_committed(parent: &Address, bytes: &[u8]) -> Result<bool, String> {
-    let envelope = envelope(bytes).map_err(|e| e.to_string())?;
-    let inner = envelope.as_ref().map_or(bytes, |e| e.record);
-    let Some((&COMMITTED_MARK, rest)) = inner.split_first() else {
-        return Ok(envelope
-            .as_ref()
-            .is_none_or(|e| plain_redaction_proven(parent, e, inner)));
+    let Some(envelope) = envelope(bytes).map_err(|e| e.to_string())? else {
+        return Ok(true);
     };
-    let (skeleton, mut after) =
-        split_committed(rest).ok_or_else(|| "its skeleton is cut short".to_owned())?;
-    let hashed: RecordRepr<'_> = decode(skeleton, "record").map_err(|e| e.to_string())?;
-    for (i, text) in hashed.texts().enumerate() {
-        let Some((&tag, rest)) = after.split_first() else {
-            return Err("a text is missing".to_owned());
-        };
-        after = rest;
-        if let (TextRepr::Hashed(hashed), TEXT_PRESENT) = (text, tag) {
-            let len = usize::try_from(hashed.len).unwrap_or(usize::MAX);
-            let Some(text) = after.get(..len) else {
-                return Err("a text is cut short".to_owned());
-            };
-            after = &after[len..];
-            if BlobHash::of(text).as_bytes()[..] != *hashed.hash {
-                return Err(format!("text {} does not match its hash", i + 1));
+    match envelope.record.split_first() {
+        Some((&COMMITTED_MARK, rest)) => {
+            if committed_address(parent, rest) == Some(envelope.address) {
+                Ok(true)
+            } else {
+                Err("redacted, and what it keeps does not hash to its address".to_owned())
             }
         }
+        _ => Ok(plain_redaction_proven(parent, &envelope, envelope.record)),
     }
-    if let Some(envelope) = envelope {
-        if parent.child(skeleton) != envelope.address {
-            return Err(
-                "redacted, and its remaining fields do not hash to the address it keeps".to_owned(),
-            );
-        }
-    }
-    Ok(true)
 }
 
 /// Whether a plain record's redaction is proven all the same: when every
@@ -584,7 +626,7 @@ fn plain_redaction_proven(parent: &Address, envelope: &Envelope<'_>, inner: &[u8
             TextRepr::Redacted(blob) if blob.len > INLINE_MAX as u64 => {
                 *text = TextRepr::Blob(blob);
             }
-            TextRepr::Redacted(_) | TextRepr::Hashed(_) => return false,
+            TextRepr::Redacted(_) | TextRepr::Beside => return false,
             TextRepr::Inline(_) | TextRepr::Blob(_) => {}
         }
     }
@@ -594,6 +636,11 @@ fn plain_redaction_proven(parent: &Address, envelope: &Envelope<'_>, inner: &[u8
 /// A record ready to store: its canonical bytes and the texts it moved out.
 pub(crate) struct EncodedRecord<'e> {
     pub bytes: Vec<u8>,
+    /// For a committed record, what its address hashes after its frame
+    /// (see [`committed_address`]), computed with the encoding (in
+    /// parallel, for a long batch) rather than when the records are
+    /// chained, in order; empty otherwise.
+    pub digests: Vec<u8>,
     pub event_type: EventType,
     pub blobs: Vec<(BlobHash, &'e str)>,
     /// The record's bytes plus the lengths of its blobs.
@@ -654,7 +701,11 @@ pub(crate) fn encode_event(event: &Event, layout: Layout) -> EncodedRecord<'_> {
         meta,
         body,
     };
-    let bytes = encode_record(&record, layout);
+    let mut digests = Vec::new();
+    let bytes = match layout {
+        Layout::Plain => encode(&record),
+        Layout::Committed => encode_committed(&record, Some(&mut digests)),
+    };
     let size = match layout {
         Layout::Plain => {
             bytes.len() as u64 + blobs.iter().map(|(_, s)| s.len() as u64).sum::<u64>()
@@ -671,11 +722,34 @@ pub(crate) fn encode_event(event: &Event, layout: Layout) -> EncodedRecord<'_> {
     };
     EncodedRecord {
         bytes,
+        digests,
         event_type: event.kind.event_type(),
         blobs,
         size,
         call,
         span,
+    }
+}
+
+impl EncodedRecord<'_> {
+    /// Its address after `parent`: [`link`], from the digests gathered
+    /// when it was encoded if it has them.
+    pub(crate) fn address_after(&self, parent: &Address) -> Address {
+        match self.bytes.split_first() {
+            Some((&COMMITTED_MARK, rest)) if !self.digests.is_empty() => {
+                match split_committed(rest) {
+                    Some((frame, _)) => {
+                        let mut hasher = parent.hasher();
+                        hasher.update(&[COMMITTED_MARK]);
+                        hasher.update(frame);
+                        hasher.update(&self.digests);
+                        Address::from_hasher(&hasher)
+                    }
+                    None => link(parent, &self.bytes),
+                }
+            }
+            _ => link(parent, &self.bytes),
+        }
     }
 }
 
@@ -698,42 +772,68 @@ fn text_repr<'e>(s: &'e str, blobs: &mut Vec<(BlobHash, &'e str)>) -> TextRepr<'
 /// (a redacted text counts as it did).
 ///
 /// The measure is the same in both layouts: a committed record counts as
-/// its plain encoding would (its skeleton, each hashed short text counted
-/// as its bytes rather than its hash), so sizes and limits do not depend
-/// on the format.
+/// its plain encoding would (its frame with each short text's length and
+/// bytes where the frame has a tag alone), so sizes and limits do not
+/// depend on the format.
 pub(crate) fn record_size(bytes: &[u8], record: &RecordRepr<'_>) -> u64 {
     let inner = inner_record(bytes).unwrap_or(bytes);
     let (base, committed) = match inner.split_first() {
         Some((&COMMITTED_MARK, rest)) => (
-            split_committed(rest).map_or(inner.len(), |(skeleton, _)| skeleton.len()),
+            split_committed(rest).map_or(inner.len(), |(frame, _)| frame.len()),
             true,
         ),
         _ => (inner.len(), false),
     };
     record.texts().fold(base as u64, |size, text| match text {
-        TextRepr::Inline(s) if committed => (size + s.len() as u64).saturating_sub(HASHED_EXTRA),
-        TextRepr::Inline(_) => size,
+        // In a frame, a short text is its variant's tag alone.
+        TextRepr::Inline(s) if committed => size + varint_len(s.len() as u64) + s.len() as u64,
+        TextRepr::Inline(_) | TextRepr::Beside => size,
+        TextRepr::Redacted(blob) if committed && blob.len <= INLINE_MAX as u64 => {
+            size + varint_len(blob.len) + blob.len
+        }
         // Stored inline, it took its bytes where the hash now is.
         TextRepr::Redacted(blob) if blob.len <= INLINE_MAX as u64 => {
-            let extra = if committed { HASHED_EXTRA } else { 32 };
-            (size + blob.len).saturating_sub(extra)
+            (size + blob.len).saturating_sub(32)
         }
         TextRepr::Blob(blob) | TextRepr::Redacted(blob) => size + blob.len,
-        TextRepr::Hashed(hashed) => (size + hashed.len).saturating_sub(HASHED_EXTRA),
     })
+}
+
+/// The length of `n` as a bincode varint.
+fn varint_len(n: u64) -> u64 {
+    match n {
+        0..=250 => 1,
+        251..=0xFFFF => 3,
+        0x1_0000..=0xFFFF_FFFF => 5,
+        _ => 9,
+    }
 }
 
 /// Decodes a record's canonical bytes (a redacted record's, from its
 /// envelope).
 pub(crate) fn decode_record(bytes: &[u8]) -> StoreResult<RecordRepr<'_>> {
+    let enveloped = bytes.first() == Some(&REDACTED_MARK);
     let inner = inner_record(bytes)?;
     let record: RecordRepr<'_> = if let Some((&COMMITTED_MARK, rest)) = inner.split_first() {
-        decode_committed(rest)?
+        decode_committed(rest, enveloped)?
     } else {
         let record: RecordRepr<'_> = decode(inner, "record")?;
-        if record.texts().any(|t| matches!(t, TextRepr::Hashed(_))) {
+        if record.texts().any(|t| matches!(t, TextRepr::Beside)) {
             return Err(StoreError::Corrupt {
-                what: "record: a hashed text outside a committed record".to_owned(),
+                what: "record: a text kept beside outside a committed record".to_owned(),
+            });
+        }
+        // A view may show a plain record with a text redacted; a redacted
+        // log record has exactly one.
+        if enveloped
+            && record
+                .texts()
+                .filter(|t| matches!(t, TextRepr::Redacted(_)))
+                .count()
+                != 1
+        {
+            return Err(StoreError::Corrupt {
+                what: "record: a redacted record must have exactly one text redacted".to_owned(),
             });
         }
         record
@@ -766,7 +866,7 @@ pub(crate) fn record_to_event_with(
         match t {
             TextRepr::Inline(s) => Ok(s.to_owned()),
             TextRepr::Blob(blob) => load(blob),
-            TextRepr::Redacted(_) | TextRepr::Hashed(_) => Ok(redacted.to_owned()),
+            TextRepr::Redacted(_) | TextRepr::Beside => Ok(redacted.to_owned()),
         }
     };
     let meta = match record.meta {

@@ -95,47 +95,59 @@ fn an_envelope_is_read_as_bincode_writes_it() {
 }
 
 /// Pins format 7's committed layout: the stored bytes of the event of
-/// [`record_address_is_stable`] and its address, which hashes the
-/// skeleton (each text as its blake3 hash and length) and not the texts;
-/// the address was also computed with the Python `blake3` package.
+/// [`record_address_is_stable`] and its address, which hashes the mark,
+/// the frame and each text's blake3 hash and length, not the texts; the address was
+/// also computed with the Python `blake3` package.
 #[test]
 fn committed_record_address_is_stable() {
     let e = event(
         r#"{"type":"tool_call","id":"c1","name":"fs_read_file","arguments":{"path":"a.rs"},"timestamp":"2025-01-05T04:00:00.000000Z","meta":{"k":"v"}}"#,
     );
     let record = encode_event(&e, Layout::Committed);
-    let meta = BlobHash::of(br#"{"k":"v"}"#);
-    let arguments = BlobHash::of(br#"{"path":"a.rs"}"#);
-    let skeleton = [
+    let (meta, arguments) = (&br#"{"k":"v"}"#[..], &br#"{"path":"a.rs"}"#[..]);
+    // The plain bytes without the short texts: each is its variant's tag.
+    let frame = [
         &hex_bytes("fd00e07017db550c0001")[..],
-        &[3, 32],
-        meta.as_bytes(),
-        &[9, 4, 2],
+        &[3, 4, 2],
         b"c1",
         &[12],
         b"fs_read_file",
-        &[3, 32],
-        arguments.as_bytes(),
-        &[15],
+        &[3],
     ]
     .concat();
     let stored = [
-        &[COMMITTED_MARK, skeleton.len() as u8][..],
-        &skeleton,
-        &[0],
-        br#"{"k":"v"}"#,
-        &[0],
-        br#"{"path":"a.rs"}"#,
+        &[COMMITTED_MARK, frame.len() as u8][..],
+        &frame,
+        &[0, 9],
+        meta,
+        &[0, 15],
+        arguments,
     ]
     .concat();
     assert_eq!(record.bytes, stored);
+    let hashed = [
+        &Address::ROOT.as_bytes()[..],
+        &[COMMITTED_MARK],
+        &frame,
+        BlobHash::of(meta).as_bytes(),
+        &9u64.to_le_bytes(),
+        BlobHash::of(arguments).as_bytes(),
+        &15u64.to_le_bytes(),
+    ]
+    .concat();
     assert_eq!(
-        link(&Address::ROOT, &record.bytes),
-        Address::ROOT.child(&skeleton)
+        link(&Address::ROOT, &record.bytes).as_bytes(),
+        BlobHash::of(&hashed).as_bytes()
     );
     assert_eq!(
         link(&Address::ROOT, &record.bytes).hex(),
-        "11e2bd24ba5ce2241c391eb0ca365fd823feac236adf3ec8cc993681969dac9f"
+        "6f1355a8d9847bc073bb63023612a60596e4a520c96170a21dd7e88990c4e756"
+    );
+    // Chained from the digests gathered while encoding: the same address.
+    assert!(!record.digests.is_empty());
+    assert_eq!(
+        record.address_after(&Address::ROOT),
+        link(&Address::ROOT, &record.bytes)
     );
     // Counted as its plain encoding, in either layout.
     assert_eq!(record.size, encode_event(&e, Layout::Plain).size);
@@ -151,9 +163,9 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
         .collect()
 }
 
-/// A committed record redacted keeps a skeleton that hashes to its kept
-/// address: `check_committed` proves it, and fails it when any other field
-/// or a remaining text was changed. A plain record's redaction is proven
+/// A committed record redacted keeps its frame and the text's hash, which
+/// hash to its kept address: `check_committed` proves it, and fails it
+/// when any other field or a remaining text was changed. A plain record's redaction is proven
 /// only when the text was a blob.
 #[test]
 fn a_committed_redaction_proves_the_other_fields() {
@@ -202,14 +214,12 @@ fn a_committed_redaction_proves_the_other_fields() {
             Layout::Plain => assert_eq!(check_committed(&parent, &forged), Ok(false)),
         }
     }
-    // A committed record's remaining text changed: its hash says so, though
-    // the address (over the skeleton) is unchanged.
+    // A committed record's text changed: its address changes with it.
     let record = encode_event(&e, Layout::Committed).bytes;
     let mut flipped = record.clone();
     let at = flipped.len() - 2;
     flipped[at] ^= 1;
-    assert_eq!(link(&parent, &flipped), link(&parent, &record));
-    assert!(check_committed(&parent, &flipped).is_err());
+    assert_ne!(link(&parent, &flipped), link(&parent, &record));
     // A plain record whose redacted text was a blob is proven.
     let long = "x".repeat(INLINE_MAX + 1);
     let e = event(&format!(r#"{{"type":"user","text":"{long}"}}"#));
@@ -251,8 +261,8 @@ fn redact_blob<'a>(record: &RecordRepr<'a>) -> RecordRepr<'a> {
     record
 }
 
-/// Committed bytes that are cut, padded or hold a hashed text where a
-/// plain record cannot: errors, never a panic or a misread.
+/// Committed bytes that are cut or padded, or a frame read as a plain
+/// record: errors, never a panic or a misread.
 #[test]
 fn damaged_committed_records_do_not_decode() {
     let e = event(r#"{"type":"user","text":"hello","meta":{"k":"v"}}"#);
@@ -263,7 +273,7 @@ fn damaged_committed_records_do_not_decode() {
     let mut longer = record.clone();
     longer.push(0);
     assert!(decode_record(&longer).is_err());
-    // The skeleton alone, read as a plain record.
-    let (skeleton, _) = split_committed(&record[1..]).unwrap();
-    assert!(decode_record(skeleton).is_err());
+    // The frame alone, read as a plain record.
+    let (frame, _) = split_committed(&record[1..]).unwrap();
+    assert!(decode_record(frame).is_err());
 }

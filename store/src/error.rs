@@ -201,6 +201,18 @@ pub enum StoreError {
         /// Its forks (and theirs), by name or id.
         forks: Vec<String>,
     },
+    /// Records a destination's older format cannot hold: those of format 7
+    /// (committed) copied into a database of an earlier format, whose
+    /// builds would misread them; the copy stores nothing.
+    #[error(
+        "the destination database is format {format}, which cannot hold the format-{needs} records copied; copy into a new database (it gets the current format)"
+    )]
+    OlderFormat {
+        /// The destination's format.
+        format: u32,
+        /// The format the records need.
+        needs: u32,
+    },
     /// A copy (backup, salvage) cannot be written where it was asked to go.
     #[error("cannot write to {}: {reason}", path.display())]
     Destination {
@@ -211,25 +223,33 @@ pub enum StoreError {
     },
 }
 
-/// A name as errors show it: at most 60 characters, control and
-/// invisible characters escaped (`\u{1}`), so that the message stays one
-/// readable line.
+/// A name as errors show it: at most 60 characters, escaped as
+/// [`one_line`] does.
 fn shorten(name: &str) -> String {
-    let visible = |c: char| {
+    if name.chars().count() <= 60 {
+        one_line(name)
+    } else {
+        let head: String = name.chars().take(57).collect();
+        format!("{}... ({} bytes)", one_line(&head), name.len())
+    }
+}
+
+/// `text` as one readable line: control and invisible characters (a
+/// newline, a zero-width space, a direction override) escaped as `\u{1}`,
+/// so that a name or a reason shown in a line of output cannot break it
+/// or pass for another line.
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
         if c.is_control()
             || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
         {
-            c.escape_unicode().to_string()
+            out.extend(c.escape_unicode());
         } else {
-            c.to_string()
+            out.push(c);
         }
-    };
-    if name.chars().count() <= 60 {
-        name.chars().map(visible).collect()
-    } else {
-        let head: String = name.chars().take(57).map(visible).collect();
-        format!("{head}... ({} bytes)", name.len())
     }
+    out
 }
 
 /// An I/O error that says where it happened (the message is the whole of

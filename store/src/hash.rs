@@ -30,6 +30,19 @@ impl Address {
         Address(*hasher.finalize().as_bytes())
     }
 
+    /// A hasher started with this address, for a child whose bytes come in
+    /// pieces; see [`Address::from_hasher`].
+    pub(crate) fn hasher(&self) -> blake3::Hasher {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.0);
+        hasher
+    }
+
+    /// The address a [`Address::hasher`] gives.
+    pub(crate) fn from_hasher(hasher: &blake3::Hasher) -> Address {
+        Address(*hasher.finalize().as_bytes())
+    }
+
     /// The raw bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0

@@ -72,7 +72,7 @@ pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget, MEMORY_COMPACTIONS as BULK_MEMORY_COMPACTIONS};
 pub use codec::{BlobRef, INLINE_MAX, REDACTED_JSON, REDACTED_TEXT};
 pub use delete::{Deleted, Deletion};
-pub use error::{StoreError, StoreResult};
+pub use error::{one_line, StoreError, StoreResult};
 pub use event::{Compaction, Event, EventKind, EventType, Json, Timestamp, TurnTracker, ViewEvent};
 pub use fork::ForkPoint;
 pub use hash::{Address, BlobHash};

@@ -455,10 +455,33 @@ fn other(space: Space) -> Space {
     }
 }
 
-/// Whether `record` is a redaction event (a config event whose delta is
-/// `{"redaction": ...}`).
+/// Whether `record` is a redaction event: a config event whose delta is
+/// exactly what [`Store::redact`] appends, `{"redaction": {"seq": N,
+/// "field": F, "reason": R}}` (a config event that only mentions a
+/// redaction is a text like any other, and can be redacted).
 fn is_redaction_event(record: &RecordRepr<'_>) -> bool {
-    matches!(record.body, BodyRepr::Config(TextRepr::Inline(delta)) if delta.starts_with(r#"{"redaction":"#))
+    let BodyRepr::Config(TextRepr::Inline(delta)) = record.body else {
+        return false;
+    };
+    if !delta.starts_with(r#"{"redaction":"#) {
+        return false;
+    }
+    let Ok(serde_json::Value::Object(outer)) = serde_json::from_str(delta) else {
+        return false;
+    };
+    let Some(serde_json::Value::Object(inner)) = outer.get("redaction") else {
+        return false;
+    };
+    outer.len() == 1
+        && inner.len() == 3
+        && inner.get("seq").is_some_and(serde_json::Value::is_u64)
+        && inner
+            .get("field")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|f| RedactField::ALL.iter().any(|k| k.as_str() == f))
+        && inner
+            .get("reason")
+            .is_some_and(serde_json::Value::is_string)
 }
 
 /// The field a redaction of `record` removes when none is named.
@@ -518,9 +541,7 @@ pub(crate) fn redact_field<'a>(
             false,
         ),
         TextRepr::Blob(blob) => (blob, true),
-        TextRepr::Redacted(_) | TextRepr::Hashed(_) => {
-            return Err("that field is already redacted")
-        }
+        TextRepr::Redacted(_) | TextRepr::Beside => return Err("that field is already redacted"),
     };
     *text = TextRepr::Redacted(blob);
     Ok((out, blob, was_blob))

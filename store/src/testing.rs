@@ -25,12 +25,23 @@ pub fn flip_record_byte(
     byte: usize,
     mask: u8,
 ) -> StoreResult<()> {
+    rewrite_record(store, id, seq, |record| record[byte] ^= mask)
+}
+
+/// Rewrites record `seq`'s stored bytes with `change`, bypassing every
+/// check (as a hand with write access to the files could).
+pub fn rewrite_record(
+    store: &Store,
+    id: &ConversationId,
+    seq: u64,
+    change: impl FnOnce(&mut Vec<u8>),
+) -> StoreResult<()> {
     let Held {
         key, chunk, index, ..
     } = chunk_of(store, id, seq)?;
     let chunk: ChunkRepr<'_> = decode(&chunk.bytes, "chunk")?;
     let mut record = chunk.entries[index].record.to_vec();
-    record[byte] ^= mask;
+    change(&mut record);
     let mut entries = chunk.entries.clone();
     entries[index].record = &record;
     let damaged = ChunkRepr {
@@ -44,6 +55,72 @@ pub fn flip_record_byte(
     store.commit(&[], writes)?;
     store.sync()?;
     Ok(())
+}
+
+/// A change to a record's bytes that keeps its address, as a hand with
+/// write access to the files could make it: what `verify` must find.
+#[derive(Debug, Clone, Copy)]
+pub enum Forgery {
+    /// A record's main text turned into its hash and length, without a
+    /// redaction's envelope.
+    HashOutsideRedaction,
+    /// A redacted record's meta removed too, under the same envelope.
+    SecondTextRedacted,
+    /// A redacted committed record rewritten as a plain one (whose
+    /// redaction proves only its address), its timestamp changed.
+    PassedOffAsPlain,
+    /// A redacted committed record's timestamp changed, kept committed.
+    TimestampChanged,
+}
+
+/// Applies `forgery` to record `seq` (see [`Forgery`]).
+pub fn forge(store: &Store, id: &ConversationId, seq: u64, forgery: Forgery) -> StoreResult<()> {
+    use crate::codec::{decode_record, encode_record, envelope, Envelope, Layout};
+    use crate::redact::{main_field, redact_field, RedactField};
+    let mut result = Ok(());
+    rewrite_record(store, id, seq, |bytes| {
+        let forged = (|| -> StoreResult<Vec<u8>> {
+            let mut record = decode_record(bytes)?;
+            let bad = |what: &str| StoreError::Corrupt {
+                what: format!("cannot forge: {what}"),
+            };
+            let Some(kept) = envelope(bytes)? else {
+                let field = main_field(&record).ok_or_else(|| bad("no text"))?;
+                let (redacted, _, _) = redact_field(&record, field).map_err(bad)?;
+                return Ok(encode_record(&redacted, Layout::of(bytes)));
+            };
+            let layout = match forgery {
+                Forgery::HashOutsideRedaction => return Err(bad("already redacted")),
+                Forgery::SecondTextRedacted => {
+                    record = redact_field(&record, RedactField::Meta).map_err(bad)?.0;
+                    Layout::Committed
+                }
+                Forgery::PassedOffAsPlain | Forgery::TimestampChanged => {
+                    record.timestamp =
+                        crate::event::Timestamp::from_micros(0).ok_or_else(|| bad("timestamp"))?;
+                    if matches!(forgery, Forgery::PassedOffAsPlain) {
+                        Layout::Plain
+                    } else {
+                        Layout::Committed
+                    }
+                }
+            };
+            let inner = encode_record(&record, layout);
+            Ok(Envelope {
+                address: kept.address,
+                time: kept.time,
+                by: kept.by,
+                reason: kept.reason,
+                record: &inner,
+            }
+            .stored())
+        })();
+        match forged {
+            Ok(forged) => *bytes = forged,
+            Err(e) => result = Err(e),
+        }
+    })?;
+    result
 }
 
 fn chunk_of(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<Held> {

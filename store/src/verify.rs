@@ -18,7 +18,7 @@ use std::sync::{Mutex, PoisonError};
 use rayon::prelude::*;
 
 use crate::backend::Bytes;
-use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, TextRepr};
+use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, Layout, TextRepr};
 use crate::codec::{OverlayDirectory, OverlayEntry, RangeGroup, TurnEntry};
 use crate::error::StoreResult;
 use crate::event::{EventType, TurnTracker};
@@ -238,8 +238,9 @@ struct ChunkCheck {
     parent: Address,
     /// The address of its last record that hashed right.
     last: Address,
-    /// Per record checked: its type, stored turn and size with its blobs.
-    records: Vec<(EventType, u64, u64)>,
+    /// Per record checked: its type, stored turn, size with its blobs and
+    /// whether it is committed.
+    records: Vec<(EventType, u64, u64, bool)>,
     calls: Calls,
     /// Its compactions as `(index in the chunk, record bytes)`.
     overlays: Vec<(usize, Vec<u8>)>,
@@ -282,6 +283,8 @@ struct Fold {
     directories: Vec<(u64, Calls)>,
     redacted: u64,
     redacted_proven: u64,
+    /// Whether a committed record was seen.
+    committed: bool,
 }
 
 impl Checker<'_> {
@@ -306,6 +309,7 @@ impl Checker<'_> {
             directories: Vec::new(),
             redacted: 0,
             redacted_proven: 0,
+            committed: false,
         };
         // The settled chunks, then the staged ones from where they start
         // (the staged chunks before it were settled, and are not read).
@@ -346,6 +350,7 @@ impl Checker<'_> {
             directories,
             redacted,
             redacted_proven,
+            committed: _,
         } = fold;
         if seq != meta.len {
             return Err(self.fail(
@@ -418,16 +423,12 @@ impl Checker<'_> {
                 }
             };
             let size = crate::codec::record_size(bytes, &record);
-            if matches!(
-                bytes.first(),
-                Some(&(crate::codec::REDACTED_MARK | crate::codec::COMMITTED_MARK))
-            ) {
+            if bytes.first() == Some(&crate::codec::REDACTED_MARK) {
                 match crate::codec::check_committed(&check.last, bytes) {
-                    Ok(proven) if bytes[0] == crate::codec::REDACTED_MARK => {
+                    Ok(proven) => {
                         check.redacted += 1;
                         check.redacted_proven += u64::from(proven);
                     }
-                    Ok(_) => {}
                     Err(problem) => {
                         check.failure = Some((Some(i), problem));
                         break;
@@ -443,9 +444,10 @@ impl Checker<'_> {
                     }
                 }
             }
+            let committed = Layout::of_stored(bytes) == Layout::Committed;
             check
                 .records
-                .push((record.body.event_type(), entry.turn, size));
+                .push((record.body.event_type(), entry.turn, size, committed));
             if let Some(problem) = bad_blob {
                 check.failure = Some((Some(i), problem));
                 break;
@@ -486,7 +488,21 @@ impl Checker<'_> {
                 "its chunk's parent address is not the previous record's address",
             ));
         }
-        for &(event_type, stored, size) in &check.records {
+        for &(event_type, stored, size, committed) in &check.records {
+            // A database writes plain records until it is format 7, then
+            // only committed ones (a copy or backup keeps older records
+            // first): a plain record after a committed one was rewritten,
+            // as a redacted committed record passed off as plain, whose
+            // redaction proves less, would be.
+            if committed {
+                fold.committed = true;
+            } else if fold.committed {
+                return Err(self.fail(
+                    Some(fold.seq),
+                    "a plain record after committed ones (since format 7 every record \
+                     appended is committed)",
+                ));
+            }
             let turn = fold.turns.next(event_type);
             if turn != stored {
                 return Err(self.fail(

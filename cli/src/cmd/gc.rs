@@ -88,7 +88,7 @@ pub(crate) fn print(value: &Value, json: bool) -> Result<()> {
                 .count() as u64,
             "conversation"
         ),
-        value["reason"].as_str().unwrap_or(""),
+        convstore_store::one_line(value["reason"].as_str().unwrap_or("")),
     );
     if count(value, "blobs_removed") > 0 {
         total.push_str("; removed ");

@@ -17,13 +17,13 @@ mod mcp;
 pub(crate) mod pin;
 mod project;
 pub(crate) mod recall;
-mod redact;
+pub(crate) mod redact;
 pub(crate) mod search;
 mod serve;
 
 pub(crate) use search::parse_since;
 pub(crate) mod stats;
-mod verify;
+pub(crate) mod verify;
 mod view;
 
 use std::path::Path;

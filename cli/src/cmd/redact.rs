@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use convstore_engine::store::RedactField;
 use convstore_engine::Engine;
-use serde_json::json;
+use serde_json::Value;
 
 use crate::args::RedactArgs;
 use crate::output::{self, Notes};
@@ -21,28 +21,24 @@ pub(crate) fn run(engine: &Engine, args: &RedactArgs, notes: &Notes) -> Result<E
              the next search catches it up, `convstore reindex` rebuilds it"
         ));
     }
+    print(&convstore_engine::redaction_json(&redaction), args.json)
+}
+
+/// Prints a redaction ([`convstore_engine::redaction_json`]'s value), as
+/// `redact` does locally and through a server.
+pub(crate) fn print(value: &Value, json: bool) -> Result<ExitCode> {
     let mut out = output::stdout();
-    if args.json {
-        let value = json!({
-            "conversation": redaction.owner.hex(),
-            "seq": redaction.seq,
-            "field": redaction.field.as_str(),
-            "len": redaction.len,
-            "hash": redaction.hash.hex(),
-            "blob_removed": redaction.blob_removed,
-            "view_blocks": redaction.view_blocks,
-            "event_seq": redaction.event.first_seq,
-            "head": redaction.event.head.hex(),
-        });
+    if json {
         writeln!(out, "{value}")?;
     } else {
+        let number = |k: &str| value[k].as_u64().unwrap_or(0);
         writeln!(
             out,
             "redacted record {} ({}, {}); redaction event at seq {}",
-            redaction.seq,
-            redaction.field.as_str(),
-            output::bytes(redaction.len),
-            redaction.event.first_seq
+            number("seq"),
+            value["field"].as_str().unwrap_or(""),
+            output::bytes(number("len")),
+            number("event_seq")
         )?;
     }
     out.flush()?;

@@ -4,7 +4,6 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
-use convstore_engine::store::ConversationId;
 use convstore_engine::Engine;
 use serde_json::{json, Value};
 
@@ -75,84 +74,14 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
     }
     match verified {
         Ok(report) => {
-            let redactions = if report.redacted > 0 {
-                redactions(engine, id.as_ref())?
-            } else {
-                Vec::new()
-            };
-            if args.json {
-                let value = json!({
-                    "ok": true,
-                    "conversations": report.conversations,
-                    "records": report.records,
-                    "blobs": report.blobs,
-                    "views": views,
-                    "redacted": report.redacted,
-                    "redacted_proven": report.redacted_proven,
-                    "redactions": redactions,
-                    "search_index": index.as_ref().map(|i| json!({
-                        "documents": i.documents,
-                        "behind": i.behind_records,
-                    })),
-                });
-                writeln!(out, "{value}")?;
-            } else if let Some(index) = &index {
-                writeln!(
-                    out,
-                    "ok: {}, {}, {}, {}, {} verified",
-                    output::plural(report.conversations, "conversation"),
-                    output::plural(report.records, "record"),
-                    output::plural(report.blobs, "blob"),
-                    output::plural(views, "view"),
-                    output::plural(index.documents, "search document")
-                )?;
-            } else {
-                writeln!(
-                    out,
-                    "ok: {}, {}, {}, {} verified",
-                    output::plural(report.conversations, "conversation"),
-                    output::plural(report.records, "record"),
-                    output::plural(report.blobs, "blob"),
-                    output::plural(views, "view")
-                )?;
-            }
-            if !args.json {
-                for r in &redactions {
-                    let label = r["name"].as_str().or(r["conversation"].as_str());
-                    let (first, last) = (r["first_seq"].as_u64(), r["last_seq"].as_u64());
-                    let seqs = if first == last {
-                        format!("record {}", first.unwrap_or(0))
-                    } else {
-                        format!(
-                            "{} (between seqs {} and {})",
-                            output::plural(r["records"].as_u64().unwrap_or(0), "record"),
-                            first.unwrap_or(0),
-                            last.unwrap_or(0)
-                        )
-                    };
-                    writeln!(
-                        out,
-                        "redacted in {}: {seqs} at {}: {}",
-                        label.unwrap_or(""),
-                        r["time"].as_str().unwrap_or(""),
-                        r["reason"].as_str().unwrap_or("")
-                    )?;
-                }
-                if report.redacted > 0 {
-                    let others = if report.redacted_proven < report.redacted {
-                        " (the others: only the address the chain was built on, \
-                         as they are older than format 7)"
-                    } else {
-                        ""
-                    };
-                    writeln!(
-                        out,
-                        "proven: every field but the removed text, for {} of {}{others}",
-                        report.redacted_proven,
-                        output::plural(report.redacted, "redacted record"),
-                    )?;
-                }
-            }
+            let mut value = convstore_engine::verified_json(engine, id.as_ref(), &report, views)?;
+            value["search_index"] = index.as_ref().map_or(Value::Null, |index| {
+                json!({
+                    "documents": index.documents,
+                    "behind": index.behind_records,
+                })
+            });
+            print_ok(&mut out, &value, args.json)?;
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
@@ -173,41 +102,59 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
     }
 }
 
-/// The redactions of `id`'s records (its own and its ancestors', which it
-/// shares; every conversation's own for `None`), grouped as they were
-/// made: one `redact`, or one retention pass.
-fn redactions(engine: &Engine, id: Option<&ConversationId>) -> Result<Vec<Value>> {
-    let store = engine.store();
-    let targets = match id {
-        Some(id) => {
-            let mut chain = vec![(*id, store.info(id)?.name)];
-            let mut at = *id;
-            while let Some(point) = store.fork_point(&at)? {
-                chain.push((point.parent, store.info(&point.parent)?.name));
-                at = point.parent;
-            }
-            chain
-        }
-        None => store
-            .conversations()?
-            .into_iter()
-            .map(|c| (c.id, c.name))
-            .collect(),
-    };
-    let mut out = Vec::new();
-    for (id, name) in targets {
-        for group in store.redaction_groups(&id)? {
-            out.push(json!({
-                "conversation": id.hex(),
-                "name": name,
-                "records": group.records,
-                "first_seq": group.first_seq,
-                "last_seq": group.last_seq,
-                "time": group.time.to_string(),
-                "reason": group.reason,
-                "by": group.by.hex(),
-            }));
-        }
+/// Prints a verification that passed, as `verify` does locally and
+/// through a server: `value` is [`convstore_engine::verified_json`]'s,
+/// with `search_index` where the index was checked.
+pub(crate) fn print_ok(out: &mut impl Write, value: &Value, json: bool) -> Result<()> {
+    if json {
+        writeln!(out, "{value}")?;
+        return Ok(());
     }
-    Ok(out)
+    let number = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let mut counts = vec![
+        output::plural(number(value, "conversations"), "conversation"),
+        output::plural(number(value, "records"), "record"),
+        output::plural(number(value, "blobs"), "blob"),
+        output::plural(number(value, "views"), "view"),
+    ];
+    if value["search_index"].is_object() {
+        counts.push(output::plural(
+            number(&value["search_index"], "documents"),
+            "search document",
+        ));
+    }
+    writeln!(out, "ok: {} verified", counts.join(", "))?;
+    for r in value["redactions"].as_array().into_iter().flatten() {
+        let label = r["name"].as_str().or(r["conversation"].as_str());
+        let (first, last) = (number(r, "first_seq"), number(r, "last_seq"));
+        let seqs = if first == last {
+            format!("record {first}")
+        } else {
+            format!(
+                "{} (between seqs {first} and {last})",
+                output::plural(number(r, "records"), "record"),
+            )
+        };
+        writeln!(
+            out,
+            "redacted in {}: {seqs} at {}: {}",
+            convstore_store::one_line(label.unwrap_or("")),
+            r["time"].as_str().unwrap_or(""),
+            convstore_store::one_line(r["reason"].as_str().unwrap_or(""))
+        )?;
+    }
+    let (redacted, proven) = (number(value, "redacted"), number(value, "redacted_proven"));
+    if redacted > 0 {
+        let others = if proven < redacted {
+            " (the others: only the address the chain was built on, as they are older than format 7)"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "proven: every field but the removed text, for {proven} of {}{others}",
+            output::plural(redacted, "redacted record"),
+        )?;
+    }
+    Ok(())
 }
