@@ -95,6 +95,22 @@ fn reads_as_its_build_did(format: u32) {
             .unwrap();
     assert_eq!(store.format_version(), format);
     drop(store);
+    // Records of a newer format are not copied into it: nothing written.
+    if format < convstore_store::FORMAT_VERSION {
+        let newer = env.path().join("newer");
+        let newer = newer.to_str().unwrap();
+        env.run(&["--db", newer, "append", "n", "--user", "x"]).ok();
+        let before = env.run(&["list", "--json"]).ok().stdout;
+        let run = env
+            .run(&["copy", newer, env.db().to_str().unwrap()])
+            .fails();
+        assert!(
+            run.stderr.contains("cannot hold the format-7 records"),
+            "{}",
+            run.stderr
+        );
+        assert_eq!(env.run(&["list", "--json"]).ok().stdout, before);
+    }
     // A backup is a copy in the current format, reading the same.
     let copy = env.path().join("copy");
     env.run(&["backup", copy.to_str().unwrap()]).ok();

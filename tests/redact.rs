@@ -256,3 +256,27 @@ fn forged_redactions_fail_verify() {
         }
     }
 }
+
+/// A fork's own records follow its shared ones: after a committed prefix,
+/// its first own record redacted and passed off as plain fails too.
+#[test]
+fn a_fork_s_first_own_record_passed_off_as_plain_fails_verify() {
+    use convstore_store::testing::{forge, Forgery};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    let (id, _) = store
+        .create_and_append(
+            Some("c"),
+            &[user("hello"), user("there")],
+            &AppendOptions::default(),
+        )
+        .unwrap();
+    let (fork, _) = store
+        .fork(&id, 2, Some("f"), &[user("fork's secret")])
+        .unwrap();
+    store.redact(&fork, 2, None, "a key").unwrap();
+    assert!(store.verify(&fork).unwrap().is_ok());
+    forge(&store, &fork, 2, Forgery::PassedOffAsPlain).unwrap();
+    let failure = store.verify(&fork).unwrap().unwrap_err();
+    assert_eq!(failure.seq, Some(2), "{failure}");
+}

@@ -1128,7 +1128,7 @@ fn redact_over_http_and_through_the_cli() {
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = cli(
         &db,
-        &["redact", "chat", "0", "--reason", "a key\npasted"],
+        &["redact", "chat", "0", "--reason", "a key pasted"],
         None,
     );
     assert_eq!(code, 0, "{err}");
@@ -1147,6 +1147,19 @@ fn redact_over_http_and_through_the_cli() {
         (422, Some("not_redactable")),
         "{body}"
     );
+    // A reason is one line of text, at most 400 bytes.
+    for reason in [r"two\nlines".to_owned(), "x".repeat(401)] {
+        let (status, body) = answer(
+            agent()
+                .post(&url)
+                .send_string(&format!(r#"{{"seq":1,"reason":"{reason}"}}"#)),
+        );
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (422, Some("not_redactable")),
+            "{body}"
+        );
+    }
     let (status, body) = answer(
         agent()
             .post(&url)
@@ -1169,7 +1182,7 @@ fn redact_over_http_and_through_the_cli() {
     let rest = |text: &str| text.lines().skip(1).collect::<Vec<_>>().join("\n");
     assert_eq!(rest(&through), rest(&local));
     assert!(
-        local.contains("a key\\u{a}pasted") && local.contains("for 2 of 2 redacted records"),
+        local.contains("a key pasted") && local.contains("for 2 of 2 redacted records"),
         "{local}"
     );
     let value: Value = serde_json::from_str(&through_json).expect("json");

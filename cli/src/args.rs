@@ -940,7 +940,8 @@ pub struct RedactArgs {
     /// The text to remove (default: the record's main text).
     #[arg(long, value_parser = ["text", "content", "arguments", "payload", "delta", "meta"])]
     pub field: Option<String>,
-    /// Why: kept with the record and in the redaction event.
+    /// Why: kept with the record and in the redaction event (one line, at
+    /// most 400 bytes).
     #[arg(long)]
     pub reason: String,
     /// Machine-readable output.

@@ -679,10 +679,16 @@ impl Engine {
     }
 }
 
-/// A redaction as `redact --json` prints it and the server answers it.
-pub fn redaction_json(redaction: &convstore_store::Redaction) -> serde_json::Value {
+/// A redaction as `redact --json` prints it and the server answers it:
+/// `conversation` holds the record (a fork's parent, for a record the fork
+/// shares), `by` asked and holds the redaction event.
+pub fn redaction_json(
+    redaction: &convstore_store::Redaction,
+    by: &ConversationId,
+) -> serde_json::Value {
     serde_json::json!({
         "conversation": redaction.owner.hex(),
+        "by": by.hex(),
         "seq": redaction.seq,
         "field": redaction.field.as_str(),
         "len": redaction.len,

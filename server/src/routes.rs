@@ -1623,7 +1623,7 @@ pub(crate) async fn redact(
         .await?;
     state.committer.durable().await?;
     state.notify(&id, redaction.event.first_seq + redaction.event.count);
-    Ok(Json(convstore_engine::redaction_json(&redaction)))
+    Ok(Json(convstore_engine::redaction_json(&redaction, &id)))
 }
 
 #[derive(Deserialize)]

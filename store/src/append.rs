@@ -632,6 +632,14 @@ impl Writes {
             || (!self.to_segments && (bytes as u64) < store.segment_min_bytes())
     }
 
+    /// Keeps these writes' chunks in the segment files whatever their
+    /// size: for a chunk rewritten from there (a redaction, a retention
+    /// pass), which in sled would copy its other texts into sled's own
+    /// files, where they would outlive a later redaction.
+    pub(crate) fn keep_in_segments(&mut self) {
+        self.to_segments = true;
+    }
+
     /// Adds a chunk of `records` records to store under `key`.
     pub(crate) fn push_chunk(&mut self, key: Vec<u8>, body: Vec<u8>, records: u64) {
         self.chunks.push(PendingChunk { key, body, records });

@@ -241,9 +241,7 @@ fn shorten(name: &str) -> String {
 pub fn one_line(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
-        {
+        if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || crate::store::invisible(c) {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);

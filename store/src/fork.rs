@@ -113,6 +113,22 @@ impl Store {
         }
     }
 
+    /// Whether record `at - 1` of `parent`, the last a fork at `at`
+    /// shares, is committed (`codec::Layout`): then so must every record
+    /// of the fork be.
+    pub(crate) fn base_committed(&self, parent: &ConversationId, at: u64) -> StoreResult<bool> {
+        let Some(last) = at.checked_sub(1) else {
+            return Ok(false);
+        };
+        let owner = self.owner_of(parent, last)?;
+        let space = Store::space_of(last, self.settled(&owner)?);
+        let held = self
+            .chunk_holding(space, &owner, last)?
+            .ok_or(StoreError::NoSuchRecord { seq: last, len: at })?;
+        let bytes = held.chunk.record_bytes(held.index);
+        Ok(crate::codec::Layout::of_stored(bytes) == crate::codec::Layout::Committed)
+    }
+
     /// Counts per event type of the whole log of `id`. For a conversation
     /// that is not a fork this is [`ConversationInfo::kinds`], kept with it;
     /// a fork adds its shared records', counted by reading them.

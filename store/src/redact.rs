@@ -153,6 +153,24 @@ impl Store {
         if reason.trim().is_empty() {
             return Err(refuse("a reason is required".to_owned()));
         }
+        // The redaction event holds the reason: kept short and plain, the
+        // event stays one inline text, which is how `redact` knows it
+        // (and refuses to redact the audit trail).
+        if reason.len() > REASON_MAX {
+            return Err(refuse(format!(
+                "the reason is {} bytes, more than {REASON_MAX}",
+                reason.len()
+            )));
+        }
+        if reason
+            .chars()
+            .any(|c| c.is_control() || crate::store::invisible(c))
+        {
+            return Err(refuse(
+                "the reason holds a control or invisible character: give it as one line of text"
+                    .to_owned(),
+            ));
+        }
         let _turn = self.lock_conversation(id);
         let guard = self.lock_writes();
         let len = self.meta(id)?.len;
@@ -218,6 +236,9 @@ impl Store {
                 entries,
             };
             writes.push_chunk(held.key, encode(&rewritten), rewritten.entries.len() as u64);
+            if held.at.is_some() {
+                writes.keep_in_segments();
+            }
             scrub.extend(held.at);
         }
         let mut view_blocks = 0;
@@ -454,6 +475,11 @@ fn other(space: Space) -> Space {
         Space::Staged => Space::Settled,
     }
 }
+
+/// The longest reason a redaction takes, in bytes: its event's delta,
+/// JSON-escaped (a quote or backslash doubles), stays under
+/// [`crate::INLINE_MAX`].
+pub const REASON_MAX: usize = 400;
 
 /// Whether `record` is a redaction event: a config event whose delta is
 /// exactly what [`Store::redact`] appends, `{"redaction": {"seq": N,

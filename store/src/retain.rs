@@ -198,6 +198,9 @@ impl Store {
                 batch
                     .writes
                     .push_chunk(key.to_vec(), body, rewritten.entries.len() as u64);
+                if at.is_some() {
+                    batch.writes.keep_in_segments();
+                }
                 batch.pending.scrub.extend(at);
                 batch.first.get_or_insert(chunk.first_seq);
                 if batch.bytes >= BATCH_BYTES {

@@ -985,7 +985,7 @@ fn printable(name: &str) -> Result<(), &'static str> {
 /// Characters that print as nothing: soft hyphen, zero-width spaces and
 /// joiners, direction marks and overrides, word joiners, the byte order
 /// mark, interlinear annotation marks and tags.
-fn invisible(c: char) -> bool {
+pub(crate) fn invisible(c: char) -> bool {
     matches!(
         c,
         '\u{00AD}'

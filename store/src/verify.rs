@@ -178,6 +178,9 @@ impl Store {
                     seq: point.at,
                     address: point.base,
                     turns: point.turns,
+                    committed: self
+                        .base_committed(&point.parent, point.at)
+                        .map_err(|e| fail(e.to_string()))?,
                 }
             }
         };
@@ -204,6 +207,8 @@ struct Start {
     seq: u64,
     address: Address,
     turns: TurnTracker,
+    /// Whether a record before it is committed (a fork's shared prefix).
+    committed: bool,
 }
 
 impl Default for Start {
@@ -212,6 +217,7 @@ impl Default for Start {
             seq: 0,
             address: Address::ROOT,
             turns: TurnTracker::new(),
+            committed: false,
         }
     }
 }
@@ -309,7 +315,7 @@ impl Checker<'_> {
             directories: Vec::new(),
             redacted: 0,
             redacted_proven: 0,
-            committed: false,
+            committed: start.committed,
         };
         // The settled chunks, then the staged ones from where they start
         // (the staged chunks before it were settled, and are not read).

@@ -47,3 +47,51 @@ fn a_killed_redact_leaves_the_record_whole_or_redacted() {
     }
     eprintln!("whole, redacted: {outcomes:?}");
 }
+
+/// Whether any file under `dir` holds `needle`.
+fn files_hold(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a directory") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            found.extend(files_hold(&path, needle));
+        } else if std::fs::read(&path)
+            .expect("its bytes")
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// A record redacted in a chunk of the segment files: the chunk, rewritten,
+/// goes back to the segment files, so the other texts it holds are not
+/// copied into sled's files (where they would outlive their own
+/// redaction); redacted in turn, they are nowhere in the directory.
+#[test]
+fn redacting_beside_other_texts_in_the_segment_files_copies_none_into_sled() {
+    let env = TestEnv::new();
+    let neighbour = "NEIGHBOUR-7c1e";
+    let long = "LONG-9d2b ".repeat(300);
+    let input = format!(
+        "{}{{\"type\":\"user\",\"text\":\"{neighbour}\"}}\n{{\"type\":\"user\",\"text\":\"{long}\"}}\n",
+        user_lines("filler", 60)
+    );
+    env.run_with_stdin(&["append", "c"], &input).ok();
+    assert!(env.segments_hold(neighbour));
+    env.run(&["redact", "c", "61", "--reason", "long"]).ok();
+    let outside: Vec<_> = files_hold(&env.db(), neighbour)
+        .into_iter()
+        .filter(|p| !p.starts_with(env.db().join("segments")))
+        .collect();
+    assert!(outside.is_empty(), "{outside:?}");
+    env.run(&["redact", "c", "60", "--reason", "neighbour"])
+        .ok();
+    for secret in [neighbour, "LONG-9d2b"] {
+        let found = files_hold(&env.db(), secret);
+        assert!(found.is_empty(), "{secret}: {found:?}");
+    }
+    env.run(&["verify"]).ok();
+}

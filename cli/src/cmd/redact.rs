@@ -21,7 +21,10 @@ pub(crate) fn run(engine: &Engine, args: &RedactArgs, notes: &Notes) -> Result<E
              the next search catches it up, `convstore reindex` rebuilds it"
         ));
     }
-    print(&convstore_engine::redaction_json(&redaction), args.json)
+    print(
+        &convstore_engine::redaction_json(&redaction, &id),
+        args.json,
+    )
 }
 
 /// Prints a redaction ([`convstore_engine::redaction_json`]'s value), as
@@ -32,7 +35,7 @@ pub(crate) fn print(value: &Value, json: bool) -> Result<ExitCode> {
         writeln!(out, "{value}")?;
     } else {
         let number = |k: &str| value[k].as_u64().unwrap_or(0);
-        writeln!(
+        write!(
             out,
             "redacted record {} ({}, {}); redaction event at seq {}",
             number("seq"),
@@ -40,6 +43,22 @@ pub(crate) fn print(value: &Value, json: bool) -> Result<ExitCode> {
             output::bytes(number("len")),
             number("event_seq")
         )?;
+        if value["conversation"] != value["by"] {
+            write!(
+                out,
+                "; the record is shared with the parent conversation {}, redacted there too",
+                value["conversation"].as_str().unwrap_or("")
+            )?;
+        }
+        if number("len") > convstore_engine::store::INLINE_MAX as u64
+            && value["blob_removed"] == false
+        {
+            write!(
+                out,
+                "; the text itself stays stored: another record still holds it"
+            )?;
+        }
+        writeln!(out)?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -563,6 +563,7 @@ impl Sources {
             return assembly;
         };
         let mut seq = start;
+        let mut committed = false;
         loop {
             let mut problems = Vec::new();
             let mut next = self.keyed(&k.id, seq, address, &mut problems);
@@ -601,6 +602,17 @@ impl Sources {
                 break;
             }
             for bytes in next {
+                // As `verify` requires: no plain record after a committed
+                // one (a redacted record rewritten to prove less).
+                if crate::codec::Layout::of_stored(&bytes) == crate::codec::Layout::Committed {
+                    committed = true;
+                } else if committed {
+                    assembly.stop = Some((
+                        seq,
+                        "a plain record after committed ones, which no convstore writes".to_owned(),
+                    ));
+                    return assembly;
+                }
                 address = crate::codec::link(&address, &bytes);
                 assembly.addresses.push(address);
                 if let Ok(record) = decode_record(&bytes) {
