@@ -280,3 +280,33 @@ fn a_fork_s_first_own_record_passed_off_as_plain_fails_verify() {
     let failure = store.verify(&fork).unwrap().unwrap_err();
     assert_eq!(failure.seq, Some(2), "{failure}");
 }
+
+/// `verify` of a fork counts the redactions of the records it holds: its
+/// own and those it shares, not its parent's after the fork point.
+#[test]
+fn a_fork_s_verify_counts_the_redactions_it_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    let (id, _) = store
+        .create_and_append(
+            Some("c"),
+            &[user("a"), user("b"), user("c"), user("d")],
+            &AppendOptions::default(),
+        )
+        .unwrap();
+    let (fork, _) = store.fork(&id, 2, Some("f"), &[user("e")]).unwrap();
+    store.redact(&id, 0, None, "shared").unwrap();
+    store.redact(&id, 3, None, "the parent's own").unwrap();
+    store.redact(&fork, 2, None, "the fork's own").unwrap();
+    let counts = |id| {
+        let report = store.verify(id).unwrap().unwrap();
+        (report.redacted, report.redacted_proven)
+    };
+    assert_eq!(counts(&fork), (2, 2));
+    assert_eq!(counts(&id), (2, 2));
+    let all = store.verify_all().unwrap().unwrap();
+    assert_eq!((all.redacted, all.redacted_proven), (3, 3));
+    let shared = store.redaction_groups_before(&id, 2).unwrap();
+    assert_eq!(shared.len(), 1);
+    assert_eq!(shared[0].reason, "shared");
+}

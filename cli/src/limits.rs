@@ -7,13 +7,15 @@
 //! limits between 200 and 600 MiB while needing 10 MiB. Under a limit,
 //! convstore runs itself again with `MALLOC_ARENA_MAX=1` (read by glibc at
 //! startup; one arena, shared). And sled allocates its page table at open
-//! without checking the allocation (a crash under a limit too low for it):
-//! below [`FLOOR`] convstore refuses to run, with an error line.
+//! without checking the allocation (a crash under a limit too low for it),
+//! and when its I/O thread cannot be started (no address space for its
+//! stack) its open waits for it for ever: below [`FLOOR`] convstore
+//! refuses to run, with an error line.
 
 use std::process::ExitCode;
 
 /// The least address space convstore runs in.
-pub(crate) const FLOOR: u64 = 96 << 20;
+pub(crate) const FLOOR: u64 = 128 << 20;
 
 /// What to do before anything else, under an address space limit: run
 /// again with one malloc arena (returns only if that fails), or refuse a

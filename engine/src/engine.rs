@@ -714,12 +714,15 @@ pub fn verified_json(
     let mut redactions = Vec::new();
     if report.redacted > 0 {
         let store = engine.store();
+        // Each conversation's own records, an ancestor's only before the
+        // point where the line of ancestry leaves it.
         let targets = match id {
             Some(id) => {
-                let mut chain = vec![(*id, store.info(id)?.name)];
-                let mut at = *id;
+                let mut chain = vec![(*id, store.info(id)?.name, u64::MAX)];
+                let (mut at, mut end) = (*id, u64::MAX);
                 while let Some(point) = store.fork_point(&at)? {
-                    chain.push((point.parent, store.info(&point.parent)?.name));
+                    end = end.min(point.at);
+                    chain.push((point.parent, store.info(&point.parent)?.name, end));
                     at = point.parent;
                 }
                 chain
@@ -727,11 +730,11 @@ pub fn verified_json(
             None => store
                 .conversations()?
                 .into_iter()
-                .map(|c| (c.id, c.name))
+                .map(|c| (c.id, c.name, u64::MAX))
                 .collect(),
         };
-        for (id, name) in targets {
-            for group in store.redaction_groups(&id)? {
+        for (id, name, end) in targets {
+            for group in store.redaction_groups_before(&id, end)? {
                 redactions.push(serde_json::json!({
                     "conversation": id.hex(),
                     "name": name,

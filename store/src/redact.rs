@@ -671,9 +671,22 @@ impl Store {
     /// its parent), grouped as they were made, oldest first. Memory grows
     /// with the groups, not the records.
     pub fn redaction_groups(&self, id: &ConversationId) -> StoreResult<Vec<RedactionGroup>> {
+        self.redaction_groups_before(id, u64::MAX)
+    }
+
+    /// [`Store::redaction_groups`] of `id`'s own records before `end`:
+    /// those a fork at `end` shares.
+    pub fn redaction_groups_before(
+        &self,
+        id: &ConversationId,
+        end: u64,
+    ) -> StoreResult<Vec<RedactionGroup>> {
         let mut groups: Vec<RedactionGroup> = Vec::new();
         let mut index = std::collections::HashMap::new();
         self.each_redacted(id, true, |seq, _, envelope| {
+            if seq >= end {
+                return Ok(());
+            }
             let key = (envelope.time, envelope.reason.to_owned(), envelope.by);
             if let Some(&i) = index.get(&key) {
                 let group: &mut RedactionGroup = &mut groups[i];

@@ -106,8 +106,10 @@ impl Store {
             total.conversations += 1;
         }
         total.blobs = lock(&blobs).len() as u64;
-        total.redacted = done.values().map(|d| d.1).sum();
-        total.redacted_proven = done.values().map(|d| d.2).sum();
+        for d in done.values() {
+            total.redacted += d.redacted.len() as u64;
+            total.redacted_proven += d.proven(u64::MAX);
+        }
         Ok(Ok(total))
     }
 
@@ -121,26 +123,40 @@ impl Store {
         if let Ok(report) = &mut report {
             report.conversations = 1;
             report.blobs = lock(&blobs).len() as u64;
-            // A fork's records redacted in its ancestors' logs too.
-            report.redacted = done.values().map(|d| d.1).sum();
-            report.redacted_proven = done.values().map(|d| d.2).sum();
+            // A fork's records redacted in its ancestors' logs too: those
+            // before the point where its line of ancestry leaves each.
+            let (mut at, mut end) = (*id, u64::MAX);
+            report.redacted = 0;
+            report.redacted_proven = 0;
+            loop {
+                if let Some(d) = done.get(&at) {
+                    report.redacted += d.redacted.iter().filter(|r| r.0 < end).count() as u64;
+                    report.redacted_proven += d.proven(end);
+                }
+                match self.fork_point(&at)? {
+                    Some(point) => {
+                        end = end.min(point.at);
+                        at = point.parent;
+                    }
+                    None => break,
+                }
+            }
         }
         Ok(report)
     }
 
     /// Verifies `id` (through its ancestors, if it is a fork); `done`
-    /// holds the conversations verified already, their record counts and
-    /// how many of their own records are redacted.
+    /// holds the conversations verified already (see [`Done`]).
     fn verify_one(
         &self,
         id: &ConversationId,
         blobs: &Mutex<HashSet<BlobHash>>,
-        done: &mut HashMap<ConversationId, (u64, u64, u64)>,
+        done: &mut HashMap<ConversationId, Done>,
     ) -> Verified {
-        if let Some(&(records, _, _)) = done.get(id) {
+        if let Some(Done { records, .. }) = done.get(id) {
             return Ok(VerifyReport {
                 conversations: 1,
-                records,
+                records: *records,
                 ..VerifyReport::default()
             });
         }
@@ -190,13 +206,30 @@ impl Store {
             name: meta.name.clone(),
             blobs,
         };
-        let mut report = check.run(&meta, start)?;
+        let (mut report, redacted) = check.run(&meta, start)?;
         report.records += shared;
         done.insert(
             *id,
-            (report.records, report.redacted, report.redacted_proven),
+            Done {
+                records: report.records,
+                redacted,
+            },
         );
         Ok(report)
+    }
+}
+
+/// A conversation verified: its record count and, of its own records,
+/// the redacted ones (seq, and whether the fields they keep are proven).
+struct Done {
+    records: u64,
+    redacted: Vec<(u64, bool)>,
+}
+
+impl Done {
+    /// How many of its redacted records before `end` are proven.
+    fn proven(&self, end: u64) -> u64 {
+        self.redacted.iter().filter(|r| r.0 < end && r.1).count() as u64
     }
 }
 
@@ -250,10 +283,9 @@ struct ChunkCheck {
     calls: Calls,
     /// Its compactions as `(index in the chunk, record bytes)`.
     overlays: Vec<(usize, Vec<u8>)>,
-    /// How many of its records are redacted, and of those how many have
-    /// their remaining fields proven.
-    redacted: u64,
-    redacted_proven: u64,
+    /// Its redacted records: index, and whether their remaining fields
+    /// are proven.
+    redacted: Vec<(usize, bool)>,
     /// The first failure: the chunk did not read (no index), or its record
     /// at this index is bad (the index of `records`' end when the record
     /// did not hash or decode, of its last entry when a blob is bad).
@@ -269,8 +301,7 @@ impl ChunkCheck {
             records: Vec::new(),
             calls: Vec::new(),
             overlays: Vec::new(),
-            redacted: 0,
-            redacted_proven: 0,
+            redacted: Vec::new(),
             failure: Some((None, problem)),
         }
     }
@@ -287,8 +318,8 @@ struct Fold {
     index: Vec<(u64, u64, u64, u64)>,
     overlays: Vec<(u64, u64, u64, Vec<u8>)>,
     directories: Vec<(u64, Calls)>,
-    redacted: u64,
-    redacted_proven: u64,
+    /// Its redacted records: seq, and whether proven.
+    redacted: Vec<(u64, bool)>,
     /// Whether a committed record was seen.
     committed: bool,
 }
@@ -303,7 +334,13 @@ impl Checker<'_> {
         }
     }
 
-    fn run(&self, meta: &ConversationMeta, start: Start) -> Verified {
+    /// Checks the conversation's own records: its report, and its redacted
+    /// records (seq, proven).
+    fn run(
+        &self,
+        meta: &ConversationMeta,
+        start: Start,
+    ) -> Result<(VerifyReport, Vec<(u64, bool)>), VerifyFailure> {
         let first = start.seq;
         let mut fold = Fold {
             seq: start.seq,
@@ -313,8 +350,7 @@ impl Checker<'_> {
             index: Vec::new(),
             overlays: Vec::new(),
             directories: Vec::new(),
-            redacted: 0,
-            redacted_proven: 0,
+            redacted: Vec::new(),
             committed: start.committed,
         };
         // The settled chunks, then the staged ones from where they start
@@ -355,7 +391,6 @@ impl Checker<'_> {
             overlays,
             directories,
             redacted,
-            redacted_proven,
             committed: _,
         } = fold;
         if seq != meta.len {
@@ -385,13 +420,14 @@ impl Checker<'_> {
         self.check_turn_index(&index, settled)?;
         self.check_overlays(&overlays, settled, meta.len)?;
         self.check_call_directories(&directories, settled)?;
-        Ok(VerifyReport {
+        let report = VerifyReport {
             conversations: 1,
             records: seq - first,
             blobs: 0,
-            redacted,
-            redacted_proven,
-        })
+            redacted: redacted.len() as u64,
+            redacted_proven: redacted.iter().filter(|r| r.1).count() as u64,
+        };
+        Ok((report, redacted))
     }
 
     /// Checks what one chunk can show on its own; see [`ChunkCheck`].
@@ -409,8 +445,7 @@ impl Checker<'_> {
             records: Vec::with_capacity(entries.len()),
             calls: Vec::new(),
             overlays: Vec::new(),
-            redacted: 0,
-            redacted_proven: 0,
+            redacted: Vec::new(),
             failure: None,
         };
         for (i, entry) in entries.iter().enumerate() {
@@ -431,10 +466,7 @@ impl Checker<'_> {
             let size = crate::codec::record_size(bytes, &record);
             if bytes.first() == Some(&crate::codec::REDACTED_MARK) {
                 match crate::codec::check_committed(&check.last, bytes) {
-                    Ok(proven) => {
-                        check.redacted += 1;
-                        check.redacted_proven += u64::from(proven);
-                    }
+                    Ok(proven) => check.redacted.push((i, proven)),
                     Err(problem) => {
                         check.failure = Some((Some(i), problem));
                         break;
@@ -525,8 +557,12 @@ impl Checker<'_> {
             return Err(self.fail(Some(check.first_seq + i as u64), problem));
         }
         fold.address = check.last;
-        fold.redacted += check.redacted;
-        fold.redacted_proven += check.redacted_proven;
+        fold.redacted.extend(
+            check
+                .redacted
+                .iter()
+                .map(|&(i, proven)| (check.first_seq + i as u64, proven)),
+        );
         for (i, record) in check.overlays {
             let seq = check.first_seq + i as u64;
             let turn = check.records[i].1;
