@@ -368,3 +368,85 @@ fn a_corrupted_database_file_is_an_error_not_a_panic() {
     // Some damage is found: the test does exercise the error path.
     assert!(refused > 0);
 }
+
+#[test]
+fn an_unfinished_snapshot_left_by_a_crash_is_moved_away() {
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "x"]).ok();
+    // What a kill while sled writes a snapshot leaves: sled would take it
+    // for its latest snapshot and refuse to open.
+    let torn = env.db().join("snap.FFFFFFFFFFFFFFFF.generating");
+    std::fs::write(&torn, b"torn").unwrap();
+    let run = env.run(&["log", "c"]).ok();
+    assert!(
+        run.stderr.contains("unfinished sled snapshot"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stdout.lines().count(), 1);
+    assert!(!torn.exists());
+    let moved: Vec<_> = std::fs::read_dir(env.db().join("discarded"))
+        .unwrap()
+        .collect();
+    assert_eq!(moved.len(), 1);
+    env.run(&["verify"]).ok();
+    let run = env.run(&["log", "c"]).ok();
+    assert!(run.stderr.is_empty(), "{}", run.stderr);
+}
+
+/// An error whose message already names its cause says it once.
+#[test]
+fn each_cause_is_said_once() {
+    let env = TestEnv::new();
+    let missing = env.run(&["--config", "nosuch.toml", "list"]).fails();
+    assert_eq!(
+        missing.stderr.matches("No such file or directory").count(),
+        1,
+        "{}",
+        missing.stderr
+    );
+    let directory = env.run(&["--config", "/tmp", "list"]).fails();
+    assert_eq!(
+        directory.stderr.matches("Is a directory").count(),
+        1,
+        "{}",
+        directory.stderr
+    );
+    std::fs::write(env.path().join("bad.toml"), "[compaction.auto\n").unwrap();
+    let bad = env.path().join("bad.toml");
+    let toml = env
+        .run(&[
+            "--config",
+            bad.to_str().unwrap(),
+            "append",
+            "c",
+            "--auto",
+            "--user",
+            "x",
+        ])
+        .fails();
+    assert_eq!(
+        toml.stderr.matches("TOML parse error").count(),
+        1,
+        "{}",
+        toml.stderr
+    );
+    assert_eq!(toml.stderr.lines().count(), 1);
+}
+
+/// Only the commands that use the configuration read `convstore.toml`:
+/// a plain fork does not, a compacting one does.
+#[test]
+fn a_plain_fork_does_not_read_the_configuration() {
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "hello"]).ok();
+    std::fs::write(env.path().join("convstore.toml"), "[compaction\n").unwrap();
+    env.run(&["fork", "c", "--name", "plain"]).ok();
+    env.run(&["fork", "c", "--name", "compacted", "--compact"])
+        .fails();
+    assert!(env
+        .run(&["log", "compacted"])
+        .fails()
+        .stderr
+        .contains("no conversation"));
+}
