@@ -289,40 +289,78 @@ pub(crate) fn link(parent: &Address, bytes: &[u8]) -> Address {
 /// the entries do not parse.
 fn committed_address(parent: &Address, rest: &[u8]) -> Option<Address> {
     let (frame, mut entries) = split_committed(rest)?;
-    let mut hasher = parent.hasher();
-    hasher.update(&[COMMITTED_MARK]);
-    hasher.update(frame);
-    while let Some((&tag, rest)) = entries.split_first() {
-        entries = rest;
-        match tag {
-            SHORT_PRESENT => {
-                let (len, n) = varint(entries)?;
-                let end = n.checked_add(usize::try_from(len).ok()?)?;
-                let text = entries.get(n..end)?;
-                entries = &entries[end..];
+    let mut hasher = frame_hasher(parent, frame);
+    while !entries.is_empty() {
+        match next_entry(&mut entries)? {
+            Entry::Short(text) => {
                 hasher.update(BlobHash::of(text).as_bytes());
-                hasher.update(&len.to_le_bytes());
+                hasher.update(&(text.len() as u64).to_le_bytes());
             }
-            SHORT_REDACTED => {
-                let hash = entries.get(..32)?;
-                let (len, n) = varint(&entries[32..])?;
-                entries = &entries[32 + n..];
-                hasher.update(hash);
-                hasher.update(&len.to_le_bytes());
+            Entry::ShortRedacted(blob) => {
+                hasher.update(blob.hash.as_bytes());
+                hasher.update(&blob.len.to_le_bytes());
             }
-            BLOB_PRESENT | BLOB_REDACTED => {}
-            _ => return None,
+            Entry::Blob | Entry::BlobRedacted => {}
         }
     }
     Some(Address::from_hasher(&hasher))
 }
 
+/// A hasher of a committed record's address after `parent`, given the
+/// mark and `frame`: the texts' digests follow ([`committed_address`]).
+fn frame_hasher(parent: &Address, frame: &[u8]) -> blake3::Hasher {
+    let mut hasher = parent.hasher();
+    hasher.update(&[COMMITTED_MARK]);
+    hasher.update(frame);
+    hasher
+}
+
+/// An entry after a committed record's frame (see [`Layout::Committed`]).
+enum Entry<'b> {
+    /// A short text's bytes.
+    Short(&'b [u8]),
+    /// A short text redacted: its hash and length.
+    ShortRedacted(BlobRef),
+    /// A long text, referred to by the frame.
+    Blob,
+    /// A long text redacted.
+    BlobRedacted,
+}
+
+/// The entry at the start of `entries`, which moves past it; `None` if it
+/// is cut short or of no known kind. The one parser of entries, for the
+/// address and the decoding alike.
+fn next_entry<'b>(entries: &mut &'b [u8]) -> Option<Entry<'b>> {
+    let (&tag, rest) = entries.split_first()?;
+    let (entry, rest) = match tag {
+        SHORT_PRESENT => {
+            let (len, n) = varint(rest)?;
+            let end = n.checked_add(usize::try_from(len).ok()?)?;
+            (Entry::Short(rest.get(n..end)?), rest.get(end..)?)
+        }
+        SHORT_REDACTED => {
+            let hash: [u8; 32] = rest.get(..32)?.try_into().ok()?;
+            let (len, n) = varint(&rest[32..])?;
+            let blob = BlobRef {
+                hash: BlobHash::from_bytes(hash),
+                len,
+            };
+            (Entry::ShortRedacted(blob), rest.get(32 + n..)?)
+        }
+        BLOB_PRESENT => (Entry::Blob, rest),
+        BLOB_REDACTED => (Entry::BlobRedacted, rest),
+        _ => return None,
+    };
+    *entries = rest;
+    Some(entry)
+}
+
 /// [`link`] for a reader that takes bytes on trust only if they check
 /// (salvage): `None` for a redacted record whose envelope does not hash to
-/// the address it keeps (see [`check_committed`]), where [`link`] would
+/// the address it keeps (see [`redaction_proven`]), where [`link`] would
 /// give that address all the same.
 pub(crate) fn link_checked(parent: &Address, bytes: &[u8]) -> Option<Address> {
-    let checked = bytes.first() != Some(&REDACTED_MARK) || check_committed(parent, bytes).is_ok();
+    let checked = bytes.first() != Some(&REDACTED_MARK) || redaction_proven(parent, bytes).is_ok();
     checked.then(|| link(parent, bytes))
 }
 
@@ -527,11 +565,8 @@ fn encode_committed(record: &RecordRepr<'_>, mut digests: Option<&mut Vec<u8>>) 
 }
 
 /// Decodes a committed record (`rest`: its bytes after
-/// [`COMMITTED_MARK`]): the frame, its short texts put back inline. Only a
-/// record in a redaction's envelope (`enveloped`) may hold redacted texts,
-/// exactly one: elsewhere a text's entry turned into its hash would keep
-/// the address and remove the text unseen.
-fn decode_committed(rest: &[u8], enveloped: bool) -> StoreResult<RecordRepr<'_>> {
+/// [`COMMITTED_MARK`]): the frame, its short texts put back inline.
+fn decode_committed(rest: &[u8]) -> StoreResult<RecordRepr<'_>> {
     let corrupt = |why: &str| StoreError::Corrupt {
         what: format!("record: {why}"),
     };
@@ -539,57 +574,50 @@ fn decode_committed(rest: &[u8], enveloped: bool) -> StoreResult<RecordRepr<'_>>
         split_committed(rest).ok_or_else(|| corrupt("its frame is cut short"))?;
     let mut record: RecordRepr<'_> = decode(frame, "record")?;
     for text in record.texts_mut() {
-        let (&tag, rest) = entries
-            .split_first()
-            .ok_or_else(|| corrupt("a text is missing"))?;
-        entries = rest;
-        *text = match (*text, tag) {
-            (TextRepr::Beside, SHORT_PRESENT) => {
-                let (len, n) = varint(entries).ok_or_else(|| corrupt("a text is cut short"))?;
-                let bytes = usize::try_from(len)
-                    .ok()
-                    .and_then(|len| entries.get(n..n.checked_add(len)?))
-                    .ok_or_else(|| corrupt("a text is cut short"))?;
-                entries = &entries[n + bytes.len()..];
-                TextRepr::Inline(
-                    std::str::from_utf8(bytes).map_err(|_| corrupt("a text is not valid UTF-8"))?,
-                )
-            }
-            (TextRepr::Beside, SHORT_REDACTED) => {
-                let (hash, len, n) = entries
-                    .get(..32)
-                    .and_then(|hash| {
-                        let (len, n) = varint(&entries[32..])?;
-                        Some((hash, len, n))
-                    })
-                    .ok_or_else(|| corrupt("a redacted text is cut short"))?;
-                let mut bytes = [0u8; 32];
-                bytes.copy_from_slice(hash);
-                entries = &entries[32 + n..];
-                TextRepr::Redacted(BlobRef {
-                    hash: BlobHash::from_bytes(bytes),
-                    len,
-                })
-            }
-            (TextRepr::Blob(blob), BLOB_PRESENT) => TextRepr::Blob(blob),
-            (TextRepr::Blob(blob), BLOB_REDACTED) => TextRepr::Redacted(blob),
+        let entry = next_entry(&mut entries)
+            .ok_or_else(|| corrupt("a text's entry is missing, cut short or of no known kind"))?;
+        *text = match (*text, entry) {
+            (TextRepr::Beside, Entry::Short(bytes)) => TextRepr::Inline(
+                std::str::from_utf8(bytes).map_err(|_| corrupt("a text is not valid UTF-8"))?,
+            ),
+            (TextRepr::Beside, Entry::ShortRedacted(blob))
+            | (TextRepr::Blob(blob), Entry::BlobRedacted) => TextRepr::Redacted(blob),
+            (TextRepr::Blob(blob), Entry::Blob) => TextRepr::Blob(blob),
             _ => return Err(corrupt("a text's entry does not match its frame")),
         };
     }
     if !entries.is_empty() {
         return Err(corrupt("bytes after its last text"));
     }
-    let redacted = record
-        .texts()
-        .filter(|t| matches!(t, TextRepr::Redacted(_)))
-        .count();
-    match (enveloped, redacted) {
-        (false, 0) | (true, 1) => Ok(record),
-        (false, _) => Err(corrupt("a text is redacted but the record is not")),
-        (true, _) => Err(corrupt(
-            "a redacted record must have exactly one text redacted",
-        )),
+    Ok(record)
+}
+
+/// Checks a decoded log record's texts: none left as a frame's tag, and
+/// a text redacted only in a redaction's envelope (`enveloped`), exactly
+/// one there. Outside an envelope a committed record cannot hold one (an
+/// entry turned into its hash would keep the address and remove the text
+/// unseen); a plain one can, as a view shows it.
+fn check_texts(record: &RecordRepr<'_>, enveloped: bool, committed: bool) -> StoreResult<()> {
+    let (mut beside, mut redacted) = (0, 0);
+    for text in record.texts() {
+        match text {
+            TextRepr::Beside => beside += 1,
+            TextRepr::Redacted(_) => redacted += 1,
+            TextRepr::Inline(_) | TextRepr::Blob(_) => {}
+        }
     }
+    let why = if beside > 0 {
+        "a text kept beside outside a committed record"
+    } else if enveloped && redacted != 1 {
+        "a redacted record must have exactly one text redacted"
+    } else if !enveloped && committed && redacted > 0 {
+        "a text is redacted but the record is not"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::Corrupt {
+        what: format!("record: {why}"),
+    })
 }
 
 /// For a redacted record stored as `bytes` after `parent`: whether its
@@ -598,7 +626,7 @@ fn decode_committed(rest: &[u8], enveloped: bool) -> StoreResult<RecordRepr<'_>>
 /// (`Err` if not: changed under its kept address); a plain one's can only
 /// if the texts it lost were blobs ([`plain_redaction_proven`]). A record
 /// that is not redacted is proven by its own address: `Ok(true)`.
-pub(crate) fn check_committed(parent: &Address, bytes: &[u8]) -> Result<bool, String> {
+pub(crate) fn redaction_proven(parent: &Address, bytes: &[u8]) -> Result<bool, String> {
     let Some(envelope) = envelope(bytes).map_err(|e| e.to_string())? else {
         return Ok(true);
     };
@@ -739,9 +767,7 @@ impl EncodedRecord<'_> {
             Some((&COMMITTED_MARK, rest)) if !self.digests.is_empty() => {
                 match split_committed(rest) {
                     Some((frame, _)) => {
-                        let mut hasher = parent.hasher();
-                        hasher.update(&[COMMITTED_MARK]);
-                        hasher.update(frame);
+                        let mut hasher = frame_hasher(parent, frame);
                         hasher.update(&self.digests);
                         Address::from_hasher(&hasher)
                     }
@@ -814,30 +840,11 @@ fn varint_len(n: u64) -> u64 {
 pub(crate) fn decode_record(bytes: &[u8]) -> StoreResult<RecordRepr<'_>> {
     let enveloped = bytes.first() == Some(&REDACTED_MARK);
     let inner = inner_record(bytes)?;
-    let record: RecordRepr<'_> = if let Some((&COMMITTED_MARK, rest)) = inner.split_first() {
-        decode_committed(rest, enveloped)?
-    } else {
-        let record: RecordRepr<'_> = decode(inner, "record")?;
-        if record.texts().any(|t| matches!(t, TextRepr::Beside)) {
-            return Err(StoreError::Corrupt {
-                what: "record: a text kept beside outside a committed record".to_owned(),
-            });
-        }
-        // A view may show a plain record with a text redacted; a redacted
-        // log record has exactly one.
-        if enveloped
-            && record
-                .texts()
-                .filter(|t| matches!(t, TextRepr::Redacted(_)))
-                .count()
-                != 1
-        {
-            return Err(StoreError::Corrupt {
-                what: "record: a redacted record must have exactly one text redacted".to_owned(),
-            });
-        }
-        record
+    let (record, committed) = match inner.split_first() {
+        Some((&COMMITTED_MARK, rest)) => (decode_committed(rest)?, true),
+        _ => (decode::<RecordRepr<'_>>(inner, "record")?, false),
     };
+    check_texts(&record, enveloped, committed)?;
     if Timestamp::from_micros(record.timestamp.as_micros()).is_none() {
         return Err(StoreError::Corrupt {
             what: "record: timestamp out of range".to_owned(),

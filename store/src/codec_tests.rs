@@ -164,7 +164,7 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
 }
 
 /// A committed record redacted keeps its frame and the text's hash, which
-/// hash to its kept address: `check_committed` proves it, and fails it
+/// hash to its kept address: `redaction_proven` proves it, and fails it
 /// when any other field or a remaining text was changed. A plain record's redaction is proven
 /// only when the text was a blob.
 #[test]
@@ -175,7 +175,7 @@ fn a_committed_redaction_proves_the_other_fields() {
     );
     for layout in [Layout::Committed, Layout::Plain] {
         let record = encode_event(&e, layout).bytes;
-        assert_eq!(check_committed(&parent, &record), Ok(true));
+        assert_eq!(redaction_proven(&parent, &record), Ok(true));
         let address = link(&parent, &record);
         let redacted = redact_inline(&decode_record(&record).unwrap());
         let stored = |inner: &[u8]| {
@@ -200,7 +200,7 @@ fn a_committed_redaction_proves_the_other_fields() {
         ));
         // A plain record redacted of a short text: only its address stands.
         assert_eq!(
-            check_committed(&parent, &honest),
+            redaction_proven(&parent, &honest),
             Ok(layout == Layout::Committed)
         );
         // Another field changed under the kept address.
@@ -210,8 +210,8 @@ fn a_committed_redaction_proves_the_other_fields() {
         }
         let forged = stored(&encode_record(&forged, layout));
         match layout {
-            Layout::Committed => assert!(check_committed(&parent, &forged).is_err()),
-            Layout::Plain => assert_eq!(check_committed(&parent, &forged), Ok(false)),
+            Layout::Committed => assert!(redaction_proven(&parent, &forged).is_err()),
+            Layout::Plain => assert_eq!(redaction_proven(&parent, &forged), Ok(false)),
         }
     }
     // A committed record's text changed: its address changes with it.
@@ -235,7 +235,7 @@ fn a_committed_redaction_proves_the_other_fields() {
         record: &inner,
     }
     .stored();
-    assert_eq!(check_committed(&parent, &honest), Ok(true));
+    assert_eq!(redaction_proven(&parent, &honest), Ok(true));
 }
 
 fn redact_inline<'a>(record: &RecordRepr<'a>) -> RecordRepr<'a> {

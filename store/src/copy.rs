@@ -15,7 +15,7 @@
 //! the same copy again writes the same keys.
 
 use crate::append::{write_records, Placement, Writes};
-use crate::codec::{decode_record, encode, BodyRepr, EncodedRecord, Layout};
+use crate::codec::{decode_record, encode, BodyRepr, EncodedRecord};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Timestamp, TurnTracker};
 use crate::fork::ForkPoint;
@@ -94,16 +94,6 @@ impl<'s> ConversationWriter<'s> {
 
     /// Adds a record after those pushed before.
     pub(crate) fn push(&mut self, record: RawRecord) -> StoreResult<()> {
-        // Kept as they are (their addresses hash their bytes), so a
-        // committed record can only go where it is read.
-        if self.store.layout() == Layout::Plain
-            && Layout::of_stored(&record.bytes) == Layout::Committed
-        {
-            return Err(StoreError::OlderFormat {
-                format: self.store.format,
-                needs: keys::COMMITTED_FORMAT,
-            });
-        }
         self.pending_bytes +=
             record.bytes.len() + record.blobs.iter().map(|(_, t)| t.len()).sum::<usize>();
         self.pending.push(record);

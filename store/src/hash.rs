@@ -24,10 +24,9 @@ impl Address {
     /// parent is `self`.
     #[must_use]
     pub fn child(&self, record: &[u8]) -> Address {
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(&self.0);
+        let mut hasher = self.hasher();
         hasher.update(record);
-        Address(*hasher.finalize().as_bytes())
+        Address::from_hasher(&hasher)
     }
 
     /// A hasher started with this address, for a child whose bytes come in

@@ -107,8 +107,9 @@ impl Store {
         }
         total.blobs = lock(&blobs).len() as u64;
         for d in done.values() {
-            total.redacted += d.redacted.len() as u64;
-            total.redacted_proven += d.proven(u64::MAX);
+            let (redacted, proven) = d.redacted_before(u64::MAX);
+            total.redacted += redacted;
+            total.redacted_proven += proven;
         }
         Ok(Ok(total))
     }
@@ -130,8 +131,9 @@ impl Store {
             report.redacted_proven = 0;
             loop {
                 if let Some(d) = done.get(&at) {
-                    report.redacted += d.redacted.iter().filter(|r| r.0 < end).count() as u64;
-                    report.redacted_proven += d.proven(end);
+                    let (redacted, proven) = d.redacted_before(end);
+                    report.redacted += redacted;
+                    report.redacted_proven += proven;
                 }
                 match self.fork_point(&at)? {
                     Some(point) => {
@@ -227,9 +229,11 @@ struct Done {
 }
 
 impl Done {
-    /// How many of its redacted records before `end` are proven.
-    fn proven(&self, end: u64) -> u64 {
-        self.redacted.iter().filter(|r| r.0 < end && r.1).count() as u64
+    /// How many of its redacted records come before `end`, and how many
+    /// of those are proven.
+    fn redacted_before(&self, end: u64) -> (u64, u64) {
+        let before = self.redacted.iter().take_while(|r| r.0 < end);
+        before.fold((0, 0), |(n, proven), r| (n + 1, proven + u64::from(r.1)))
     }
 }
 
@@ -465,7 +469,7 @@ impl Checker<'_> {
             };
             let size = crate::codec::record_size(bytes, &record);
             if bytes.first() == Some(&crate::codec::REDACTED_MARK) {
-                match crate::codec::check_committed(&check.last, bytes) {
+                match crate::codec::redaction_proven(&check.last, bytes) {
                     Ok(proven) => check.redacted.push((i, proven)),
                     Err(problem) => {
                         check.failure = Some((Some(i), problem));
