@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -1199,4 +1199,82 @@ fn redact_over_http_and_through_the_cli() {
         !out.contains("sk-SECRET") && out.matches("[redacted]").count() == 2,
         "{out}"
     );
+}
+
+/// Flips one byte of the middle of the database's first segment file.
+fn damage_the_first_segment_file(db: &std::path::Path) {
+    let path = db.join("segments").join("00000001");
+    let mut bytes = std::fs::read(&path).expect("a segment file");
+    let at = bytes.len() * 2 / 3;
+    bytes[at] ^= 0x55;
+    std::fs::write(&path, bytes).expect("written back");
+}
+
+#[test]
+fn a_stream_that_fails_part_way_is_cut_after_a_line_saying_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let (code, _, err) = cli(
+        &db,
+        &["gen", "big", "--events", "60000", "--compactions", "20"],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    damage_the_first_segment_file(&db);
+    // Without a server: the error line the server's answers must carry.
+    let (code, _, local) = cli(&db, &["log", "big"], None);
+    assert_eq!(code, 1);
+    assert!(
+        local.starts_with("error: corrupt data: ") && local.contains("checksum"),
+        "{local}"
+    );
+    assert_eq!(local.lines().count(), 1, "{local}");
+
+    let server = Server::start(&db, &[]);
+    // Raw HTTP, uncompressed: records, then the error object on its own
+    // line, then a cut (no final chunk), never an end that looks whole.
+    let response = agent()
+        .get(&format!("{}/v1/conversations/big/events", server.url))
+        .set("Accept-Encoding", "identity")
+        .call()
+        .expect("200");
+    assert_eq!(response.status(), 200);
+    let mut body = Vec::new();
+    let read = response.into_reader().read_to_end(&mut body);
+    assert!(read.is_err(), "the answer ends with a cut, not an end");
+    let text = String::from_utf8_lossy(&body);
+    let last = text.lines().last().expect("lines");
+    let error: Value = serde_json::from_str(last).expect("the last line is JSON");
+    assert_eq!(error["error"]["code"], "corrupt", "{last}");
+    assert_eq!(
+        format!(
+            "error: {}\n",
+            error["error"]["message"].as_str().expect("message")
+        ),
+        local
+    );
+    let records = text.lines().count() - 1;
+    assert!(records > 1000, "{records} records before the damage");
+    for line in text.lines().take(records) {
+        let record: Value = serde_json::from_str(line).expect("a record");
+        assert!(record["seq"].is_u64(), "{line}");
+    }
+
+    // The CLI through the server: the same one error line, exit 1, and
+    // no error object in its output.
+    for args in [
+        &["log", "big"][..],
+        &["export", "big", "--format", "jp"],
+        &["export", "big", "--format", "ndjson"],
+    ] {
+        let (code, out, err) = cli(&db, args, None);
+        assert_eq!((code, err.as_str()), (1, local.as_str()), "{args:?}");
+        assert!(!out.contains("{\"error\""), "{args:?}");
+        assert!(
+            !out.is_empty(),
+            "{args:?}: what came before the damage is printed"
+        );
+    }
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
 }

@@ -150,7 +150,9 @@ impl Client {
         if let Some(token) = &self.token {
             request = request.set("Authorization", &format!("Bearer {token}"));
         }
-        request
+        // Uncompressed: a server that fails part way through a compressed
+        // answer cuts it without the line that says why.
+        request.set("Accept-Encoding", "identity")
     }
 
     /// The answer of a request, or its error as one line.
@@ -206,10 +208,7 @@ fn output_file(output: Option<&str>) -> Result<Option<output::OutputFile>> {
 
 fn copy_out(response: ureq::Response, file: Option<output::OutputFile>) -> Result<()> {
     let mut reader = response.into_reader();
-    let mut copy = |out: &mut dyn Write| -> Result<()> {
-        std::io::copy(&mut reader, out).context("reading the server's answer")?;
-        Ok(())
-    };
+    let mut copy = |out: &mut dyn Write| copy_answer(&mut reader, out);
     match file {
         None => {
             let mut out = output::stdout();
@@ -219,6 +218,57 @@ fn copy_out(response: ureq::Response, file: Option<output::OutputFile>) -> Resul
         Some(file) => file.write_with(&mut copy)?,
     }
     Ok(())
+}
+
+/// What a streamed answer's last line starts with when the server failed
+/// part way (see `ChannelWriter::fail` in the server).
+const ERROR_LINE: &[u8] = b"{\"error\":";
+
+/// Copies a streamed answer to `out`. A server that fails part way ends
+/// the answer with a line holding the error object and cuts the
+/// connection: that line is held back from `out` and its message is the
+/// error. Only a line that could be it is held (memory stays bounded).
+fn copy_answer(reader: &mut dyn Read, out: &mut dyn Write) -> Result<()> {
+    let mut held: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if let Some(message) = error_line(&held) {
+                    bail!("{message}");
+                }
+                return Err(anyhow!(e).context("reading the server's answer"));
+            }
+        };
+        held.extend_from_slice(&buf[..n]);
+        // Everything before the start of the last line (a line ending the
+        // bytes held counts as the last) is written; so is the last line
+        // once it cannot be the error line.
+        let body = held.len().saturating_sub(1);
+        let keep = held[..body]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let tail = &held[keep..];
+        let keep = if ERROR_LINE.starts_with(&tail[..tail.len().min(ERROR_LINE.len())]) {
+            keep
+        } else {
+            held.len()
+        };
+        out.write_all(&held[..keep])?;
+        held.drain(..keep);
+    }
+    out.write_all(&held)?;
+    Ok(())
+}
+
+/// The message of a held error line, if `held` is one.
+fn error_line(held: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(held).ok()?;
+    value["error"]["message"].as_str().map(flags_for_fields)
 }
 
 fn format_name(format: Format) -> String {

@@ -120,6 +120,8 @@ pub(crate) fn summary_json(c: &ConversationInfo) -> Value {
 pub(crate) struct ChannelWriter {
     tx: mpsc::Sender<std::io::Result<Bytes>>,
     buf: Vec<u8>,
+    /// Whether what was written so far ends a line (or nothing was).
+    line_start: bool,
 }
 
 const PIECE: usize = 64 * 1024;
@@ -129,6 +131,7 @@ impl ChannelWriter {
         ChannelWriter {
             tx,
             buf: Vec::with_capacity(PIECE),
+            line_start: true,
         }
     }
 
@@ -142,15 +145,32 @@ impl ChannelWriter {
         })
     }
 
-    /// Ends the body with an error: the client sees a cut connection, never
-    /// a short answer that looks whole.
-    fn fail(&self, message: String) {
-        let _ = self.tx.blocking_send(Err(std::io::Error::other(message)));
+    /// Ends the body with an error: its last line is the error object
+    /// (`{"error": {"code": ..., "message": ...}}`, on a line of its own),
+    /// and then the connection is cut, so a client sees a cut answer, never
+    /// a short one that looks whole, and can still say why.
+    fn fail(&mut self, error: &ApiError) {
+        let mut line = if self.line_start {
+            Vec::new()
+        } else {
+            b"\n".to_vec()
+        };
+        line.extend_from_slice(error.body().to_string().as_bytes());
+        line.push(b'\n');
+        self.buf.extend_from_slice(&line);
+        if self.send().is_ok() {
+            let _ = self
+                .tx
+                .blocking_send(Err(std::io::Error::other(error.message.clone())));
+        }
     }
 }
 
 impl Write for ChannelWriter {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if let Some(&last) = data.last() {
+            self.line_start = last == b'\n';
+        }
         self.buf.extend_from_slice(data);
         if self.buf.len() >= PIECE {
             self.send()?;
@@ -167,7 +187,22 @@ fn channel_body(rx: mpsc::Receiver<std::io::Result<Bytes>>) -> Body {
     // (poll_fn: a closed channel keeps answering None, however often it is
     // polled; compression polls once more after the end.)
     let mut rx = rx;
-    Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    let mut failed: Option<std::io::Error> = None;
+    Body::from_stream(futures_util::stream::poll_fn(move |cx| {
+        if let Some(e) = failed.take() {
+            return std::task::Poll::Ready(Some(Err(e)));
+        }
+        match rx.poll_recv(cx) {
+            // The error cuts the connection; answering `Pending` once first
+            // lets the connection write out the error line sent before it.
+            std::task::Poll::Ready(Some(Err(e))) => {
+                failed = Some(e);
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+            other => other,
+        }
+    }))
 }
 
 /// Streams what `write` writes, after `prepare` succeeded (its error is
@@ -196,7 +231,7 @@ pub(crate) async fn stream<P: Send + 'static>(
         let result = write(&engine, prepared, &mut out)
             .and_then(|()| out.flush().map_err(|e| internal(e.to_string())));
         if let Err(e) = result {
-            out.fail(e.message);
+            out.fail(&e);
         }
     });
     ready_rx
