@@ -156,18 +156,23 @@ impl Layout {
     }
 }
 
-/// A bincode varint at the start of `bytes`: its value and length.
+/// A bincode varint at the start of `bytes`: its value and length. Only
+/// the shortest encoding of a value is taken (the one bincode writes): a
+/// committed record's address hashes the lengths its varints give, not
+/// their bytes, so a longer encoding of the same length would be other
+/// stored bytes under the same address.
 fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
-    let wide = |n: usize| -> Option<u64> {
+    let wide = |n: usize, above: u64| -> Option<u64> {
         let mut value = [0u8; 8];
         value[..n].copy_from_slice(bytes.get(1..=n)?);
-        Some(u64::from_le_bytes(value))
+        let value = u64::from_le_bytes(value);
+        (value > above).then_some(value)
     };
     match *bytes.first()? {
         b @ 0..=250 => Some((u64::from(b), 1)),
-        251 => Some((wide(2)?, 3)),
-        252 => Some((wide(4)?, 5)),
-        253 => Some((wide(8)?, 9)),
+        251 => Some((wide(2, 250)?, 3)),
+        252 => Some((wide(4, u64::from(u16::MAX))?, 5)),
+        253 => Some((wide(8, u64::from(u32::MAX))?, 9)),
         _ => None,
     }
 }

@@ -156,6 +156,25 @@ fn committed_record_address_is_stable() {
     assert_eq!(again, e);
 }
 
+#[test]
+fn a_committed_record_s_lengths_take_their_shortest_encoding_only() {
+    let e = event(r#"{"type":"user","text":"hello","timestamp":"2025-01-05T04:00:00.000000Z"}"#);
+    let record = encode_event(&e, Layout::Committed);
+    let address = link(&Address::ROOT, &record.bytes);
+    assert!(decode_record(&record.bytes).is_ok());
+    // The same lengths written longer: the frame's (after the mark), then
+    // the text's (the last entry, tag 0 and its length before "hello").
+    let frame_len = record.bytes[1];
+    let longer_frame = [&[COMMITTED_MARK, 251, frame_len, 0][..], &record.bytes[2..]].concat();
+    let at = record.bytes.len() - b"hello".len() - 1;
+    assert_eq!(&record.bytes[at - 1..=at], &[0, 5]);
+    let longer_text = [&record.bytes[..at], &[252, 5, 0, 0, 0][..], b"hello"].concat();
+    for bytes in [longer_frame, longer_text] {
+        assert!(decode_record(&bytes).is_err(), "{bytes:?}");
+        assert_ne!(link(&Address::ROOT, &bytes), address, "{bytes:?}");
+    }
+}
+
 fn hex_bytes(hex: &str) -> Vec<u8> {
     (0..hex.len())
         .step_by(2)
