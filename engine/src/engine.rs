@@ -594,9 +594,19 @@ impl Engine {
         field: Option<convstore_store::RedactField>,
         reason: &str,
     ) -> Result<convstore_store::Redaction> {
+        // A redaction refused leaves the index as it was.
+        self.store.check_redactable(id, seq, field, reason)?;
         let owner = self.store.owner_of(id, seq)?;
         self.forget_in_index(&[owner], true);
-        let redaction = self.store.redact(id, seq, field, reason)?;
+        let redaction = match self.store.redact(id, seq, field, reason) {
+            Ok(redaction) => redaction,
+            Err(e) => {
+                // Refused after all (a write raced the check) or failed:
+                // the log is as it was, and the index catches up with it.
+                self.after_write(&owner);
+                return Err(e.into());
+            }
+        };
         // A write meanwhile may have indexed it again.
         self.forget_in_index(&[redaction.owner], true);
         self.after_write(&redaction.owner);

@@ -858,6 +858,47 @@ pub(crate) fn decode_record(bytes: &[u8]) -> StoreResult<RecordRepr<'_>> {
     Ok(record)
 }
 
+/// The event type of the record stored as `bytes`, read from its first
+/// fields alone (no text checked, nothing allocated), for a reader that
+/// skips most records by their type: a projection drops every
+/// conversation event of a summarized turn. `None` where those fields do
+/// not parse; [`decode_record`] then says why. The chunk's bytes were
+/// checked against its checksum when read, as for any record.
+pub(crate) fn peek_event_type(bytes: &[u8]) -> Option<EventType> {
+    let inner = match bytes.split_first()? {
+        (&REDACTED_MARK, rest) => read_envelope(rest)?.record,
+        _ => bytes,
+    };
+    let plain = match inner.split_first()? {
+        (&COMMITTED_MARK, rest) => split_committed(rest)?.0,
+        _ => inner,
+    };
+    // The timestamp, then the meta (an `Option` tag, then a text), then
+    // the body's variant.
+    let mut at = varint(plain)?.1;
+    match *plain.get(at)? {
+        0 => at += 1,
+        1 => at += 1 + text_repr_len(plain.get(at + 1..)?)?,
+        _ => return None,
+    }
+    let (variant, _) = varint(plain.get(at..)?)?;
+    EventType::ALL.get(usize::try_from(variant).ok()?).copied()
+}
+
+/// The length of the [`TextRepr`] encoded at the start of `bytes`.
+fn text_repr_len(bytes: &[u8]) -> Option<usize> {
+    let (variant, n) = varint(bytes)?;
+    match variant {
+        0 => {
+            let (len, m) = varint(bytes.get(n..)?)?;
+            (n + m).checked_add(usize::try_from(len).ok()?)
+        }
+        1 | 2 => Some(n + 32 + varint(bytes.get(n + 32..)?)?.1),
+        3 => Some(n),
+        _ => None,
+    }
+}
+
 /// Rebuilds the event of a decoded record; `load` fetches blob texts.
 pub(crate) fn record_to_event(
     record: &RecordRepr<'_>,

@@ -296,3 +296,56 @@ fn damaged_committed_records_do_not_decode() {
     let (frame, _) = split_committed(&record[1..]).unwrap();
     assert!(decode_record(frame).is_err());
 }
+
+/// `peek_event_type` reads the type a full decode gives, for every kind,
+/// with and without meta, short and long texts, in both layouts, redacted
+/// or not; and nothing for bytes that are not a record.
+#[test]
+fn the_peeked_type_is_the_decoded_one() {
+    let long = "x".repeat(INLINE_MAX + 1);
+    let lines = [
+        r#"{"type":"turn_start"}"#.to_owned(),
+        r#"{"type":"user","text":"hi","meta":{"k":"v"}}"#.to_owned(),
+        format!(r#"{{"type":"user","text":"hi","meta":{{"k":"{long}"}}}}"#),
+        format!(r#"{{"type":"assistant","text":"{long}"}}"#),
+        r#"{"type":"reasoning","text":"because"}"#.to_owned(),
+        r#"{"type":"tool_call","id":"c1","name":"f","arguments":{"a":1}}"#.to_owned(),
+        format!(r#"{{"type":"tool_result","id":"c1","content":"{long}","is_error":false}}"#),
+        r#"{"type":"tool_result","id":"c1","content":"ok","is_error":true,"meta":{}}"#.to_owned(),
+        r#"{"type":"system","text":"be brief"}"#.to_owned(),
+        r#"{"type":"config","delta":{"model":"m"}}"#.to_owned(),
+        r#"{"type":"extension","name":"x","payload":{"p":2}}"#.to_owned(),
+        r#"{"type":"compaction","from_turn":0,"to_turn":3,"summary":"s","reasoning":"strip"}"#
+            .to_owned(),
+    ];
+    let mut kinds = std::collections::HashSet::new();
+    for line in &lines {
+        let e = event(line);
+        for layout in [Layout::Plain, Layout::Committed] {
+            let bytes = encode_event(&e, layout).bytes;
+            let decoded = decode_record(&bytes).unwrap();
+            let kind = decoded.body.event_type();
+            assert_eq!(peek_event_type(&bytes), Some(kind), "{line} {layout:?}");
+            kinds.insert(kind);
+            let redacted = redact_blob(&redact_inline(&decoded));
+            let inner = encode_record(&redacted, layout);
+            let stored = Envelope {
+                address: Address::ROOT,
+                time: crate::event::Timestamp::from_micros(0).unwrap(),
+                by: [1; 16],
+                reason: "r",
+                record: &inner,
+            }
+            .stored();
+            assert_eq!(
+                peek_event_type(&stored),
+                Some(kind),
+                "{line} {layout:?} redacted"
+            );
+        }
+    }
+    assert_eq!(kinds.len(), EventType::ALL.len());
+    for garbage in [&[][..], &[0xFE], &[0xFF, 1, 2], &[5, 2], &[5, 0, 200]] {
+        assert_eq!(peek_event_type(garbage), None, "{garbage:?}");
+    }
+}

@@ -144,6 +144,35 @@ impl Store {
         field: Option<RedactField>,
         reason: &str,
     ) -> StoreResult<Redaction> {
+        self.redaction(id, seq, field, reason, false)?
+            .ok_or_else(|| StoreError::Corrupt {
+                what: format!("conversation {id}: record {seq}: the redaction did not run"),
+            })
+    }
+
+    /// The error [`Store::redact`] would refuse with now, if any, without
+    /// changing anything: for a caller with work to do before a redaction
+    /// that a refusal would waste (the engine drops the search index's
+    /// documents first).
+    pub fn check_redactable(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        field: Option<RedactField>,
+        reason: &str,
+    ) -> StoreResult<()> {
+        self.redaction(id, seq, field, reason, true).map(|_| ())
+    }
+
+    /// [`Store::redact`], or with `check` its refusals alone (`None`).
+    fn redaction(
+        &self,
+        id: &ConversationId,
+        seq: u64,
+        field: Option<RedactField>,
+        reason: &str,
+        check: bool,
+    ) -> StoreResult<Option<Redaction>> {
         let refuse = |why: String| StoreError::NotRedactable { seq, why };
         if self.kv.is_server() {
             return Err(refuse(
@@ -216,6 +245,9 @@ impl Store {
         };
         let (redacted, text, was_blob) =
             redact_field(&record, field).map_err(|why| refuse(why.to_owned()))?;
+        if check {
+            return Ok(None);
+        }
         let inner = encode_record(&redacted, Layout::of(bytes));
         let stored = Envelope {
             address,
@@ -269,7 +301,7 @@ impl Store {
         let event = self.redaction_event(id, &marker, seq, field, reason, time)?;
         drop(guard);
         self.sync()?;
-        Ok(Redaction {
+        Ok(Some(Redaction {
             owner,
             seq,
             field,
@@ -278,7 +310,7 @@ impl Store {
             blob_removed,
             view_blocks,
             event,
-        })
+        }))
     }
 
     /// The chunk of `id` in `space` holding record `seq`, if one does.

@@ -95,3 +95,42 @@ fn redacting_beside_other_texts_in_the_segment_files_copies_none_into_sled() {
     }
     env.run(&["verify"]).ok();
 }
+
+/// A redaction refused (no such record, nothing to redact, already
+/// redacted) stores nothing: the search index keeps every document it had.
+#[test]
+fn a_refused_redaction_leaves_the_search_index_as_it_was() {
+    let env = TestEnv::new();
+    env.run(&[
+        "append",
+        "c",
+        "--turn",
+        "--user",
+        "one two",
+        "--assistant",
+        "three",
+    ])
+    .ok();
+    env.run(&["search", "two"]).ok();
+    let before = env.run(&["verify"]).ok().stdout;
+    assert!(before.contains("2 search documents verified"), "{before}");
+    for args in [
+        &["redact", "c", "99", "--reason", "x"][..],
+        &["redact", "c", "0", "--reason", "x"],
+        &["redact", "c", "1", "--field", "arguments", "--reason", "x"],
+    ] {
+        env.run(args).fails();
+        let after = env.run(&["verify"]).ok();
+        assert_eq!(after.stdout, before, "{args:?}");
+        assert!(
+            !after.stderr.contains("behind"),
+            "{args:?}: {}",
+            after.stderr
+        );
+    }
+    env.run(&["redact", "c", "1", "--reason", "x"]).ok();
+    env.run(&["redact", "c", "1", "--reason", "again"]).fails();
+    let after = env.run(&["verify"]).ok();
+    assert!(!after.stderr.contains("behind"), "{}", after.stderr);
+    assert!(!env.run(&["search", "two"]).ok().stdout.contains("seq 1"));
+}

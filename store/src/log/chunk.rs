@@ -384,9 +384,19 @@ impl RawChunk {
             if seq < start || seq >= end || !self.records.contains(&seq) {
                 continue;
             }
-            let record =
-                decode_record(chunk.record_bytes(i)).map_err(|e| in_record(&self.id, seq, &e))?;
-            let payload = match reading(seq, entry.turn, record.body.event_type()) {
+            let bytes = chunk.record_bytes(i);
+            // A record read not at all is not decoded either.
+            let peeked = codec::peek_event_type(bytes).map(|kind| reading(seq, entry.turn, kind));
+            if peeked == Some(Reading::Skip) {
+                continue;
+            }
+            let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
+            debug_assert!(
+                codec::peek_event_type(bytes) == Some(record.body.event_type())
+                    || codec::peek_event_type(bytes).is_none()
+            );
+            let read = peeked.unwrap_or_else(|| reading(seq, entry.turn, record.body.event_type()));
+            let payload = match read {
                 Reading::Skip => continue,
                 Reading::Whole => true,
                 Reading::WithoutPayload => false,
