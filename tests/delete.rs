@@ -428,7 +428,7 @@ proptest::proptest! {
                     if let Some(&i) = live.get(c) {
                         let m = model[i].as_ref().unwrap();
                         let select = |seq: u64, _, _| seq as usize % every == rest;
-                        let done = store.drop_payloads(&m.id, &[], &select, "model", false, &mut || {});
+                        let done = store.drop_payloads(&m.id, &[], &select, "model", false, &mut || Ok(()));
                         if store.backend().is_server() {
                             proptest::prop_assert!(done.is_err());
                         } else {

@@ -1278,3 +1278,34 @@ fn a_stream_that_fails_part_way_is_cut_after_a_line_saying_why() {
     let (code, _) = server.stop();
     assert_eq!(code, Some(0));
 }
+
+#[test]
+fn a_copy_of_a_served_directory_is_not_taken_for_the_served_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("a.db");
+    let copy = dir.path().join("b.db");
+    let (code, _, err) = cli(&db, &["append", "chat", "--user", "ORIGINAL"], None);
+    assert_eq!(code, 0, "{err}");
+    let server = Server::start(&db, &[]);
+    // The copy holds the discovery file too, naming a live server.
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&db)
+        .arg(&copy)
+        .status()
+        .expect("cp runs");
+    assert!(status.success());
+    assert!(copy.join("convstore.server").exists());
+    let (code, _, err) = cli(&copy, &["append", "chat", "--user", "WRITTEN TO B"], None);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = cli(&db, &["log", "chat"], None);
+    assert_eq!(code, 0);
+    assert!(!out.contains("WRITTEN TO B"), "the served database: {out}");
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+    let (_, out, _) = cli(&copy, &["log", "chat"], None);
+    assert!(
+        out.contains("WRITTEN TO B") && out.contains("ORIGINAL"),
+        "{out}"
+    );
+}

@@ -53,7 +53,9 @@ pub(crate) fn target(cli: &Cli) -> Result<Option<Client>> {
         }
         return Ok(Some(Client::new(url)));
     }
-    let Some(found) = discovery::read(&cli.db) else {
+    // A copy of a served directory holds the file too: it names the
+    // directory the server holds, not this one.
+    let Some(found) = discovery::read(&cli.db).filter(|d| d.names(&cli.db)) else {
         return Ok(None);
     };
     let client = Client::new(&found.url);
@@ -187,9 +189,19 @@ impl Client {
             .into_json()?)
     }
 
+    /// The path of conversation `query` (a name, an id or `id:PREFIX`).
+    /// A URL path reads a segment `.` or `..` as a step, percent-encoded
+    /// or not, so a conversation of that name (refused since, but older
+    /// databases may hold one) is named by its id instead.
     #[allow(clippy::unused_self)] // a path on this client's server
-    fn conversation(&self, query: &str) -> String {
-        format!("/v1/conversations/{}", segment(query))
+    fn conversation(&self, query: &str) -> Result<String> {
+        if query == "." || query == ".." {
+            bail!(
+                "conversation \"{query}\": a URL cannot name it (a path reads it as a step); \
+                 through a server, name it by its id (id:PREFIX, from `convstore list`)"
+            );
+        }
+        Ok(format!("/v1/conversations/{}", segment(query)))
     }
 }
 
@@ -324,7 +336,7 @@ pub(crate) fn dispatch(
                 std::process::id(),
                 convstore_server::discovery::new_instance()
             );
-            let path = format!("{}/events", client.conversation(&args.conversation));
+            let path = format!("{}/events", client.conversation(&args.conversation)?);
             let auto = args.auto.then(|| "true".to_owned());
             let mut attempt = 0;
             let response = loop {
@@ -379,7 +391,7 @@ pub(crate) fn dispatch(
             writeln!(out, "{}", value["head"].as_str().unwrap_or(""))?;
         }
         Command::Head(args) => {
-            let info = client.get_json(&client.conversation(&args.conversation), &[])?;
+            let info = client.get_json(&client.conversation(&args.conversation)?, &[])?;
             if args.json {
                 let value = json!({
                     "id": info["id"],
@@ -394,7 +406,7 @@ pub(crate) fn dispatch(
             }
         }
         Command::Log(args) => {
-            let path = client.conversation(&args.conversation);
+            let path = client.conversation(&args.conversation)?;
             if args.lineage {
                 let info = client.get_json(&path, &[])?;
                 for entry in info["lineage"].as_array().into_iter().flatten() {
@@ -412,7 +424,7 @@ pub(crate) fn dispatch(
         Command::Project(args) => {
             let file = output_file(args.output.as_deref())?;
             let response = client.get(
-                &format!("{}/view", client.conversation(&args.conversation)),
+                &format!("{}/view", client.conversation(&args.conversation)?),
                 &[
                     ("format", Some(format_name(args.format))),
                     ("as_of", as_of_text(args.as_of)),
@@ -423,7 +435,7 @@ pub(crate) fn dispatch(
             return copy_out(response, file).map(|()| ExitCode::SUCCESS);
         }
         Command::View(args) => {
-            let path = client.conversation(&args.conversation);
+            let path = client.conversation(&args.conversation)?;
             if args.list {
                 let views = client.get_json(&format!("{path}/views"), &[])?;
                 if args.json {
@@ -555,7 +567,7 @@ pub(crate) fn dispatch(
             }
         }
         Command::Fork(args) => {
-            let path = client.conversation(&args.conversation);
+            let path = client.conversation(&args.conversation)?;
             let parent = client.get_json(&path, &[])?;
             let label = |v: &Value| {
                 v["name"].as_str().map_or_else(
@@ -623,7 +635,7 @@ pub(crate) fn dispatch(
                 "recall_hints": args.recall_hints.then_some(true),
             });
             let report = client.post_json(
-                &format!("{}/compact", client.conversation(&args.conversation)),
+                &format!("{}/compact", client.conversation(&args.conversation)?),
                 &body,
             )?;
             let counted = match args.tokenizer.as_str() {
@@ -639,7 +651,7 @@ pub(crate) fn dispatch(
         }
         Command::Explain(args) => {
             let value = client.get_json(
-                &format!("{}/explain", client.conversation(&args.conversation)),
+                &format!("{}/explain", client.conversation(&args.conversation)?),
                 &[
                     ("turn", Some(args.turn.to_string())),
                     ("as_of", as_of_text(args.as_of)),
@@ -670,7 +682,7 @@ pub(crate) fn dispatch(
             }
         }
         Command::Redact(args) => {
-            let path = format!("{}/redact", client.conversation(&args.conversation));
+            let path = format!("{}/redact", client.conversation(&args.conversation)?);
             let body = json!({
                 "seq": args.seq,
                 "field": args.field,
@@ -683,14 +695,14 @@ pub(crate) fn dispatch(
         Command::Stats(args) => {
             drop(out);
             let value = client.get_json(
-                &format!("{}/stats", client.conversation(&args.conversation)),
+                &format!("{}/stats", client.conversation(&args.conversation)?),
                 &[("tokenizer", Some(args.tokenizer.clone()))],
             )?;
             cmd::stats::render(&value, args.json)?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::Pin(args) => {
-            let path = format!("{}/pins", client.conversation(&args.conversation));
+            let path = format!("{}/pins", client.conversation(&args.conversation)?);
             let value = match &args.turns {
                 Some(turns) => client.post_json(&path, &json!({ "turns": turns }))?,
                 None => client.get_json(&path, &[])?,
@@ -699,7 +711,7 @@ pub(crate) fn dispatch(
             return cmd::pin::print(&pins_of(&value), args.json);
         }
         Command::Unpin(args) => {
-            let path = format!("{}/pins", client.conversation(&args.conversation));
+            let path = format!("{}/pins", client.conversation(&args.conversation)?);
             let value: Value = client
                 .call(
                     client
@@ -711,7 +723,7 @@ pub(crate) fn dispatch(
             return cmd::pin::print(&pins_of(&value), false);
         }
         Command::Recall(args) => {
-            let path = format!("{}/recall", client.conversation(&args.conversation));
+            let path = format!("{}/recall", client.conversation(&args.conversation)?);
             if let Some(call) = &args.tool_call {
                 let text = if call == "-" {
                     let mut text = String::new();
@@ -803,7 +815,7 @@ pub(crate) fn dispatch(
                 crate::args::InteropFormat::Openai => "openai",
             };
             let response = client.get(
-                &format!("{}/export", client.conversation(&args.conversation)),
+                &format!("{}/export", client.conversation(&args.conversation)?),
                 &[
                     ("format", Some(format.to_owned())),
                     ("projected", args.projected.then(|| "true".to_owned())),
@@ -881,7 +893,7 @@ pub(crate) fn dispatch(
             return cmd::backup::report(&value, args.json);
         }
         Command::Delete(args) => {
-            let path = client.conversation(&args.conversation);
+            let path = client.conversation(&args.conversation)?;
             let query = [("with_forks", args.with_forks.then(|| "true".to_owned()))];
             let response = client.call(client.request("DELETE", &path, &query).call())?;
             let value: Value = response.into_json()?;

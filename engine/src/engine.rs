@@ -461,12 +461,19 @@ impl Engine {
         retention: &Retention,
         dry_run: bool,
     ) -> Result<DroppedPayloads> {
+        // Texts the index would keep after the log dropped them: nothing
+        // is dropped if the index cannot forget them first.
         let dropped = retention::collect(&self.store, id, retention, dry_run, &mut || {
-            self.forget_in_index(&[*id], true);
+            self.forget_in_index(&[*id], true).map_err(|note| {
+                convstore_store::StoreError::Io(std::io::Error::other(format!(
+                    "the search index cannot drop the conversation's documents ({note}): \
+                     nothing was dropped, as the index would keep the texts"
+                )))
+            })
         })?;
         if !dry_run && dropped.records > 0 {
             // A write meanwhile may have indexed it again.
-            self.forget_in_index(&[*id], true);
+            let _ = self.forget_in_index(&[*id], true);
             self.after_write(id);
         }
         Ok(dropped)
@@ -495,7 +502,16 @@ impl Engine {
         let mut conversations = Vec::new();
         let (mut records, mut bytes, mut blobs) = (0, 0, 0);
         for (id, name) in targets {
-            let dropped = self.gc(&id, retention, dry_run)?;
+            let dropped =
+                match self.gc(&id, retention, dry_run) {
+                    Ok(dropped) => dropped,
+                    // Deleted since the list was taken (by another client of
+                    // a server): nothing of it is left to drop.
+                    Err(Error::Store(convstore_store::StoreError::NoSuchConversation {
+                        ..
+                    })) if target.is_none() && self.store.info(&id).is_err() => continue,
+                    Err(e) => return Err(e),
+                };
             records += dropped.records;
             bytes += dropped.bytes;
             blobs += dropped.blobs_removed;
@@ -568,12 +584,12 @@ impl Engine {
         let mut ids = vec![*id];
         ids.extend(self.store.forks_of(id)?);
         if with_forks || ids.len() == 1 {
-            self.forget_in_index(&ids, false);
+            let _ = self.forget_in_index(&ids, false);
         }
         let deletion = self.store.delete(id, with_forks)?;
         let ids: Vec<ConversationId> = deletion.conversations.iter().map(|c| c.id).collect();
         // A write meanwhile may have indexed one again.
-        self.forget_in_index(&ids, true);
+        let _ = self.forget_in_index(&ids, true);
         if let Ok(mut listeners) = self.listeners.lock() {
             for id in &ids {
                 listeners.retain(|l| l.send(*id).is_ok());
@@ -597,7 +613,14 @@ impl Engine {
         // A redaction refused leaves the index as it was.
         self.store.check_redactable(id, seq, field, reason)?;
         let owner = self.store.owner_of(id, seq)?;
-        self.forget_in_index(&[owner], true);
+        // The index would keep the text after the log lost it: nothing is
+        // redacted if it cannot forget it first.
+        self.forget_in_index(&[owner], true).map_err(|note| {
+            Error::Search(format!(
+                "cannot drop the conversation's documents ({note}): \
+                 nothing was redacted, as the index would keep the text"
+            ))
+        })?;
         let redaction = match self.store.redact(id, seq, field, reason) {
             Ok(redaction) => redaction,
             Err(e) => {
@@ -608,7 +631,7 @@ impl Engine {
             }
         };
         // A write meanwhile may have indexed it again.
-        self.forget_in_index(&[redaction.owner], true);
+        let _ = self.forget_in_index(&[redaction.owner], true);
         self.after_write(&redaction.owner);
         if redaction.owner != *id {
             self.after_write(id);
@@ -619,7 +642,11 @@ impl Engine {
     /// Drops the documents of `ids` from the search index, if it exists
     /// (`only_indexed`: only if the index holds any of them); a failure is
     /// noted ([`Engine::take_index_error`]).
-    fn forget_in_index(&self, ids: &[ConversationId], only_indexed: bool) {
+    fn forget_in_index(
+        &self,
+        ids: &[ConversationId],
+        only_indexed: bool,
+    ) -> std::result::Result<(), String> {
         let forgotten = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if let Some(dir) = self.index_dir()? {
                 if !SearchIndex::exists(&dir) {
@@ -641,8 +668,14 @@ impl Engine {
             Ok(false) => Some("another process kept the search index busy".to_owned()),
             Err(e) => Some(e.to_string()),
         };
-        if let (Some(note), Ok(mut slot)) = (note, self.index_error.lock()) {
-            *slot = Some(note);
+        match note {
+            None => Ok(()),
+            Some(note) => {
+                if let Ok(mut slot) = self.index_error.lock() {
+                    *slot = Some(note.clone());
+                }
+                Err(note)
+            }
         }
     }
 

@@ -86,7 +86,7 @@ pub fn collect(
     id: &ConversationId,
     retention: &Retention,
     dry_run: bool,
-    before_write: &mut dyn FnMut(),
+    before_write: &mut dyn FnMut() -> convstore_store::StoreResult<()>,
 ) -> Result<DroppedPayloads> {
     let reason = retention.reason();
     for _ in 0..ATTEMPTS {

@@ -8,7 +8,10 @@
 //! leaves it behind: a client believes it only if `/healthz` at that URL
 //! answers with the same `instance` (a fresh random value per server
 //! run), so a stale file, or another server on a reused port, is ignored.
-//! It holds no secret: with tokens, clients bring their own.
+//! It also names the directory it was written into (its device and inode
+//! numbers), so a copy of the directory, file and all, is not taken for
+//! the database the server holds. It holds no secret: with tokens,
+//! clients bring their own.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +29,25 @@ pub struct Discovery {
     pub pid: u32,
     /// A random value per server run; `/healthz` answers it.
     pub instance: String,
+    /// The database directory's device and inode numbers (a file without
+    /// them names no directory, and is not believed).
+    #[serde(default)]
+    pub dir: Option<(u64, u64)>,
+}
+
+impl Discovery {
+    /// Whether the file names directory `db` itself, not a copy of the
+    /// one it was written into.
+    pub fn names(&self, db: &Path) -> bool {
+        self.dir.is_some() && self.dir == dir_id(db)
+    }
+}
+
+/// The device and inode numbers of directory `db`.
+pub fn dir_id(db: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(db).ok()?;
+    Some((meta.dev(), meta.ino()))
 }
 
 /// The file of database directory `db`.

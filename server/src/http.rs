@@ -225,6 +225,7 @@ async fn run(
                 url,
                 pid: std::process::id(),
                 instance: instance.clone(),
+                dir: discovery::dir_id(db),
             },
         )
         .map_err(|e| {

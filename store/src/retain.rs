@@ -101,7 +101,7 @@ impl Store {
         select: &Select<'_>,
         reason: &str,
         dry_run: bool,
-        before_write: &mut dyn FnMut(),
+        before_write: &mut dyn FnMut() -> StoreResult<()>,
     ) -> StoreResult<Option<DroppedPayloads>> {
         if self.kv.is_server() && !dry_run {
             return Err(crate::StoreError::Unsupported {
@@ -497,14 +497,14 @@ impl Pass {
         id: &ConversationId,
         dry_run: bool,
         wrote: &mut bool,
-        before_write: &mut dyn FnMut(),
+        before_write: &mut dyn FnMut() -> StoreResult<()>,
     ) -> StoreResult<Pass> {
         let next = Pass::new(store, self.time, self.number + 1);
         if self.first.is_none() || dry_run {
             return Ok(next);
         }
         if !*wrote {
-            before_write();
+            before_write()?;
             *wrote = true;
         }
         let mut writes = self.writes;

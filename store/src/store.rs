@@ -923,6 +923,8 @@ fn conversation_id_of(key: &[u8]) -> StoreResult<ConversationId> {
 pub(crate) fn validate_name(name: &str) -> StoreResult<()> {
     let reason = if let Err(reason) = printable(name) {
         Some(reason)
+    } else if name == "." || name == ".." {
+        Some("a URL path reads it as a step, so no server could name it")
     } else if name.starts_with(ID_MARKER) {
         Some("id: marks an id prefix")
     } else if name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) {

@@ -134,3 +134,48 @@ fn a_refused_redaction_leaves_the_search_index_as_it_was() {
     assert!(!after.stderr.contains("behind"), "{}", after.stderr);
     assert!(!env.run(&["search", "two"]).ok().stdout.contains("seq 1"));
 }
+
+/// A search index that cannot forget a conversation's documents (damaged
+/// here; a full disk does the same) would keep a text the log lost: the
+/// redaction, or the retention pass, is refused and stores nothing.
+#[test]
+fn a_redaction_the_search_index_cannot_follow_is_refused() {
+    let env = TestEnv::new();
+    env.run(&[
+        "append",
+        "c",
+        "--turn",
+        "--user",
+        "one SECRETWORD",
+        "--assistant",
+        "three",
+    ])
+    .ok();
+    env.run(&["search", "SECRETWORD"]).ok();
+    let meta = env.db().join("search").join("meta.json");
+    let kept = std::fs::read(&meta).expect("the index's meta.json");
+    std::fs::write(&meta, "garbage\n").expect("damaged");
+    let log = env.run(&["log", "c"]).ok().stdout;
+    let refused = env.run(&["redact", "c", "1", "--reason", "leak"]).fails();
+    assert!(
+        refused.stderr.contains("nothing was redacted") && refused.stderr.lines().count() == 1,
+        "{}",
+        refused.stderr
+    );
+    let refused = env
+        .run(&["gc", "c", "--older-than", "0s", "--all-payloads"])
+        .fails();
+    assert!(
+        refused.stderr.contains("nothing was dropped"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(env.run(&["log", "c"]).ok().stdout, log);
+    std::fs::write(&meta, kept).expect("put back");
+    env.run(&["redact", "c", "1", "--reason", "leak"]).ok();
+    assert!(!env
+        .run(&["search", "SECRETWORD"])
+        .ok()
+        .stdout
+        .contains("seq 1"));
+}
