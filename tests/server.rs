@@ -1309,3 +1309,47 @@ fn a_copy_of_a_served_directory_is_not_taken_for_the_served_one() {
         "{out}"
     );
 }
+
+#[test]
+fn verify_through_a_server_checks_the_search_index_as_it_does_locally() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let other = dir.path().join("other");
+    for (db, words) in [(&db, "one two"), (&other, "other words")] {
+        let (code, _, err) = cli(db, &["append", "c", "--user", words], None);
+        assert_eq!(code, 0, "{err}");
+        let (code, _, err) = cli(db, &["search", "words"], None);
+        assert_eq!(code, 0, "{err}");
+    }
+    let local = cli(&db, &["verify", "--json"], None);
+    assert_eq!(local.0, 0, "{}", local.2);
+    assert!(
+        local.1.contains("\"search_index\":{\"documents\":1"),
+        "{}",
+        local.1
+    );
+    // Another database's index: verify fails, locally and through a server.
+    std::fs::remove_dir_all(db.join("search")).expect("removed");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(other.join("search"))
+        .arg(db.join("search"))
+        .status()
+        .expect("cp runs");
+    assert!(status.success());
+    let broken = cli(&db, &["verify"], None);
+    assert_eq!(broken.0, 1);
+    assert!(broken.2.contains("search index"), "{}", broken.2);
+    let server = Server::start(&db, &[]);
+    assert_eq!(cli(&db, &["verify"], None), broken);
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+    let (code, _, err) = cli(&db, &["reindex"], None);
+    assert_eq!(code, 0, "{err}");
+    let server = Server::start(&db, &[]);
+    let through = cli(&db, &["verify", "--json"], None);
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+    assert_eq!(through, cli(&db, &["verify", "--json"], None));
+    assert_eq!(through.1, local.1);
+}

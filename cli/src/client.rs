@@ -664,6 +664,7 @@ pub(crate) fn dispatch(
             let value =
                 client.get_json("/v1/verify", &[("conversation", args.conversation.clone())])?;
             if value["ok"].as_bool() == Some(true) {
+                cmd::verify::note_behind(&value, notes);
                 cmd::verify::print_ok(&mut out, &value, args.json)?;
             } else {
                 let message = value["message"]

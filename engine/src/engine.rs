@@ -743,6 +743,39 @@ pub fn redaction_json(
     })
 }
 
+/// The search index checked against the logs after a verification of
+/// them passed: `value` ([`verified_json`]'s) gets `search_index`, its
+/// documents and how far it is behind (`behind` records in
+/// `behind_conversations`), or `null` for a database without an index.
+/// The index's disagreement with the logs, if it has one, is returned
+/// instead.
+pub fn check_index_json(
+    engine: &Engine,
+    id: Option<&ConversationId>,
+    value: &mut serde_json::Value,
+) -> Result<Option<String>> {
+    let index = engine.check_index(id)?;
+    if let Some(problem) = index.as_ref().and_then(|i| i.problem.clone()) {
+        return Ok(Some(problem));
+    }
+    value["search_index"] = index.map_or(serde_json::Value::Null, |index| {
+        serde_json::json!({
+            "documents": index.documents,
+            "behind": index.behind_records,
+            "behind_conversations": index.behind,
+        })
+    });
+    Ok(None)
+}
+
+/// The error line of a verification whose search index disagrees with
+/// the logs ([`check_index_json`]'s problem).
+pub fn index_failure(problem: &str) -> String {
+    format!(
+        "verification failed: search index: {problem}; `convstore reindex` rebuilds it from the logs"
+    )
+}
+
 /// A verification that passed, as `verify --json` prints it and the
 /// server answers it: the counts, and the redactions of the records
 /// verified (of `id` and the ancestors it shares records with, or of

@@ -57,7 +57,8 @@ pub mod turns;
 pub mod views;
 
 pub use engine::{
-    deletion_json, parse_ndjson, redaction_json, verified_json, Engine, Verification,
+    check_index_json, deletion_json, index_failure, parse_ndjson, redaction_json, verified_json,
+    Engine, Verification,
 };
 pub use error::{Error, Result};
 pub use location::Location;

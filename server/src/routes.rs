@@ -1913,7 +1913,16 @@ pub(crate) async fn verify(
             };
             Ok(Json(match engine.verify(id.as_ref())? {
                 Ok((report, views)) => {
-                    convstore_engine::verified_json(engine, id.as_ref(), &report, views)?
+                    let mut value =
+                        convstore_engine::verified_json(engine, id.as_ref(), &report, views)?;
+                    match convstore_engine::check_index_json(engine, id.as_ref(), &mut value)? {
+                        None => value,
+                        Some(problem) => json!({
+                            "ok": false,
+                            "search_index": problem,
+                            "message": convstore_engine::index_failure(&problem),
+                        }),
+                    }
                 }
                 Err(failure) => json!({
                     "ok": false,

@@ -41,22 +41,64 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
         Err(failure) => (Err(failure), 0),
     };
     let mut out = output::stdout();
-    // The search index, once the logs are sound: derived data, compared
-    // with them.
-    let index = match &verified {
-        Ok(_) => engine.check_index(id.as_ref())?,
-        Err(_) => None,
-    };
-    if let Some(problem) = index.as_ref().and_then(|i| i.problem.clone()) {
-        if args.json {
-            let value = json!({ "ok": false, "search_index": problem });
-            writeln!(out, "{value}")?;
+    match verified {
+        Ok(report) => {
+            let mut value = convstore_engine::verified_json(engine, id.as_ref(), &report, views)?;
+            // The search index, once the logs are sound: derived data,
+            // compared with them.
+            if let Some(problem) =
+                convstore_engine::check_index_json(engine, id.as_ref(), &mut value)?
+            {
+                let value = json!({ "ok": false, "search_index": problem });
+                return failed(
+                    &mut out,
+                    &value,
+                    &convstore_engine::index_failure(&problem),
+                    args.json,
+                );
+            }
+            warn_pending(store, notes);
+            note_behind(&value, notes);
+            print_ok(&mut out, &value, args.json)?;
             out.flush()?;
+            Ok(ExitCode::SUCCESS)
         }
-        return Err(anyhow!(
-            "verification failed: search index: {problem}; `convstore reindex` rebuilds it from the logs"
-        ));
+        Err(failure) => {
+            let value = json!({
+                "ok": false,
+                "conversation": failure.conversation.hex(),
+                "name": failure.name,
+                "seq": failure.seq,
+                "problem": failure.problem,
+            });
+            failed(
+                &mut out,
+                &value,
+                &format!("verification failed: {failure}"),
+                args.json,
+            )
+        }
     }
+}
+
+/// A verification that failed: `value` on stdout with `--json`, and
+/// `message` as the error.
+pub(crate) fn failed(
+    out: &mut impl Write,
+    value: &Value,
+    message: &str,
+    json: bool,
+) -> Result<ExitCode> {
+    if json {
+        writeln!(out, "{value}")?;
+        out.flush()?;
+    }
+    Err(anyhow!("{message}"))
+}
+
+/// Warns of redactions and retention passes whose texts are still on
+/// disk.
+fn warn_pending(store: &convstore_engine::store::Store, notes: &Notes) {
     if let Ok(pending @ 1..) = store.pending_purges() {
         notes.warn(&format!(
             "{} still {} texts to remove from disk (the records read [redacted]); \
@@ -65,40 +107,20 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
             if pending == 1 { "has" } else { "have" }
         ));
     }
-    if let Some(behind) = index.as_ref().filter(|i| i.behind > 0) {
+}
+
+/// Notes a search index behind the logs (`value`: a passed
+/// verification's, with `search_index`), as `verify` says it locally and
+/// through a server.
+pub(crate) fn note_behind(value: &Value, notes: &Notes) {
+    let index = &value["search_index"];
+    let behind = index["behind_conversations"].as_u64().unwrap_or(0);
+    if behind > 0 {
         notes.say(&format!(
             "note: the search index is behind the log in {} ({}): the next write or search catches it up",
-            output::plural(behind.behind, "conversation"),
-            output::plural(behind.behind_records, "record")
+            output::plural(behind, "conversation"),
+            output::plural(index["behind"].as_u64().unwrap_or(0), "record")
         ));
-    }
-    match verified {
-        Ok(report) => {
-            let mut value = convstore_engine::verified_json(engine, id.as_ref(), &report, views)?;
-            value["search_index"] = index.as_ref().map_or(Value::Null, |index| {
-                json!({
-                    "documents": index.documents,
-                    "behind": index.behind_records,
-                })
-            });
-            print_ok(&mut out, &value, args.json)?;
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(failure) => {
-            if args.json {
-                let value = json!({
-                    "ok": false,
-                    "conversation": failure.conversation.hex(),
-                    "name": failure.name,
-                    "seq": failure.seq,
-                    "problem": failure.problem,
-                });
-                writeln!(out, "{value}")?;
-                out.flush()?;
-            }
-            Err(anyhow!("verification failed: {failure}"))
-        }
     }
 }
 
