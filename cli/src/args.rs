@@ -884,6 +884,12 @@ fn path(text: &str) -> Result<String, String> {
     }
 }
 
+/// A duration as `[retention] older_than` takes it (checked here, so a
+/// bad one is a usage error; kept as given).
+fn duration(text: &str) -> Result<String, String> {
+    convstore_projection::config::parse_age(text).map(|_| text.to_owned())
+}
+
 fn parse_as_of(text: &str) -> Result<AsOf, String> {
     AsOf::parse(text).ok_or_else(|| {
         format!(
@@ -958,7 +964,7 @@ pub struct GcArgs {
     pub conversation: Option<String>,
     /// Only payloads of records older than this (45s, 30m for minutes,
     /// 12h, 90d, 2w), in place of `[retention] older_than`.
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = duration)]
     pub older_than: Option<String>,
     /// Drop payloads views still show too (needs an age): those records
     /// read [redacted] in the view.

@@ -167,6 +167,12 @@ impl Client {
                     .ok()
                     .and_then(|v| v["error"]["message"].as_str().map(flags_for_fields))
                     .unwrap_or_else(|| format!("the server answered {status}: {}", text.trim()));
+                if status == 401 {
+                    // The command line's way to send a token.
+                    return Err(anyhow!(
+                        "{message} (the command line sends $CONVSTORE_TOKEN: set it to a token of the server's --token-file)"
+                    ));
+                }
                 Err(anyhow!(message))
             }
             Err(ureq::Error::Transport(e)) => {
