@@ -910,7 +910,8 @@ pub struct ForkArgs {
     /// Share the parent's records up to and including record S.
     #[arg(long, value_name = "S")]
     pub at_seq: Option<u64>,
-    /// Name of the new conversation.
+    /// Name of the new conversation; without one it has none, and is
+    /// named by its id (`id:PREFIX`, as printed).
     #[arg(long, value_parser = new_name)]
     pub name: Option<String>,
     /// Then compact the fork's turns with a profile (default: `default`).

@@ -82,6 +82,10 @@ fn flags_for_fields(message: &str) -> String {
     const FIELDS: &[(&str, &str)] = &[
         ("turns ", "--turns "),
         ("as_of ", "--as-of "),
+        ("as_of:", "--as-of:"),
+        ("from ", "--from "),
+        ("from:", "--from:"),
+        ("to ", "--to "),
         ("at_turn ", "--at-turn "),
         ("at_seq ", "--at-seq "),
         ("from_turn ", "--from "),
@@ -579,7 +583,8 @@ pub(crate) fn dispatch(
                 v["name"].as_str().map_or_else(
                     || {
                         let id = v["id"].as_str().unwrap_or("");
-                        ConversationId::from_hex(id).map_or_else(|| id.to_owned(), |i| i.short())
+                        ConversationId::from_hex(id)
+                            .map_or_else(|| id.to_owned(), |i| format!("id:{}", i.short()))
                     },
                     str::to_owned,
                 )

@@ -128,9 +128,13 @@ impl ConversationInfo {
         self.kinds[kind.index()]
     }
 
-    /// The name if it has one, else the short id.
+    /// The name if it has one, else the short id as a query takes it
+    /// (`id:…`): given back to a command it names this conversation,
+    /// where a bare prefix given to one that writes would name a new one.
     pub fn label(&self) -> String {
-        self.name.clone().unwrap_or_else(|| self.id.short())
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{ID_MARKER}{}", self.id.short()))
     }
 }
 

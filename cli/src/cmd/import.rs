@@ -103,7 +103,7 @@ pub(crate) fn report(value: &Value, json: bool, notes: &Notes) -> Result<ExitCod
         let id = value["id"].as_str().unwrap_or_default();
         let label = value["name"]
             .as_str()
-            .map_or_else(|| id.chars().take(12).collect(), str::to_owned);
+            .map_or_else(|| format!("id:{}", &id[..id.len().min(12)]), str::to_owned);
         writeln!(
             out,
             "imported {} in {} into {label} ({id})",

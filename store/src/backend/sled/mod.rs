@@ -441,6 +441,17 @@ fn open_error(path: &Path, error: sled::Error) -> StoreError {
             };
             StoreError::Open { path, reason }
         }
+        // No database there yet: the open was creating one.
+        sled::Error::Io(e)
+            if e.kind() == std::io::ErrorKind::PermissionDenied && !path.join("db").exists() =>
+        {
+            StoreError::Open {
+                path,
+                reason: "permission denied: a new database cannot be made there \
+                         (its directory, or the directory holding it, is not writable)"
+                    .to_owned(),
+            }
+        }
         sled::Error::Io(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             StoreError::Open {
                 path,
