@@ -583,8 +583,7 @@ pub(crate) fn dispatch(
                 v["name"].as_str().map_or_else(
                     || {
                         let id = v["id"].as_str().unwrap_or("");
-                        ConversationId::from_hex(id)
-                            .map_or_else(|| id.to_owned(), |i| format!("id:{}", i.short()))
+                        ConversationId::from_hex(id).map_or_else(|| id.to_owned(), |i| i.query())
                     },
                     str::to_owned,
                 )
@@ -674,24 +673,8 @@ pub(crate) fn dispatch(
         Command::Verify(args) => {
             let value =
                 client.get_json("/v1/verify", &[("conversation", args.conversation.clone())])?;
-            if value["ok"].as_bool() == Some(true) {
-                cmd::verify::note_behind(&value, notes);
-                cmd::verify::print_ok(&mut out, &value, args.json)?;
-            } else {
-                let message = value["message"]
-                    .as_str()
-                    .unwrap_or("verification failed")
-                    .to_owned();
-                if args.json {
-                    let mut value = value;
-                    if let Some(object) = value.as_object_mut() {
-                        object.remove("message");
-                    }
-                    writeln!(out, "{value}")?;
-                    out.flush()?;
-                }
-                bail!(message);
-            }
+            drop(out);
+            return cmd::verify::finish(value, notes, args.json);
         }
         Command::Redact(args) => {
             let path = format!("{}/redact", client.conversation(&args.conversation)?);

@@ -5,7 +5,7 @@ use convstore_projection::config::{Config, RetentionConfig};
 use convstore_projection::{Tokenizer, ViewEvent};
 use convstore_store::{
     json, AppendOptions, Appended, ConversationId, Deletion, DroppedPayloads, Event, OpenOptions,
-    Store, Timestamp, VerifyFailure, VerifyReport, ViewState,
+    Store, StoreError, Timestamp, VerifyFailure, VerifyReport, ViewState,
 };
 
 use crate::auto::{self, AutoReport};
@@ -463,14 +463,18 @@ impl Engine {
     ) -> Result<DroppedPayloads> {
         // Texts the index would keep after the log dropped them: nothing
         // is dropped if the index cannot forget them first.
-        let dropped = retention::collect(&self.store, id, retention, dry_run, &mut || {
+        let mut unforgotten = None;
+        let collected = retention::collect(&self.store, id, retention, dry_run, &mut || {
             self.forget_in_index(&[*id], true).map_err(|note| {
-                convstore_store::StoreError::Io(std::io::Error::other(format!(
-                    "the search index cannot drop the conversation's documents ({note}): \
-                     nothing was dropped, as the index would keep the texts"
-                )))
+                let stop = StoreError::Io(std::io::Error::other(note.clone()));
+                unforgotten = Some(note);
+                stop
             })
-        })?;
+        });
+        if let Some(note) = unforgotten {
+            return Err(kept_by_index(&note, "dropped"));
+        }
+        let dropped = collected?;
         if !dry_run && dropped.records > 0 {
             // A write meanwhile may have indexed it again.
             let _ = self.forget_in_index(&[*id], true);
@@ -502,16 +506,17 @@ impl Engine {
         let mut conversations = Vec::new();
         let (mut records, mut bytes, mut blobs) = (0, 0, 0);
         for (id, name) in targets {
-            let dropped =
-                match self.gc(&id, retention, dry_run) {
-                    Ok(dropped) => dropped,
-                    // Deleted since the list was taken (by another client of
-                    // a server): nothing of it is left to drop.
-                    Err(Error::Store(convstore_store::StoreError::NoSuchConversation {
-                        ..
-                    })) if target.is_none() && self.store.info(&id).is_err() => continue,
-                    Err(e) => return Err(e),
-                };
+            let dropped = match self.gc(&id, retention, dry_run) {
+                Ok(dropped) => dropped,
+                // Deleted since the list was taken (by another client of a
+                // server): nothing of it is left to drop.
+                Err(Error::Store(StoreError::NoSuchConversation { .. }))
+                    if target.is_none() && self.store.info(&id).is_err() =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
             records += dropped.records;
             bytes += dropped.bytes;
             blobs += dropped.blobs_removed;
@@ -615,12 +620,8 @@ impl Engine {
         let owner = self.store.owner_of(id, seq)?;
         // The index would keep the text after the log lost it: nothing is
         // redacted if it cannot forget it first.
-        self.forget_in_index(&[owner], true).map_err(|note| {
-            Error::Search(format!(
-                "cannot drop the conversation's documents ({note}): \
-                 nothing was redacted, as the index would keep the text"
-            ))
-        })?;
+        self.forget_in_index(&[owner], true)
+            .map_err(|note| kept_by_index(&note, "redacted"))?;
         let redaction = match self.store.redact(id, seq, field, reason) {
             Ok(redaction) => redaction,
             Err(e) => {
@@ -743,20 +744,52 @@ pub fn redaction_json(
     })
 }
 
-/// The search index checked against the logs after a verification of
-/// them passed: `value` ([`verified_json`]'s) gets `search_index`, its
-/// documents and how far it is behind (`behind` records in
-/// `behind_conversations`), or `null` for a database without an index.
-/// The index's disagreement with the logs, if it has one, is returned
-/// instead.
-pub fn check_index_json(
+/// The refusal of a write that would leave texts in the search index
+/// after the log lost them (`note`: why the index could not forget them;
+/// `done`: what the write would have done to them).
+fn kept_by_index(note: &str, done: &str) -> Error {
+    Error::Search(format!(
+        "cannot drop the conversation's documents ({note}): \
+         nothing was {done}, as the index would keep the texts"
+    ))
+}
+
+/// A verification as `verify --json` prints it and the server answers it,
+/// with `message`, the error line, when it failed. One that passed is
+/// [`verified_json`]'s, with the search index then checked against the
+/// logs (derived data, compared once they are sound): `search_index`
+/// holds its documents and how far it is behind (`behind` records in
+/// `behind_conversations`), or `null` without an index. One that failed
+/// names the record, or says how the index disagrees with the logs.
+pub fn verification_json(
     engine: &Engine,
     id: Option<&ConversationId>,
-    value: &mut serde_json::Value,
-) -> Result<Option<String>> {
+    verification: Verification,
+) -> Result<serde_json::Value> {
+    let (report, views) = match verification {
+        Ok(passed) => passed,
+        Err(failure) => {
+            return Ok(serde_json::json!({
+                "ok": false,
+                "conversation": failure.conversation.hex(),
+                "name": failure.name,
+                "seq": failure.seq,
+                "problem": failure.problem,
+                "message": format!("verification failed: {failure}"),
+            }))
+        }
+    };
+    let mut value = verified_json(engine, id, &report, views)?;
     let index = engine.check_index(id)?;
-    if let Some(problem) = index.as_ref().and_then(|i| i.problem.clone()) {
-        return Ok(Some(problem));
+    if let Some(problem) = index.as_ref().and_then(|i| i.problem.as_deref()) {
+        return Ok(serde_json::json!({
+            "ok": false,
+            "search_index": problem,
+            "message": format!(
+                "verification failed: search index: {problem}; \
+                 `convstore reindex` rebuilds it from the logs"
+            ),
+        }));
     }
     value["search_index"] = index.map_or(serde_json::Value::Null, |index| {
         serde_json::json!({
@@ -765,15 +798,7 @@ pub fn check_index_json(
             "behind_conversations": index.behind,
         })
     });
-    Ok(None)
-}
-
-/// The error line of a verification whose search index disagrees with
-/// the logs ([`check_index_json`]'s problem).
-pub fn index_failure(problem: &str) -> String {
-    format!(
-        "verification failed: search index: {problem}; `convstore reindex` rebuilds it from the logs"
-    )
+    Ok(value)
 }
 
 /// A verification that passed, as `verify --json` prints it and the
@@ -781,7 +806,7 @@ pub fn index_failure(problem: &str) -> String {
 /// verified (of `id` and the ancestors it shares records with, or of
 /// every conversation), grouped as they were made: one `redact`, or one
 /// retention pass.
-pub fn verified_json(
+fn verified_json(
     engine: &Engine,
     id: Option<&ConversationId>,
     report: &VerifyReport,

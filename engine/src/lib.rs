@@ -57,8 +57,7 @@ pub mod turns;
 pub mod views;
 
 pub use engine::{
-    check_index_json, deletion_json, index_failure, parse_ndjson, redaction_json, verified_json,
-    Engine, Verification,
+    deletion_json, parse_ndjson, redaction_json, verification_json, Engine, Verification,
 };
 pub use error::{Error, Result};
 pub use location::Location;

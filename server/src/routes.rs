@@ -150,14 +150,12 @@ impl ChannelWriter {
     /// and then the connection is cut, so a client sees a cut answer, never
     /// a short one that looks whole, and can still say why.
     fn fail(&mut self, error: &ApiError) {
-        let mut line = if self.line_start {
-            Vec::new()
-        } else {
-            b"\n".to_vec()
-        };
-        line.extend_from_slice(error.body().to_string().as_bytes());
-        line.push(b'\n');
-        self.buf.extend_from_slice(&line);
+        if !self.line_start {
+            self.buf.push(b'\n');
+        }
+        self.buf
+            .extend_from_slice(error.body().to_string().as_bytes());
+        self.buf.push(b'\n');
         if self.send().is_ok() {
             let _ = self
                 .tx
@@ -1911,28 +1909,11 @@ pub(crate) async fn verify(
                 Some(query) => Some(resolve_read(engine.store(), query)?),
                 None => None,
             };
-            Ok(Json(match engine.verify(id.as_ref())? {
-                Ok((report, views)) => {
-                    let mut value =
-                        convstore_engine::verified_json(engine, id.as_ref(), &report, views)?;
-                    match convstore_engine::check_index_json(engine, id.as_ref(), &mut value)? {
-                        None => value,
-                        Some(problem) => json!({
-                            "ok": false,
-                            "search_index": problem,
-                            "message": convstore_engine::index_failure(&problem),
-                        }),
-                    }
-                }
-                Err(failure) => json!({
-                    "ok": false,
-                    "conversation": failure.conversation.hex(),
-                    "name": failure.name,
-                    "seq": failure.seq,
-                    "problem": failure.problem,
-                    "message": format!("verification failed: {failure}"),
-                }),
-            }))
+            Ok(Json(convstore_engine::verification_json(
+                engine,
+                id.as_ref(),
+                engine.verify(id.as_ref())?,
+            )?))
         })
         .await
 }

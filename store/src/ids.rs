@@ -54,6 +54,13 @@ impl ConversationId {
     pub fn short(&self) -> String {
         self.hex()[..12].to_owned()
     }
+
+    /// The short id as a query takes it (`id:…`), for an unnamed
+    /// conversation: given back to a command it names this conversation,
+    /// where a bare prefix given to one that writes would name a new one.
+    pub fn query(&self) -> String {
+        format!("{}{}", crate::store::ID_MARKER, self.short())
+    }
 }
 
 impl fmt::Display for ConversationId {

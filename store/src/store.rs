@@ -129,12 +129,9 @@ impl ConversationInfo {
     }
 
     /// The name if it has one, else the short id as a query takes it
-    /// (`id:…`): given back to a command it names this conversation,
-    /// where a bare prefix given to one that writes would name a new one.
+    /// ([`ConversationId::query`]).
     pub fn label(&self) -> String {
-        self.name
-            .clone()
-            .unwrap_or_else(|| format!("{ID_MARKER}{}", self.id.short()))
+        self.name.clone().unwrap_or_else(|| self.id.query())
     }
 }
 

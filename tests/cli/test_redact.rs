@@ -101,16 +101,7 @@ fn redacting_beside_other_texts_in_the_segment_files_copies_none_into_sled() {
 #[test]
 fn a_refused_redaction_leaves_the_search_index_as_it_was() {
     let env = TestEnv::new();
-    env.run(&[
-        "append",
-        "c",
-        "--turn",
-        "--user",
-        "one two",
-        "--assistant",
-        "three",
-    ])
-    .ok();
+    one_turn(&env, "one two");
     env.run(&["search", "two"]).ok();
     let before = env.run(&["verify"]).ok().stdout;
     assert!(before.contains("2 search documents verified"), "{before}");
@@ -141,16 +132,7 @@ fn a_refused_redaction_leaves_the_search_index_as_it_was() {
 #[test]
 fn a_redaction_the_search_index_cannot_follow_is_refused() {
     let env = TestEnv::new();
-    env.run(&[
-        "append",
-        "c",
-        "--turn",
-        "--user",
-        "one SECRETWORD",
-        "--assistant",
-        "three",
-    ])
-    .ok();
+    one_turn(&env, "one SECRETWORD");
     env.run(&["search", "SECRETWORD"]).ok();
     let meta = env.db().join("search").join("meta.json");
     let kept = std::fs::read(&meta).expect("the index's meta.json");
@@ -178,4 +160,18 @@ fn a_redaction_the_search_index_cannot_follow_is_refused() {
         .ok()
         .stdout
         .contains("seq 1"));
+}
+
+/// Appends to `c` a turn whose user says `user` and assistant "three".
+fn one_turn(env: &TestEnv, user: &str) {
+    env.run(&[
+        "append",
+        "c",
+        "--turn",
+        "--user",
+        user,
+        "--assistant",
+        "three",
+    ])
+    .ok();
 }

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use convstore_engine::import::{self, ImportFormat};
-use convstore_store::{EventType, Timestamp};
+use convstore_store::{ConversationId, EventType, Timestamp};
 use serde_json::{json, Value};
 
 use crate::args::{Cli, ImportArgs, InteropFormat};
@@ -101,9 +101,10 @@ pub(crate) fn report(value: &Value, json: bool, notes: &Notes) -> Result<ExitCod
     } else {
         let number = |v: &Value| v.as_u64().unwrap_or(0);
         let id = value["id"].as_str().unwrap_or_default();
-        let label = value["name"]
-            .as_str()
-            .map_or_else(|| format!("id:{}", &id[..id.len().min(12)]), str::to_owned);
+        let label = value["name"].as_str().map_or_else(
+            || ConversationId::from_hex(id).map_or_else(|| id.to_owned(), |i| i.query()),
+            str::to_owned,
+        );
         writeln!(
             out,
             "imported {} in {} into {label} ({id})",

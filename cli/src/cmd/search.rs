@@ -87,10 +87,7 @@ pub(crate) fn render(hits: &[Hit], json: bool) -> Result<ExitCode> {
         writeln!(out, "{}", serde_json::Value::Array(values))?;
     } else {
         for h in hits {
-            let label = h
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("id:{}", h.conversation.short()));
+            let label = h.name.clone().unwrap_or_else(|| h.conversation.query());
             let view = match h.visibility {
                 Visibility::Summarized(a, b) => {
                     format!(

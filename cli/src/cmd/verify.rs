@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
 use convstore_engine::Engine;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::args::VerifyArgs;
 use crate::output::{self, Notes};
@@ -36,59 +36,30 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
     // its head.
     let verified = engine.verify(id.as_ref())?;
     progress.finish();
-    let (verified, views) = match verified {
-        Ok((report, views)) => (Ok(report), views),
-        Err(failure) => (Err(failure), 0),
-    };
-    let mut out = output::stdout();
-    match verified {
-        Ok(report) => {
-            let mut value = convstore_engine::verified_json(engine, id.as_ref(), &report, views)?;
-            // The search index, once the logs are sound: derived data,
-            // compared with them.
-            if let Some(problem) =
-                convstore_engine::check_index_json(engine, id.as_ref(), &mut value)?
-            {
-                let value = json!({ "ok": false, "search_index": problem });
-                return failed(
-                    &mut out,
-                    &value,
-                    &convstore_engine::index_failure(&problem),
-                    args.json,
-                );
-            }
-            warn_pending(store, notes);
-            note_behind(&value, notes);
-            print_ok(&mut out, &value, args.json)?;
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(failure) => {
-            let value = json!({
-                "ok": false,
-                "conversation": failure.conversation.hex(),
-                "name": failure.name,
-                "seq": failure.seq,
-                "problem": failure.problem,
-            });
-            failed(
-                &mut out,
-                &value,
-                &format!("verification failed: {failure}"),
-                args.json,
-            )
-        }
+    let value = convstore_engine::verification_json(engine, id.as_ref(), verified)?;
+    if value["ok"].as_bool() == Some(true) {
+        warn_pending(store, notes);
     }
+    finish(value, notes, args.json)
 }
 
-/// A verification that failed: `value` on stdout with `--json`, and
+/// Prints a verification as [`convstore_engine::verification_json`]
+/// gives it, locally or from a server: a passed one (with a note if the
+/// search index is behind), or a failed one's JSON with `--json` and its
 /// `message` as the error.
-pub(crate) fn failed(
-    out: &mut impl Write,
-    value: &Value,
-    message: &str,
-    json: bool,
-) -> Result<ExitCode> {
+pub(crate) fn finish(mut value: Value, notes: &Notes, json: bool) -> Result<ExitCode> {
+    let mut out = output::stdout();
+    if value["ok"].as_bool() == Some(true) {
+        note_behind(&value, notes);
+        print_ok(&mut out, &value, json)?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let message = value
+        .as_object_mut()
+        .and_then(|object| object.remove("message"))
+        .and_then(|m| m.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "verification failed".to_owned());
     if json {
         writeln!(out, "{value}")?;
         out.flush()?;
@@ -112,7 +83,7 @@ fn warn_pending(store: &convstore_engine::store::Store, notes: &Notes) {
 /// Notes a search index behind the logs (`value`: a passed
 /// verification's, with `search_index`), as `verify` says it locally and
 /// through a server.
-pub(crate) fn note_behind(value: &Value, notes: &Notes) {
+fn note_behind(value: &Value, notes: &Notes) {
     let index = &value["search_index"];
     let behind = index["behind_conversations"].as_u64().unwrap_or(0);
     if behind > 0 {
@@ -127,7 +98,7 @@ pub(crate) fn note_behind(value: &Value, notes: &Notes) {
 /// Prints a verification that passed, as `verify` does locally and
 /// through a server: `value` is [`convstore_engine::verified_json`]'s,
 /// with `search_index` where the index was checked.
-pub(crate) fn print_ok(out: &mut impl Write, value: &Value, json: bool) -> Result<()> {
+fn print_ok(out: &mut impl Write, value: &Value, json: bool) -> Result<()> {
     if json {
         writeln!(out, "{value}")?;
         return Ok(());

@@ -391,10 +391,9 @@ impl RawChunk {
                 continue;
             }
             let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
-            debug_assert!(
+            debug_assert!(peeked.is_none_or(|_| {
                 codec::peek_event_type(bytes) == Some(record.body.event_type())
-                    || codec::peek_event_type(bytes).is_none()
-            );
+            }));
             let read = peeked.unwrap_or_else(|| reading(seq, entry.turn, record.body.event_type()));
             let payload = match read {
                 Reading::Skip => continue,
