@@ -283,6 +283,21 @@ Examples:
   convstore copy postgres://me@db.internal/convstore laptop.db --conv chat
   convstore copy old.db new.db --json")]
     Copy(CopyArgs),
+    /// Write a new random master key for an encrypted database (64
+    /// hexadecimal digits, readable by its owner only). Name it in
+    /// convstore.toml (`[encryption] key_file = "..."`) or
+    /// $CONVSTORE_KEY_FILE: a database created with it is encrypted.
+    #[command(after_help = "\
+Each conversation gets its own data key, wrapped by the master key and kept
+in KEY_FILE.keyring beside the key file (not in the database): deleting a
+conversation deletes its data key, which leaves every copy of its bytes,
+in a backup too, unreadable. Keep the key file and the keyring safe and
+backed up apart from the database: without them nothing can be read.
+
+Examples:
+  convstore keygen ~/.config/convstore/master.key
+  printf '[encryption]\\nkey_file = \"master.key\"\\n' > convstore.toml")]
+    Keygen(KeygenArgs),
     /// Create or upgrade the schema of a PostgreSQL database (--db
     /// postgres://...).
     #[command(after_help = "\
@@ -1092,6 +1107,13 @@ pub struct BackupArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `keygen`
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Where the key goes (a new file).
+    pub key_file: PathBuf,
 }
 
 /// `copy`

@@ -40,6 +40,7 @@ pub(crate) fn target(cli: &Cli) -> Result<Option<Client>> {
         Command::Serve(_)
             | Command::Salvage(_)
             | Command::Copy(_)
+            | Command::Keygen(_)
             | Command::Migrate
             | Command::Tools(_)
             | Command::Completions { .. }

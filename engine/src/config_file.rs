@@ -32,11 +32,29 @@ pub fn load(explicit: Option<&Path>, db: &Path) -> Result<Config> {
     }
 }
 
+/// The master key and keyring of `config` (`[encryption] key_file`), else
+/// of the key file `$CONVSTORE_KEY_FILE` names, else none.
+pub fn keyring(config: &Config) -> Result<Option<std::sync::Arc<convstore_store::Keyring>>> {
+    let file = match &config.encryption.key_file {
+        Some(file) => PathBuf::from(file),
+        None => match std::env::var_os(convstore_store::crypto::KEY_FILE_VARIABLE) {
+            Some(file) if !file.is_empty() => PathBuf::from(file),
+            _ => return Ok(None),
+        },
+    };
+    Ok(Some(convstore_store::Keyring::open(&file)?))
+}
+
 /// Makes a summarizer program given by a relative path (`./summarize.sh`)
 /// relative to the configuration file that names it, not to wherever the
 /// command runs. A bare name (`summarize`) is looked up in `PATH`.
 fn anchor_commands(config: &mut Config, file: &Path) {
     let dir = file.parent().unwrap_or(Path::new("."));
+    if let Some(key_file) = config.encryption.key_file.as_mut() {
+        if Path::new(key_file.as_str()).is_relative() {
+            *key_file = dir.join(&*key_file).to_string_lossy().into_owned();
+        }
+    }
     for profile in config.compaction.profiles.values_mut() {
         let program = profile
             .summary

@@ -66,6 +66,13 @@ impl Engine {
     pub fn open(location: &Location, options: &OpenOptions) -> Result<Engine> {
         let store = match location {
             Location::Path(path) => Store::open_with(path, options)?,
+            Location::Postgres(_) if options.encryption.is_some() => {
+                return Err(Error::Invalid(
+                    "encryption at rest is for a database directory; a database server \
+                     encrypts its own storage"
+                        .to_owned(),
+                ))
+            }
             Location::Postgres(url) => {
                 use convstore_store::backend::postgres::{PgBackend, Setup};
                 let setup = if options.create {
@@ -200,7 +207,7 @@ impl Engine {
         // Derived data never fails a write that is stored: an error, or a
         // panic in the index library, becomes a note.
         let updated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if !self.index_on_write || ids.is_empty() {
+            if !self.index_on_write || ids.is_empty() || self.store.is_encrypted() {
                 return Ok(None);
             }
             let index = self.search_index()?;
@@ -297,6 +304,7 @@ impl Engine {
     /// The search index of this database (`search/` in its directory),
     /// opened (or created, empty) on first use.
     pub fn search_index(&self) -> Result<Arc<SearchIndex>> {
+        self.refuse_index()?;
         let mut slot = self
             .search
             .lock()
@@ -307,6 +315,19 @@ impl Engine {
         let index = Arc::new(SearchIndex::open(self.index_dir()?.as_deref())?);
         *slot = Some(Arc::clone(&index));
         Ok(index)
+    }
+
+    /// An encrypted database keeps no search index: tantivy would store
+    /// its texts in clear, beside the sealed log.
+    fn refuse_index(&self) -> Result<()> {
+        if self.store.is_encrypted() {
+            return Err(Error::Search(
+                "an encrypted database keeps no search index (it would hold the texts in \
+                 clear); `recall` and `grep` over `project` read the logs"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
     }
 
     /// Searches every conversation (or one), after catching the index up
@@ -324,6 +345,7 @@ impl Engine {
 
     /// Deletes the search index and builds it again from every log.
     pub fn reindex(&self) -> Result<CaughtUp> {
+        self.refuse_index()?;
         let mut slot = self
             .search
             .lock()
@@ -737,6 +759,7 @@ pub fn redaction_json(
         "field": redaction.field.as_str(),
         "len": redaction.len,
         "hash": redaction.hash.hex(),
+        "blob": redaction.blob,
         "blob_removed": redaction.blob_removed,
         "view_blocks": redaction.view_blocks,
         "event_seq": redaction.event.first_seq,

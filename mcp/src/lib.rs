@@ -77,7 +77,10 @@ impl Engines {
                 config,
                 wait,
             } => {
-                let engine = Engine::open(location, &OpenOptions::existing().wait(*wait))
+                let keyring =
+                    convstore_engine::config_file::keyring(config).map_err(|e| e.to_string())?;
+                let options = OpenOptions::existing().wait(*wait).encryption(keyring);
+                let engine = Engine::open(location, &options)
                     .map_err(|e| e.to_string())?
                     .with_config(Config::clone(config));
                 f(&engine).map_err(|e| e.to_string())

@@ -50,6 +50,20 @@ pub struct Config {
     /// `[retention]`: which payloads `gc` drops.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// `[encryption]`: the master key of an encrypted database.
+    #[serde(default)]
+    pub encryption: EncryptionConfig,
+}
+
+/// `[encryption]`: where the master key is. A database created with a key
+/// is encrypted; an encrypted database needs it to read its payloads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncryptionConfig {
+    /// The key file (64 hexadecimal digits, made by `convstore keygen`);
+    /// a relative path is relative to the configuration file. Its keyring
+    /// is `KEY_FILE.keyring` beside it.
+    pub key_file: Option<String>,
 }
 
 /// `[retention]`: which raw payloads `convstore gc` drops, and when it

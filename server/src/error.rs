@@ -155,6 +155,10 @@ fn store_error(error: &StoreError, message: String) -> ApiError {
         }
         StoreError::NotRedactable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_redactable"),
         StoreError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt"),
+        // An encrypted database served without its key, or a conversation
+        // whose data key was deleted.
+        StoreError::Encrypted { .. } => (StatusCode::FORBIDDEN, "encrypted"),
+        StoreError::Key { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "key"),
         StoreError::Io(_) | StoreError::Backend(_) | StoreError::OutcomeUnknown { .. } => {
             (StatusCode::INTERNAL_SERVER_ERROR, "storage")
         }

@@ -88,7 +88,9 @@ impl Store {
                 }
             }
         }
-        let (destination, out) = Destination::create(dest)?;
+        // A copy of an encrypted database is encrypted with the same keys:
+        // deleting a conversation's key shreds it in the copy too.
+        let (destination, out) = Destination::create(dest, self.keyring())?;
         let mut report = self.copy_into(&out, None)?;
         out.flush()?;
         let verified = out.verify_all()?.map_err(|failure| StoreError::Corrupt {
@@ -118,7 +120,16 @@ impl Store {
     ) -> StoreResult<BackupReport> {
         // Records are copied as they are: a format-7 database's may be
         // committed, which a database of an earlier format cannot hold.
-        if out.layout() == Layout::Plain && self.layout() == Layout::Committed {
+        if out.is_encrypted() && !self.is_encrypted() {
+            return Err(StoreError::Destination {
+                path: out.describe().into(),
+                reason: "it is encrypted and the database copied is not: its records, copied \
+                         byte for byte, may keep long texts apart, which cannot be encrypted \
+                         (export and import the conversations instead)"
+                    .to_owned(),
+            });
+        }
+        if out.layout() == Layout::Plain && self.layout() != Layout::Plain {
             return Err(StoreError::OlderFormat {
                 format: out.format,
                 needs: keys::COMMITTED_FORMAT,

@@ -127,6 +127,18 @@ pub(crate) enum Layout {
     /// ([`committed_address`]), so it commits to every text through its
     /// hash.
     Committed,
+    /// An encrypted database's records ([`crate::crypto`]): stored as
+    /// [`Layout::Committed`], with every text beside the frame, none as a
+    /// blob, however long. A blob is shared by content with every
+    /// conversation that holds the text, so it could not be encrypted
+    /// under one conversation's key; kept in the record, a text is
+    /// encrypted, and shredded, with its conversation. Only new records
+    /// are encoded so: reading one, [`Layout::of`] says `Committed`.
+    Sealed,
+    /// An encrypted database's view records: [`Layout::Plain`], with every
+    /// text in the record (a view's records are plain, so that a view
+    /// can show a text redacted outside a redaction's envelope).
+    SealedView,
 }
 
 impl Layout {
@@ -497,11 +509,44 @@ impl<'a> RecordRepr<'a> {
 
 /// The stored bytes of `record` in `layout`. Its texts are inline, blobs
 /// or redacted (a redacted text's length says whether it was a blob).
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn encode_record(record: &RecordRepr<'_>, layout: Layout) -> Vec<u8> {
     match layout {
-        Layout::Plain => encode(record),
-        Layout::Committed => encode_committed(record, None),
+        Layout::Plain | Layout::SealedView => encode(record),
+        Layout::Committed => encode_committed(record, None, None),
+        Layout::Sealed => encode_committed(record, None, Some(&[])),
     }
+}
+
+/// Encodes `record`, a redacted copy of the record stored as `original`
+/// (its own bytes or a redaction's envelope), in the original's layout;
+/// in a committed one each redacted text keeps the entry kind (short or
+/// long) its text had there, which its length alone does not tell for a
+/// [`Layout::Sealed`] record's long texts.
+pub(crate) fn encode_redacted(record: &RecordRepr<'_>, original: &[u8]) -> Vec<u8> {
+    let inner = inner_record(original).unwrap_or(original);
+    match inner.split_first() {
+        Some((&COMMITTED_MARK, rest)) => {
+            let long = entry_kinds(rest);
+            encode_committed(record, None, long.as_deref())
+        }
+        _ => encode(record),
+    }
+}
+
+/// For each text of a committed record (`rest`: its bytes after
+/// [`COMMITTED_MARK`]), in field order: whether it is a long text (its
+/// reference in the frame). `None` where the entries do not parse.
+fn entry_kinds(rest: &[u8]) -> Option<Vec<bool>> {
+    let (_, mut entries) = split_committed(rest)?;
+    let mut long = Vec::new();
+    while !entries.is_empty() {
+        long.push(matches!(
+            next_entry(&mut entries)?,
+            Entry::Blob | Entry::BlobRedacted
+        ));
+    }
+    Some(long)
 }
 
 /// Appends `n` as a bincode varint.
@@ -526,7 +571,15 @@ fn push_varint(out: &mut Vec<u8>, n: u64) {
 /// A committed record's bytes; with `digests`, also what its address
 /// hashes after the frame (each short text's hash and length), gathered
 /// there so that chaining it costs one hash.
-fn encode_committed(record: &RecordRepr<'_>, mut digests: Option<&mut Vec<u8>>) -> Vec<u8> {
+///
+/// A redacted text is written as a long one's entry where `long` says so
+/// for its field, or else (no `long`) where its length is over
+/// [`INLINE_MAX`].
+fn encode_committed(
+    record: &RecordRepr<'_>,
+    mut digests: Option<&mut Vec<u8>>,
+    long: Option<&[bool]>,
+) -> Vec<u8> {
     let mut digest = |hash: &BlobHash, len: u64| {
         if let Some(digests) = digests.as_deref_mut() {
             digests.extend_from_slice(hash.as_bytes());
@@ -535,7 +588,11 @@ fn encode_committed(record: &RecordRepr<'_>, mut digests: Option<&mut Vec<u8>>) 
     };
     let mut frame: RecordRepr<'_> = record.clone();
     let mut entries = Vec::with_capacity(64);
-    for text in frame.texts_mut() {
+    for (index, text) in frame.texts_mut().enumerate() {
+        let was_long = |blob: BlobRef| match long {
+            Some(long) => long.get(index).copied().unwrap_or(false),
+            None => blob.len > INLINE_MAX as u64,
+        };
         match *text {
             TextRepr::Inline(s) => {
                 *text = TextRepr::Beside;
@@ -545,7 +602,7 @@ fn encode_committed(record: &RecordRepr<'_>, mut digests: Option<&mut Vec<u8>>) 
                 digest(&BlobHash::of(s.as_bytes()), s.len() as u64);
             }
             TextRepr::Blob(_) => entries.push(BLOB_PRESENT),
-            TextRepr::Redacted(blob) if blob.len > INLINE_MAX as u64 => {
+            TextRepr::Redacted(blob) if was_long(blob) => {
                 *text = TextRepr::Blob(blob);
                 entries.push(BLOB_REDACTED);
             }
@@ -688,7 +745,11 @@ pub(crate) struct EncodedRecord<'e> {
 /// blobs.
 pub(crate) fn encode_event(event: &Event, layout: Layout) -> EncodedRecord<'_> {
     let mut blobs = Vec::new();
-    let mut text = |s| text_repr(s, &mut blobs);
+    let most = match layout {
+        Layout::Sealed | Layout::SealedView => usize::MAX,
+        Layout::Plain | Layout::Committed => INLINE_MAX,
+    };
+    let mut text = |s| text_repr(s, most, &mut blobs);
     let meta = event.meta.as_ref().map(|m| text(m.as_str()));
     let body = match &event.kind {
         EventKind::TurnStart => BodyRepr::TurnStart,
@@ -736,14 +797,15 @@ pub(crate) fn encode_event(event: &Event, layout: Layout) -> EncodedRecord<'_> {
     };
     let mut digests = Vec::new();
     let bytes = match layout {
-        Layout::Plain => encode(&record),
-        Layout::Committed => encode_committed(&record, Some(&mut digests)),
+        Layout::Plain | Layout::SealedView => encode(&record),
+        Layout::Committed => encode_committed(&record, Some(&mut digests), None),
+        Layout::Sealed => encode_committed(&record, Some(&mut digests), Some(&[])),
     };
     let size = match layout {
-        Layout::Plain => {
+        Layout::Plain | Layout::SealedView => {
             bytes.len() as u64 + blobs.iter().map(|(_, s)| s.len() as u64).sum::<u64>()
         }
-        Layout::Committed => record_size(&bytes, &record),
+        Layout::Committed | Layout::Sealed => record_size(&bytes, &record),
     };
     let call = match &event.kind {
         EventKind::ToolCall { id, name, .. } => Some((id.as_str(), name.as_str())),
@@ -784,9 +846,10 @@ impl EncodedRecord<'_> {
     }
 }
 
-/// `s` inline, or as a blob (added to `blobs`) when it is long.
-fn text_repr<'e>(s: &'e str, blobs: &mut Vec<(BlobHash, &'e str)>) -> TextRepr<'e> {
-    if s.len() > INLINE_MAX {
+/// `s` inline, or as a blob (added to `blobs`) when it is longer than
+/// `most` bytes.
+fn text_repr<'e>(s: &'e str, most: usize, blobs: &mut Vec<(BlobHash, &'e str)>) -> TextRepr<'e> {
+    if s.len() > most {
         let blob = BlobRef {
             hash: BlobHash::of(s.as_bytes()),
             len: s.len() as u64,
@@ -808,25 +871,36 @@ fn text_repr<'e>(s: &'e str, blobs: &mut Vec<(BlobHash, &'e str)>) -> TextRepr<'
 /// depend on the format.
 pub(crate) fn record_size(bytes: &[u8], record: &RecordRepr<'_>) -> u64 {
     let inner = inner_record(bytes).unwrap_or(bytes);
-    let (base, committed) = match inner.split_first() {
+    let (base, committed, kinds) = match inner.split_first() {
         Some((&COMMITTED_MARK, rest)) => (
             split_committed(rest).map_or(inner.len(), |(frame, _)| frame.len()),
             true,
+            entry_kinds(rest),
         ),
-        _ => (inner.len(), false),
+        _ => (inner.len(), false, None),
     };
-    record.texts().fold(base as u64, |size, text| match text {
-        // In a frame, a short text is its variant's tag alone.
-        TextRepr::Inline(s) if committed => size + varint_len(s.len() as u64) + s.len() as u64,
-        TextRepr::Inline(_) | TextRepr::Beside => size,
-        TextRepr::Redacted(blob) if committed && blob.len <= INLINE_MAX as u64 => {
-            size + varint_len(blob.len) + blob.len
+    // Whether text `index` is a short one in the committed record: its
+    // entry says (a sealed record's texts are all short, however long).
+    let short = |index: usize, blob: &BlobRef| match kinds.as_ref().and_then(|k| k.get(index)) {
+        Some(&long) => !long,
+        None => blob.len <= INLINE_MAX as u64,
+    };
+    let mut index = 0;
+    record.texts().fold(base as u64, |size, text| {
+        index += 1;
+        match text {
+            // In a frame, a short text is its variant's tag alone.
+            TextRepr::Inline(s) if committed => size + varint_len(s.len() as u64) + s.len() as u64,
+            TextRepr::Inline(_) | TextRepr::Beside => size,
+            TextRepr::Redacted(blob) if committed && short(index - 1, &blob) => {
+                size + varint_len(blob.len) + blob.len
+            }
+            // Stored inline, it took its bytes where the hash now is.
+            TextRepr::Redacted(blob) if blob.len <= INLINE_MAX as u64 => {
+                (size + blob.len).saturating_sub(32)
+            }
+            TextRepr::Blob(blob) | TextRepr::Redacted(blob) => size + blob.len,
         }
-        // Stored inline, it took its bytes where the hash now is.
-        TextRepr::Redacted(blob) if blob.len <= INLINE_MAX as u64 => {
-            (size + blob.len).saturating_sub(32)
-        }
-        TextRepr::Blob(blob) | TextRepr::Redacted(blob) => size + blob.len,
     })
 }
 

@@ -229,8 +229,12 @@ fn a_committed_redaction_proves_the_other_fields() {
         }
         let forged = stored(&encode_record(&forged, layout));
         match layout {
-            Layout::Committed => assert!(redaction_proven(&parent, &forged).is_err()),
-            Layout::Plain => assert_eq!(redaction_proven(&parent, &forged), Ok(false)),
+            Layout::Committed | Layout::Sealed => {
+                assert!(redaction_proven(&parent, &forged).is_err());
+            }
+            Layout::Plain | Layout::SealedView => {
+                assert_eq!(redaction_proven(&parent, &forged), Ok(false));
+            }
         }
     }
     // A committed record's text changed: its address changes with it.
@@ -348,4 +352,45 @@ fn the_peeked_type_is_the_decoded_one() {
     for garbage in [&[][..], &[0xFE], &[0xFF, 1, 2], &[5, 2], &[5, 0, 200]] {
         assert_eq!(peek_event_type(garbage), None, "{garbage:?}");
     }
+}
+
+/// An encrypted database's record keeps a long text beside its frame, not
+/// as a blob; redacted, it keeps that entry's kind, so its address, what
+/// its redaction proves and its size are those of the record appended.
+#[test]
+fn a_sealed_record_keeps_long_texts_and_redacts_them_as_short_ones() {
+    let parent = Address::ROOT.child(b"parent");
+    let long = "z".repeat(INLINE_MAX * 3);
+    let e = event(&format!(
+        r#"{{"type":"tool_result","id":"c1","content":"{long}","is_error":false}}"#
+    ));
+    let encoded = encode_event(&e, Layout::Sealed);
+    assert!(encoded.blobs.is_empty());
+    assert_eq!(Layout::of(&encoded.bytes), Layout::Committed);
+    let address = encoded.address_after(&parent);
+    assert_eq!(link(&parent, &encoded.bytes), address);
+    let record = decode_record(&encoded.bytes).unwrap();
+    let size = record_size(&encoded.bytes, &record);
+    assert_eq!(size, encoded.size);
+    let redacted = redact_inline(&record);
+    let honest = Envelope {
+        address,
+        time: crate::event::Timestamp::from_micros(0).unwrap(),
+        by: [1; 16],
+        reason: "r",
+        record: &encode_redacted(&redacted, &encoded.bytes),
+    }
+    .stored();
+    assert_eq!(redaction_proven(&parent, &honest), Ok(true));
+    assert_eq!(record_size(&honest, &decode_record(&honest).unwrap()), size);
+    // By its length alone the text would have been taken for a blob.
+    let by_length = Envelope {
+        address,
+        time: crate::event::Timestamp::from_micros(0).unwrap(),
+        by: [1; 16],
+        reason: "r",
+        record: &encode_record(&redacted, Layout::Committed),
+    }
+    .stored();
+    assert!(redaction_proven(&parent, &by_length).is_err());
 }

@@ -244,7 +244,10 @@ pub(crate) struct Destination {
 impl Destination {
     /// Refuses a `dest` that exists (other than as an empty directory)
     /// and opens a new store in a temporary directory beside it.
-    pub(crate) fn create(dest: &std::path::Path) -> StoreResult<(Self, Store)> {
+    pub(crate) fn create(
+        dest: &std::path::Path,
+        encryption: Option<std::sync::Arc<crate::crypto::Keyring>>,
+    ) -> StoreResult<(Self, Store)> {
         let refuse = |reason: String| StoreError::Destination {
             path: dest.to_path_buf(),
             reason,
@@ -272,7 +275,8 @@ impl Destination {
             .prefix(&format!("{COPY_PREFIX}{}-", std::process::id()))
             .tempdir_in(parent)
             .map_err(|e| refuse(e.to_string()))?;
-        let store = Store::open(temp.path().join("db"))?;
+        let options = crate::OpenOptions::create().encryption(encryption);
+        let store = Store::open_with(temp.path().join("db"), &options)?;
         Ok((
             Destination {
                 dest: dest.to_path_buf(),

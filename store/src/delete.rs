@@ -228,7 +228,9 @@ impl Store {
         // 1. What the deleted records and views refer to: blobs, of which
         // those nothing else holds go, and segment files.
         let mut blobs = HashSet::new();
-        for id in &ids {
+        // (An encrypted database has neither, and its deleted
+        // conversations' keys are gone already.)
+        for id in ids.iter().filter(|_| !self.is_encrypted()) {
             // What cannot be read of them keeps its blobs.
             self.own_references(id, &mut blobs, &mut files)?;
         }
@@ -277,8 +279,8 @@ impl Store {
                 let mut prefix = vec![*tag];
                 prefix.extend_from_slice(id.as_bytes());
                 let keys = self
-                    .scan_prefix(prefix)
-                    .map(|pair| pair.map(|(key, _)| (Keyspace::Main, key.to_vec())));
+                    .scan_keys(prefix)
+                    .map(|key| key.map(|key| (Keyspace::Main, key.to_vec())));
                 deletion.keys += remove_in_groups(self, keys)?;
             }
         }

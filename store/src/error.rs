@@ -213,6 +213,22 @@ pub enum StoreError {
         /// The format the records need.
         needs: u32,
     },
+    /// An encrypted database's payloads cannot be read or written as
+    /// asked: no key is configured, or a conversation's data key is not
+    /// in the keyring (deleted with it, or another keyring).
+    #[error("encrypted: {what}")]
+    Encrypted {
+        /// What cannot be done, and why.
+        what: String,
+    },
+    /// The key file or the keyring cannot be used.
+    #[error("key file or keyring {}: {reason}", path.display())]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
     /// A copy (backup, salvage) cannot be written where it was asked to go.
     #[error("cannot write to {}: {reason}", path.display())]
     Destination {

@@ -45,6 +45,9 @@ use crate::ids::ConversationId;
 pub(crate) const FORMAT: &[u8] = b"F";
 /// The database's id ([`crate::Store::database_id`]): 16 bytes.
 pub(crate) const DATABASE_ID: &[u8] = b"I";
+/// Present in an encrypted database ([`crate::crypto`]): the check of its
+/// master key.
+pub(crate) const ENCRYPTION: &[u8] = b"E";
 pub(crate) const CONVERSATION: u8 = b'C';
 pub(crate) const NAME: u8 = b'N';
 pub(crate) const CHUNK: u8 = b'c';

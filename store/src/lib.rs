@@ -37,6 +37,7 @@ mod backup;
 mod bulk;
 mod codec;
 mod copy;
+pub mod crypto;
 mod delete;
 mod error;
 pub mod event;
@@ -62,6 +63,7 @@ pub mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
+mod verify_sealed;
 mod views;
 
 pub use append::{event_size, AppendOptions, Appended, GroupAppend, IdempotencyKey};
@@ -71,6 +73,7 @@ pub use backend::sled::salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget, MEMORY_COMPACTIONS as BULK_MEMORY_COMPACTIONS};
 pub use codec::{BlobRef, INLINE_MAX, REDACTED_JSON, REDACTED_TEXT};
+pub use crypto::Keyring;
 pub use delete::{Deleted, Deletion};
 pub use error::{one_line, StoreError, StoreResult};
 pub use event::{Compaction, Event, EventKind, EventType, Json, Timestamp, TurnTracker, ViewEvent};
@@ -92,6 +95,7 @@ pub use store::{
     DEFAULT_SEGMENT_MIN_BYTES, ID_MARKER, MIN_ID_PREFIX,
 };
 pub use verify::{Verified, VerifyFailure, VerifyReport};
+pub use verify_sealed::{SealedFailure, SealedReport};
 pub use views::{
     call_bucket, BlockOutline, CallEntry, ViewBlock, ViewState, ViewUpdate, CALL_BUCKETS,
 };

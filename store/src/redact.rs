@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 use crate::append::{encode_all, write_records, Appended, Writes};
 use crate::backend::{Batch, Keyspace, SegmentRef};
 use crate::codec::{
-    decode, decode_record, encode, encode_record, envelope, link, BlobRef, BlobValue, BodyRepr,
-    ChunkRepr, Envelope, Layout, RecordRepr, TextRepr,
+    decode, decode_record, encode, encode_redacted, envelope, link, BlobRef, BlobValue, BodyRepr,
+    ChunkRepr, Envelope, RecordRepr, TextRepr,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventKind, Json, Timestamp};
@@ -104,8 +104,10 @@ pub struct Redaction {
     pub len: u64,
     /// ...and its blake3 hash, which the record keeps.
     pub hash: BlobHash,
-    /// Whether the text was a blob that nothing else referred to, and
-    /// went.
+    /// Whether the text was stored apart, as a blob (a long text of an
+    /// unencrypted database)...
+    pub blob: bool,
+    /// ...that nothing else referred to, and went.
     pub blob_removed: bool,
     /// View blocks rewritten.
     pub view_blocks: u64,
@@ -248,7 +250,7 @@ impl Store {
         if check {
             return Ok(None);
         }
-        let inner = encode_record(&redacted, Layout::of(bytes));
+        let inner = encode_redacted(&redacted, bytes);
         let stored = Envelope {
             address,
             time,
@@ -282,7 +284,7 @@ impl Store {
                     }
                     let record = decode_record(bytes).ok()?;
                     let (redacted, shown, _) = redact_field(&record, field).ok()?;
-                    (shown == text).then(|| encode_record(&redacted, Layout::of(bytes)))
+                    (shown == text).then(|| encode_redacted(&redacted, bytes))
                 })?;
         }
         let pending = Pending {
@@ -307,6 +309,7 @@ impl Store {
             field,
             len: text.len,
             hash: text.hash,
+            blob: was_blob,
             blob_removed,
             view_blocks,
             event,

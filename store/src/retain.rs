@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use crate::append::Writes;
 use crate::backend::{Batch, Keyspace, SegmentRef};
 use crate::codec::{
-    decode, decode_record, encode, encode_record, envelope, link, BlobValue, ChunkRepr, Envelope,
-    Layout, TextRepr,
+    decode, decode_record, encode, encode_redacted, envelope, link, BlobValue, ChunkRepr, Envelope,
+    TextRepr,
 };
 use crate::error::StoreResult;
 use crate::event::{EventType, Timestamp};
@@ -168,7 +168,7 @@ impl Store {
                             batch_blobs.insert(text.hash);
                         }
                     }
-                    let inner = encode_record(&redacted, Layout::of(entry.record));
+                    let inner = encode_redacted(&redacted, entry.record);
                     stored[i] = Some(
                         Envelope {
                             address,
@@ -266,7 +266,7 @@ impl Store {
                 let (redacted, shown, _) = redact_field(&record, field).ok()?;
                 hashes
                     .contains(&shown.hash)
-                    .then(|| encode_record(&redacted, Layout::of(bytes)))
+                    .then(|| encode_redacted(&redacted, bytes))
             };
             let mut batch = Batch::new();
             rewritten += self.redact_view_blocks(&holder, &mut batch, &redact)?;

@@ -55,6 +55,9 @@ pub struct Store {
     blob_sweeps: AtomicU64,
     /// Told how many records long operations have got through.
     progress: std::sync::RwLock<Option<ProgressFn>>,
+    /// For an encrypted database, the backend that seals its values (also
+    /// `kv`).
+    pub(crate) sealed: Option<Arc<crate::backend::encrypted::EncryptedBackend>>,
 }
 
 /// A callback told how many more records a long operation (verify, a
@@ -151,7 +154,7 @@ impl ConversationMeta {
 }
 
 /// How [`Store::open_with`] opens a database.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct OpenOptions {
     /// Create the database when the path does not exist (its parent
@@ -161,6 +164,11 @@ pub struct OpenOptions {
     /// While another process has the database open, retry for this long
     /// before failing with [`StoreError::Locked`].
     pub wait: Duration,
+    /// The master key and keyring of an encrypted database: a database
+    /// created with it is encrypted ([`crate::crypto`]); an encrypted one
+    /// needs it to read its payloads and to write, and an unencrypted one
+    /// is refused with it.
+    pub encryption: Option<Arc<crate::crypto::Keyring>>,
 }
 
 impl OpenOptions {
@@ -181,6 +189,13 @@ impl OpenOptions {
     #[must_use]
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Encrypt with `keyring`'s master key (see [`OpenOptions::encryption`]).
+    #[must_use]
+    pub fn encryption(mut self, keyring: Option<Arc<crate::crypto::Keyring>>) -> Self {
+        self.encryption = keyring;
         self
     }
 }
@@ -313,6 +328,9 @@ impl Store {
             None if create && backend.is_empty()? => {
                 let mut batch = Batch::new();
                 batch.insert(Keyspace::Main, keys::FORMAT, FORMAT_VERSION.to_be_bytes());
+                if let Some(keyring) = &options.encryption {
+                    batch.insert(Keyspace::Main, keys::ENCRYPTION, keyring.check().to_vec());
+                }
                 backend.apply(batch)?;
                 backend.created()?;
                 FORMAT_VERSION
@@ -326,7 +344,11 @@ impl Store {
         if format >= 2 {
             backend.reclaim_bulk_files()?;
         }
-        let store = Store::assemble(Arc::new(backend), format);
+        let backend: Arc<dyn Backend> = Arc::new(backend);
+        let store = match encryption(&*backend, path, options)? {
+            Some(keyring) => Store::assemble_sealed(backend, format, keyring),
+            None => Store::assemble(backend, format),
+        };
         if format >= 2 {
             crate::bulk::discard_pending(&store)?;
         }
@@ -371,6 +393,37 @@ impl Store {
         Store::assemble(backend, FORMAT_VERSION)
     }
 
+    /// A store over `backend`, an encrypted database: its values sealed
+    /// with the keys of `keyring` (`None`: no key, read-only).
+    pub(crate) fn assemble_sealed(
+        backend: Arc<dyn Backend>,
+        format: u32,
+        keyring: Option<Arc<crate::crypto::Keyring>>,
+    ) -> Store {
+        let sealed = Arc::new(crate::backend::encrypted::EncryptedBackend::new(
+            backend, keyring,
+        ));
+        let mut store = Store::assemble(sealed.clone(), format);
+        store.sealed = Some(sealed);
+        store
+    }
+
+    /// The keyring an encrypted database was opened with.
+    pub fn keyring(&self) -> Option<Arc<crate::crypto::Keyring>> {
+        self.sealed.as_ref().and_then(|s| s.keyring_if_any())
+    }
+
+    /// Whether the database is encrypted ([`crate::crypto`]).
+    pub fn is_encrypted(&self) -> bool {
+        self.sealed.is_some()
+    }
+
+    /// Whether the database is encrypted and opened without its key: its
+    /// payloads cannot be read, and nothing can be written.
+    pub fn is_locked_by_key(&self) -> bool {
+        self.sealed.as_ref().is_some_and(|s| !s.has_key())
+    }
+
     fn assemble(kv: Arc<dyn Backend>, format: u32) -> Store {
         Store {
             kv,
@@ -384,6 +437,7 @@ impl Store {
             overlay_cache: Mutex::new(HashMap::new()),
             blob_sweeps: AtomicU64::new(0),
             progress: std::sync::RwLock::new(None),
+            sealed: None,
         }
     }
 
@@ -446,6 +500,21 @@ impl Store {
             .scan(Keyspace::Main, backend::prefixed(prefix), false)
     }
 
+    /// The main keyspace's keys starting with `prefix`, values unread (an
+    /// encrypted database's are not opened: a deleted conversation's
+    /// cannot be).
+    pub(crate) fn scan_keys(
+        &self,
+        prefix: impl Into<Vec<u8>>,
+    ) -> impl Iterator<Item = StoreResult<Bytes>> + '_ {
+        let kv: &dyn Backend = match &self.sealed {
+            Some(sealed) => sealed.raw(),
+            None => &*self.kv,
+        };
+        kv.scan(Keyspace::Main, backend::prefixed(prefix), false)
+            .map(|pair| pair.map(|(key, _)| key))
+    }
+
     /// The main keyspace's pairs with a key from `start` (inclusive) to
     /// `end` (exclusive).
     pub(crate) fn scan_range(
@@ -484,9 +553,14 @@ impl Store {
         self.max_event_bytes.store(bytes, Ordering::Relaxed);
     }
 
-    /// The layout new records are stored in (by the database's format).
+    /// The layout new records are stored in (by the database's format;
+    /// an encrypted database's keep every text in the record).
     pub(crate) fn layout(&self) -> crate::codec::Layout {
-        crate::codec::Layout::of_format(self.format)
+        if self.is_encrypted() {
+            crate::codec::Layout::Sealed
+        } else {
+            crate::codec::Layout::of_format(self.format)
+        }
     }
 
     /// The largest event appends accept.
@@ -1005,6 +1079,40 @@ pub(crate) fn invisible(c: char) -> bool {
 
 /// The format version the database's format key gives, refused when this
 /// build cannot read it; `None` when there is no format key.
+/// Whether the database in `backend` is encrypted, and with which key:
+/// `None` if it is not (refused if `options` give a key: the database
+/// would be taken for encrypted when it is not), `Some(None)` if it is and
+/// no key was given, `Some(keyring)` if it is and the key is its own.
+#[allow(clippy::option_option)]
+fn encryption(
+    backend: &dyn Backend,
+    path: &Path,
+    options: &OpenOptions,
+) -> StoreResult<Option<Option<Arc<crate::crypto::Keyring>>>> {
+    let marker = backend.get(Keyspace::Main, keys::ENCRYPTION)?;
+    match (marker, &options.encryption) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(StoreError::Encrypted {
+            what: format!(
+                "the database at {} is not encrypted, but a key is configured; an encrypted \
+                 database is made new with the key (`convstore backup` cannot encrypt one)",
+                path.display()
+            ),
+        }),
+        (Some(_), None) => Ok(Some(None)),
+        (Some(check), Some(keyring)) if check.as_ref() == keyring.check().as_slice() => {
+            Ok(Some(Some(keyring.clone())))
+        }
+        (Some(_), Some(keyring)) => Err(StoreError::Key {
+            path: keyring.path().with_extension(""),
+            reason: format!(
+                "it is not the key the database at {} was encrypted with",
+                path.display()
+            ),
+        }),
+    }
+}
+
 fn read_format(backend: &dyn Backend, path: &Path) -> StoreResult<Option<u32>> {
     let Some(bytes) = backend.get(Keyspace::Main, keys::FORMAT)? else {
         return Ok(None);

@@ -75,7 +75,7 @@ pub enum Forgery {
 
 /// Applies `forgery` to record `seq` (see [`Forgery`]).
 pub fn forge(store: &Store, id: &ConversationId, seq: u64, forgery: Forgery) -> StoreResult<()> {
-    use crate::codec::{decode_record, encode_record, envelope, Envelope, Layout};
+    use crate::codec::{decode_record, encode_record, encode_redacted, envelope, Envelope, Layout};
     use crate::redact::{main_field, redact_field, RedactField};
     let mut result = Ok(());
     rewrite_record(store, id, seq, |bytes| {
@@ -87,7 +87,7 @@ pub fn forge(store: &Store, id: &ConversationId, seq: u64, forgery: Forgery) -> 
             let Some(kept) = envelope(bytes)? else {
                 let field = main_field(&record).ok_or_else(|| bad("no text"))?;
                 let (redacted, _, _) = redact_field(&record, field).map_err(bad)?;
-                return Ok(encode_record(&redacted, Layout::of(bytes)));
+                return Ok(encode_redacted(&redacted, bytes));
             };
             let layout = match forgery {
                 Forgery::HashOutsideRedaction => return Err(bad("already redacted")),

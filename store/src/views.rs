@@ -335,7 +335,14 @@ impl Store {
         for block in &update.blocks {
             events.extend(block.events.iter().map(|e| e.event.clone()));
         }
-        let encoded = encode_all(&events, u64::MAX, crate::codec::Layout::Plain)?;
+        // Plain records (an encrypted database's keep every text in the
+        // record, as its log's do).
+        let layout = if self.is_encrypted() {
+            crate::codec::Layout::SealedView
+        } else {
+            crate::codec::Layout::Plain
+        };
+        let encoded = encode_all(&events, u64::MAX, layout)?;
         let guard = self.lock_writes();
         let stored = self.get(&keys::view(id, key))?;
         let current: Option<ViewState> = match &stored {

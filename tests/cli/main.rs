@@ -7,6 +7,7 @@ mod test_append;
 mod test_compact;
 mod test_delete;
 mod test_durable;
+mod test_encryption;
 mod test_errors;
 mod test_gc;
 mod test_lineage;

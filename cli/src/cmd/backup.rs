@@ -193,7 +193,16 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
     if from == to || same_dir {
         anyhow::bail!("FROM and TO are the same database ({from})");
     }
-    let source = Engine::open(&from, &OpenOptions::existing())?;
+    // The source's key, from the configuration beside it or
+    // `$CONVSTORE_KEY_FILE`; a copy of an encrypted database is encrypted
+    // with the same keys.
+    let keyring = match from.path() {
+        Some(path) => convstore_engine::config_file::keyring(
+            &convstore_engine::config_file::load(None, path)?,
+        )?,
+        None => None,
+    };
+    let source = Engine::open(&from, &OpenOptions::existing().encryption(keyring))?;
     let store = source.store();
     let only = if args.conversations.is_empty() {
         None
@@ -204,7 +213,7 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
         }
         Some(ids)
     };
-    let target = Engine::open(&to, &OpenOptions::create())?;
+    let target = Engine::open(&to, &OpenOptions::create().encryption(store.keyring()))?;
     let report = store.copy_into(target.store(), only.as_deref())?;
     // The copy's search index catches up at its first search.
     drop(target);

@@ -95,6 +95,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
         Command::Backup(args) => backup::run(read()?.store(), args),
         Command::Salvage(args) => backup::salvage(args),
         Command::Copy(args) => backup::copy(args, &notes),
+        Command::Keygen(args) => keygen(args),
         Command::Migrate => backup::migrate(cli),
         Command::List(args) => stats::list(&read()?, args),
         Command::Stats(args) => stats::run(&read()?, args, &notes),
@@ -157,6 +158,25 @@ pub(crate) fn index_warning(engine: &Engine, notes: &Notes) {
             "the write was stored, but the search index was not updated ({error}); the next write or search catches it up, `convstore reindex` rebuilds it"
         ));
     }
+}
+
+/// `convstore keygen FILE`: a new master key.
+fn keygen(args: &crate::args::KeygenArgs) -> Result<ExitCode> {
+    convstore_engine::store::Keyring::generate(&args.key_file)
+        .with_context(|| format!("cannot write the key file {}", args.key_file.display()))?;
+    let mut out = crate::output::stdout();
+    std::io::Write::write_all(
+        &mut out,
+        format!(
+            "wrote a new master key to {}; name it in convstore.toml ([encryption] key_file) or \
+             ${}, and keep it (and {}.keyring, made beside it) apart from the database\n",
+            args.key_file.display(),
+            convstore_engine::store::crypto::KEY_FILE_VARIABLE,
+            args.key_file.display()
+        )
+        .as_bytes(),
+    )?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Where the database is: `--db` (or `$CONVSTORE_DB`) as a [`Location`];
@@ -230,12 +250,16 @@ impl Creating {
 pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
     let wait = Duration::try_from_secs_f64(cli.wait.max(0.0))
         .map_err(|_| anyhow::anyhow!("--wait: {} is not a number of seconds", cli.wait))?;
+    // An encrypted database's key: `[encryption] key_file`, else
+    // `$CONVSTORE_KEY_FILE`.
+    let keyring = config_file::keyring(&config(cli)?)?;
     let options = if create {
         OpenOptions::create()
     } else {
         OpenOptions::existing()
     }
-    .wait(wait);
+    .wait(wait)
+    .encryption(keyring);
     // Under an address space limit below 1 GiB tantivy's writer may fail
     // to allocate, which aborts: writes then leave the search index to the
     // next search (which catches it up) rather than risk it after a write

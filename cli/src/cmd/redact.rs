@@ -50,9 +50,10 @@ pub(crate) fn print(value: &Value, json: bool) -> Result<ExitCode> {
                 value["conversation"].as_str().unwrap_or("")
             )?;
         }
-        if number("len") > convstore_engine::store::INLINE_MAX as u64
-            && value["blob_removed"] == false
-        {
+        let blob = value["blob"]
+            .as_bool()
+            .unwrap_or(number("len") > convstore_engine::store::INLINE_MAX as u64);
+        if blob && value["blob_removed"] == false {
             write!(
                 out,
                 "; the text itself stays stored: another record still holds it"

@@ -16,6 +16,9 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
         Some(query) => Some(store.resolve(query)?),
         None => None,
     };
+    if store.is_locked_by_key() {
+        return finish(keyless(store, id.as_ref())?, notes, args.json);
+    }
     // Records to check: a fork's own and its parents' (checked through
     // it); every conversation's own records, once.
     match &id {
@@ -41,6 +44,33 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
         warn_pending(store, notes);
     }
     finish(value, notes, args.json)
+}
+
+/// An encrypted database verified without its key
+/// ([`convstore_engine::store::Store::verify_sealed`]), as JSON in the
+/// shape of a verification (`keyless: true`).
+fn keyless(
+    store: &convstore_engine::store::Store,
+    id: Option<&convstore_engine::store::ConversationId>,
+) -> Result<Value> {
+    Ok(match store.verify_sealed(id)? {
+        Ok(report) => serde_json::json!({
+            "ok": true,
+            "keyless": true,
+            "conversations": report.conversations,
+            "records": report.records,
+            "chunks": report.chunks,
+            "sealed_values": report.values,
+        }),
+        Err(failure) => serde_json::json!({
+            "ok": false,
+            "keyless": true,
+            "conversation": failure.conversation.hex(),
+            "name": failure.name,
+            "problem": failure.problem,
+            "message": format!("verification failed (without the key): {failure}"),
+        }),
+    })
 }
 
 /// Prints a verification as [`convstore_engine::verification_json`]
@@ -104,6 +134,17 @@ fn print_ok(out: &mut impl Write, value: &Value, json: bool) -> Result<()> {
         return Ok(());
     }
     let number = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    if value["keyless"].as_bool() == Some(true) {
+        writeln!(
+            out,
+            "ok: {} checked without the key: {} chained to each head, {} matching their \
+             checksums (with the key, verify also re-hashes every record)",
+            output::plural(number(value, "conversations"), "encrypted conversation"),
+            output::plural(number(value, "chunks"), "sealed chunk"),
+            output::plural(number(value, "sealed_values"), "sealed value"),
+        )?;
+        return Ok(());
+    }
     let mut counts = vec![
         output::plural(number(value, "conversations"), "conversation"),
         output::plural(number(value, "records"), "record"),

@@ -12,6 +12,7 @@
 //! (in memory, for tests and embedding). The store holds one as
 //! `Arc<dyn Backend>`, so no generic parameter spreads above it.
 
+pub(crate) mod encrypted;
 mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;

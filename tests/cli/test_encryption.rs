@@ -1,0 +1,229 @@
+//! Encryption at rest: a database created with a key holds no text in
+//! clear, reads and verifies with the key, verifies without it, refuses
+//! the rest without it; deleting a conversation shreds its data key, in
+//! every copy; a killed delete leaves the conversation whole or gone.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::TestEnv;
+
+/// A key file and a configuration naming it, beside the database.
+fn with_key(env: &TestEnv) {
+    env.run(&["keygen", "master.key"]).ok();
+    std::fs::write(
+        env.path().join("convstore.toml"),
+        "[encryption]\nkey_file = \"master.key\"\n",
+    )
+    .unwrap();
+}
+
+/// The configuration set aside: no key.
+fn without_key(env: &TestEnv) {
+    std::fs::rename(
+        env.path().join("convstore.toml"),
+        env.path().join("off.toml"),
+    )
+    .unwrap();
+}
+
+/// Files under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path)
+            .unwrap()
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// A conversation with a short secret, a long one (over 1 KiB: a blob in
+/// an unencrypted database), a tool call's arguments and enough filler to
+/// pass 64 KiB.
+fn conversation() -> String {
+    let long = format!("LONG-SECRET-{}", "q".repeat(3000));
+    let mut input = String::from("{\"type\":\"turn_start\"}\n");
+    input.push_str("{\"type\":\"user\",\"text\":\"SHORT-SECRET-81f2\"}\n");
+    input.push_str(&format!("{{\"type\":\"assistant\",\"text\":\"{long}\"}}\n"));
+    input.push_str(
+        "{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":\"read\",\"arguments\":{\"path\":\"ARG-SECRET\"}}\n",
+    );
+    input.push_str(&format!(
+        "{{\"type\":\"tool_result\",\"id\":\"c1\",\"is_error\":false,\"content\":\"RESULT-{long}\"}}\n"
+    ));
+    for i in 0..300 {
+        input.push_str("{\"type\":\"turn_start\"}\n");
+        input.push_str(&format!(
+            "{{\"type\":\"user\",\"text\":\"FILLER-{i:03} {}\"}}\n",
+            "f".repeat(300)
+        ));
+    }
+    input
+}
+
+const SECRETS: &[&str] = &[
+    "SHORT-SECRET-81f2",
+    "LONG-SECRET-",
+    "ARG-SECRET",
+    "RESULT-LONG",
+    "FILLER-150",
+];
+
+#[test]
+fn an_encrypted_database_keeps_no_text_in_clear_and_needs_its_key() {
+    let env = TestEnv::new();
+    env.run_with_stdin(
+        &["--db", "plain.db", "append", "x"],
+        "{\"type\":\"user\",\"text\":\"y\"}\n",
+    )
+    .ok();
+    with_key(&env);
+    // A second key never replaces the first.
+    env.run(&["keygen", "master.key"]).fails();
+    env.run_with_stdin(&["append", "chat", "-q"], &conversation())
+        .ok();
+    env.run(&["view", "chat", "--name", "v"]).ok();
+    env.run(&["compact", "chat", "-q"]).ok();
+    let view = env.run(&["project", "chat"]).ok().stdout;
+    assert!(
+        view.contains("FILLER-300") || view.contains("FILLER-299"),
+        "{view}"
+    );
+    let log = env.run(&["log", "chat"]).ok().lines();
+    assert_eq!(log[1]["text"], "SHORT-SECRET-81f2");
+    assert!(log[2]["text"].as_str().unwrap().starts_with("LONG-SECRET-"));
+    let verified = env.run(&["verify"]).ok().stdout;
+    assert!(verified.contains("1 view"), "{verified}");
+    for secret in SECRETS {
+        assert_eq!(
+            files_holding(&env.db(), secret),
+            Vec::<std::path::PathBuf>::new(),
+            "{secret} in clear"
+        );
+    }
+    // No search index: it would hold the texts in clear.
+    let refused = env.run(&["search", "SECRET"]).fails().stderr;
+    assert!(refused.contains("encrypted database"), "{refused}");
+    assert!(!env.db().join("search").exists());
+
+    // Without the key: verify checks what it can, the rest is refused,
+    // and a refused write stores nothing.
+    without_key(&env);
+    let keyless = env.run(&["verify"]).ok().stdout;
+    assert!(keyless.contains("checked without the key"), "{keyless}");
+    let refused = env.run(&["project", "chat"]).fails().stderr;
+    assert!(refused.contains("no key is configured"), "{refused}");
+    env.run_with_stdin(&["append", "chat"], "{\"type\":\"user\",\"text\":\"x\"}\n")
+        .fails();
+    let listed = env.run(&["list", "--json"]).ok().stdout;
+    let before = log.len() as u64;
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed[0]["events"].as_u64(), Some(before), "{listed}");
+
+    // Another key is named as such.
+    env.run(&["keygen", "other.key"]).ok();
+    std::fs::write(
+        env.path().join("convstore.toml"),
+        "[encryption]\nkey_file = \"other.key\"\n",
+    )
+    .unwrap();
+    let wrong = env.run(&["project", "chat"]).fails().stderr;
+    assert!(wrong.contains("not the key"), "{wrong}");
+
+    // A key configured for a database that is not encrypted is refused
+    // rather than taken for encryption.
+    std::fs::rename(
+        env.path().join("off.toml"),
+        env.path().join("convstore.toml"),
+    )
+    .unwrap();
+    let refused = env.run(&["--db", "plain.db", "list"]).fails().stderr;
+    assert!(refused.contains("not encrypted"), "{refused}");
+}
+
+#[test]
+fn a_redaction_in_an_encrypted_database_is_proven_and_verifies() {
+    let env = TestEnv::new();
+    with_key(&env);
+    env.run_with_stdin(&["append", "chat", "-q"], &conversation())
+        .ok();
+    env.run(&["view", "chat", "--name", "v"]).ok();
+    env.run(&["redact", "chat", "1", "--reason", "leak"]).ok();
+    let long = env
+        .run(&["redact", "chat", "2", "--reason", "leak"])
+        .ok()
+        .stdout;
+    assert!(!long.contains("stays stored"), "{long}");
+    let log = env.run(&["log", "chat"]).ok().lines();
+    assert_eq!(log[1]["text"], "[redacted]");
+    assert_eq!(log[2]["text"], "[redacted]");
+    let view = env.run(&["view", "chat", "--name", "v"]).ok().stdout;
+    assert!(!view.contains("SHORT-SECRET-81f2"), "{view}");
+    assert!(!view.contains("\"text\":\"LONG-SECRET-"), "{view}");
+    let verified = env.run(&["verify"]).ok().stdout;
+    assert!(
+        verified.contains("for 2 of 2 redacted records"),
+        "{verified}"
+    );
+}
+
+#[test]
+fn deleting_a_conversation_shreds_it_in_every_copy() {
+    let env = TestEnv::new();
+    with_key(&env);
+    env.run_with_stdin(&["append", "a", "-q"], &conversation())
+        .ok();
+    env.run_with_stdin(&["append", "b"], "{\"type\":\"user\",\"text\":\"kept\"}\n")
+        .ok();
+    env.run(&["backup", "copy.db"]).ok();
+    // The copy is encrypted with the same keys.
+    for secret in SECRETS {
+        assert!(files_holding(&env.path().join("copy.db"), secret).is_empty());
+    }
+    assert!(env
+        .run(&["--db", "copy.db", "project", "a"])
+        .ok()
+        .stdout
+        .contains("FILLER-"));
+    env.run(&["delete", "a"]).ok();
+    let shredded = env.run(&["--db", "copy.db", "project", "a"]).fails().stderr;
+    assert!(shredded.contains("data key is gone"), "{shredded}");
+    let kept = env.run(&["--db", "copy.db", "project", "b"]).ok().stdout;
+    assert!(kept.contains("kept"), "{kept}");
+    // The copy's chain still checks without the key.
+    without_key(&env);
+    env.run(&["--db", "copy.db", "verify"]).ok();
+}
+
+#[test]
+fn a_killed_delete_of_an_encrypted_conversation_leaves_it_whole_or_gone() {
+    let env = TestEnv::new();
+    with_key(&env);
+    let mut outcomes = [0, 0];
+    for round in 0..8u64 {
+        let name = format!("c{round}");
+        env.run_with_stdin(&["append", &name, "-q"], &conversation())
+            .ok();
+        env.run_killed_after(&["delete", &name], Duration::from_millis(round * 15));
+        let listed = env.run(&["list", "--json"]).ok().stdout;
+        let present = listed.contains(&format!("\"{name}\""));
+        if present {
+            let view = env.run(&["project", &name]).ok().stdout;
+            assert!(view.contains("FILLER-"), "round {round}");
+            env.run(&["delete", &name]).ok();
+        }
+        let gone = env.run(&["project", &name]).fails().stderr;
+        assert!(gone.contains("no conversation"), "round {round}: {gone}");
+        env.run(&["verify"]).ok();
+        outcomes[usize::from(!present)] += 1;
+    }
+    eprintln!("whole, gone: {outcomes:?}");
+}
