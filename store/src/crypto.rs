@@ -64,7 +64,10 @@ pub struct Keyring {
 
 impl std::fmt::Debug for Keyring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keyring").field("path", &self.path).finish()
+        // The keys are not shown.
+        f.debug_struct("Keyring")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -120,8 +123,7 @@ impl Keyring {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(path)?;
-        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-        file.write_all(format!("{hex}\n").as_bytes())?;
+        file.write_all(format!("{}\n", crate::hash::hex(&key)).as_bytes())?;
         file.sync_all()?;
         sync_parent(path)
     }

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 //! Encryption at rest: a database created with a key holds no text in
 //! clear, reads and verifies with the key, verifies without it, refuses
 //! the rest without it; deleting a conversation shreds its data key, in
@@ -52,20 +53,23 @@ fn conversation() -> String {
     let long = format!("LONG-SECRET-{}", "q".repeat(3000));
     let mut input = String::from("{\"type\":\"turn_start\"}\n");
     input.push_str("{\"type\":\"user\",\"text\":\"SHORT-SECRET-81f2\"}\n");
-    input.push_str(&format!("{{\"type\":\"assistant\",\"text\":\"{long}\"}}\n"));
-    input.push_str(
-        "{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":\"read\",\"arguments\":{\"path\":\"ARG-SECRET\"}}\n",
-    );
-    input.push_str(&format!(
-        "{{\"type\":\"tool_result\",\"id\":\"c1\",\"is_error\":false,\"content\":\"RESULT-{long}\"}}\n"
-    ));
+    let mut lines = vec![
+        format!("{{\"type\":\"assistant\",\"text\":\"{long}\"}}"),
+        "{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":\"read\",\"arguments\":{\"path\":\"ARG-SECRET\"}}"
+            .to_owned(),
+        format!(
+            "{{\"type\":\"tool_result\",\"id\":\"c1\",\"is_error\":false,\"content\":\"RESULT-{long}\"}}"
+        ),
+    ];
     for i in 0..300 {
-        input.push_str("{\"type\":\"turn_start\"}\n");
-        input.push_str(&format!(
-            "{{\"type\":\"user\",\"text\":\"FILLER-{i:03} {}\"}}\n",
+        lines.push("{\"type\":\"turn_start\"}".to_owned());
+        lines.push(format!(
+            "{{\"type\":\"user\",\"text\":\"FILLER-{i:03} {}\"}}",
             "f".repeat(300)
         ));
     }
+    input.push_str(&lines.join("\n"));
+    input.push('\n');
     input
 }
 

@@ -52,7 +52,7 @@ pub(crate) fn sealed_by(key: &[u8]) -> Option<ConversationId> {
 
 /// A key as messages show it: its tag, then the rest in hexadecimal.
 fn describe(key: &[u8]) -> String {
-    let rest: String = key.iter().skip(1).map(|b| format!("{b:02x}")).collect();
+    let rest = crate::hash::hex(key.get(1..).unwrap_or_default());
     format!("{}{rest}", key.first().map_or('?', |&t| char::from(t)))
 }
 
