@@ -32,6 +32,33 @@ pub fn load(explicit: Option<&Path>, db: &Path) -> Result<Config> {
     }
 }
 
+/// The master key and keyring the configuration file names (`explicit`,
+/// else the one beside `db`), else `$CONVSTORE_KEY_FILE`'s, else none.
+/// Only `[encryption]` is read and checked: a mistake elsewhere in the
+/// file fails the commands that use it, not every command. An error if the
+/// file cannot be read or is not TOML, or `[encryption]` is wrong.
+pub fn keyring_for(
+    explicit: Option<&Path>,
+    db: &Path,
+) -> Result<Option<std::sync::Arc<convstore_store::Keyring>>> {
+    let (path, required) = match explicit {
+        Some(path) => (path.to_path_buf(), true),
+        None => (beside(db), false),
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => return Err(Error::ConfigFile { path, source }),
+    };
+    let mut config = Config::default();
+    config.encryption = Config::parse_encryption(&text).map_err(|source| Error::ConfigIn {
+        path: path.clone(),
+        source,
+    })?;
+    anchor_commands(&mut config, &path);
+    keyring(&config)
+}
+
 /// The master key and keyring of `config` (`[encryption] key_file`), else
 /// of the key file `$CONVSTORE_KEY_FILE` names, else none.
 pub fn keyring(config: &Config) -> Result<Option<std::sync::Arc<convstore_store::Keyring>>> {

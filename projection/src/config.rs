@@ -434,6 +434,21 @@ impl ConfigError {
 }
 
 impl Config {
+    /// Only the `[encryption]` table of a configuration file's text (the
+    /// rest is not checked): what every command that opens a database
+    /// reads, where a mistake elsewhere fails only the commands that use
+    /// it.
+    pub fn parse_encryption(text: &str) -> Result<EncryptionConfig, ConfigError> {
+        let syntax = |e: toml::de::Error| ConfigError::Syntax(one_line(&e.to_string()));
+        let table: toml::Table = text.parse().map_err(syntax)?;
+        match table.get("encryption") {
+            Some(encryption) => encryption.clone().try_into().map_err(|e: toml::de::Error| {
+                ConfigError::Syntax(format!("[encryption]: {}", one_line(e.message())))
+            }),
+            None => Ok(EncryptionConfig::default()),
+        }
+    }
+
     /// Parses a configuration file's text. Errors name the key and the line.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let config: Config =

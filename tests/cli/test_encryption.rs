@@ -89,6 +89,19 @@ fn an_encrypted_database_keeps_no_text_in_clear_and_needs_its_key() {
         "{\"type\":\"user\",\"text\":\"y\"}\n",
     )
     .ok();
+    // A mistake in [encryption] is never taken for no encryption: a
+    // database is not created.
+    std::fs::write(
+        env.path().join("convstore.toml"),
+        "[encryption]\nkey_fle = \"master.key\"\n",
+    )
+    .unwrap();
+    let refused = env
+        .run_with_stdin(&["append", "chat"], "{\"type\":\"user\",\"text\":\"x\"}\n")
+        .fails()
+        .stderr;
+    assert!(refused.contains("key_fle"), "{refused}");
+    assert!(!env.db().exists());
     with_key(&env);
     // A second key never replaces the first.
     env.run(&["keygen", "master.key"]).fails();

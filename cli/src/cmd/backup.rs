@@ -197,9 +197,7 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
     // `$CONVSTORE_KEY_FILE`; a copy of an encrypted database is encrypted
     // with the same keys.
     let keyring = match from.path() {
-        Some(path) => convstore_engine::config_file::keyring(
-            &convstore_engine::config_file::load(None, path)?,
-        )?,
+        Some(path) => convstore_engine::config_file::keyring_for(None, path)?,
         None => None,
     };
     let source = Engine::open(&from, &OpenOptions::existing().encryption(keyring))?;

@@ -189,11 +189,16 @@ pub(crate) fn location(cli: &Cli) -> Result<Location> {
 /// database (in the current directory for a database server, which has
 /// no directory), else the defaults.
 pub(crate) fn config(cli: &Cli) -> Result<Config> {
-    let beside_db = match location(cli) {
+    Ok(config_file::load(cli.config.as_deref(), &beside_db(cli))?)
+}
+
+/// The path the configuration is looked for beside: the database's, or
+/// the current directory's for a database server.
+fn beside_db(cli: &Cli) -> std::path::PathBuf {
+    match location(cli) {
         Ok(Location::Path(_)) | Err(_) => cli.db.clone(),
         Ok(_) => std::path::PathBuf::from(config_file::CONFIG_FILE),
-    };
-    Ok(config_file::load(cli.config.as_deref(), &beside_db)?)
+    }
 }
 
 /// A database a command may create: the `--db` directory did not exist,
@@ -251,8 +256,15 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
     let wait = Duration::try_from_secs_f64(cli.wait.max(0.0))
         .map_err(|_| anyhow::anyhow!("--wait: {} is not a number of seconds", cli.wait))?;
     // An encrypted database's key: `[encryption] key_file`, else
-    // `$CONVSTORE_KEY_FILE`.
-    let keyring = config_file::keyring(&config(cli)?)?;
+    // `$CONVSTORE_KEY_FILE`. A configuration that cannot be read for it
+    // fails a command that would create a database (it might have been
+    // meant encrypted) or opens an encrypted one; it does not fail every
+    // other command.
+    let (keyring, unread) = match config_file::keyring_for(cli.config.as_deref(), &beside_db(cli)) {
+        Ok(keyring) => (keyring, None),
+        Err(e) if create && Creating::look(cli).is_some() => return Err(e.into()),
+        Err(e) => (config_file::keyring(&Config::default())?, Some(e)),
+    };
     let options = if create {
         OpenOptions::create()
     } else {
@@ -266,7 +278,11 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
     // is stored.
     let index_on_write =
         convstore_engine::store::address_space_limit().is_none_or(|limit| limit >= 1 << 30);
-    let mut engine = Engine::open(&location(cli)?, &options)?
+    let opened = Engine::open(&location(cli)?, &options)?;
+    if let Some(e) = unread.filter(|_| opened.store().is_encrypted()) {
+        return Err(e.into());
+    }
+    let mut engine = opened
         .with_secrets(Secrets::from_fn(|name| std::env::var(name).ok()))
         .with_index_on_write(index_on_write);
     if let Some(cache) = cache_dir() {
