@@ -50,11 +50,14 @@ pub fn keyring_for(
         Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(source) => return Err(Error::ConfigFile { path, source }),
     };
-    let mut config = Config::default();
-    config.encryption = Config::parse_encryption(&text).map_err(|source| Error::ConfigIn {
+    let encryption = Config::parse_encryption(&text).map_err(|source| Error::ConfigIn {
         path: path.clone(),
         source,
     })?;
+    let mut config = Config {
+        encryption,
+        ..Config::default()
+    };
     anchor_commands(&mut config, &path);
     keyring(&config)
 }
