@@ -65,11 +65,18 @@ pub fn keyring_for(
 /// The master key and keyring of `config` (`[encryption] key_file`), else
 /// of the key file `$CONVSTORE_KEY_FILE` names, else none.
 pub fn keyring(config: &Config) -> Result<Option<std::sync::Arc<convstore_store::Keyring>>> {
-    let file = match &config.encryption.key_file {
+    let variable = convstore_store::crypto::KEY_FILE_VARIABLE;
+    let file = match config.encryption.as_ref().and_then(|e| e.key_file.as_ref()) {
         Some(file) => PathBuf::from(file),
-        None => match std::env::var_os(convstore_store::crypto::KEY_FILE_VARIABLE) {
-            Some(file) if !file.is_empty() => PathBuf::from(file),
-            _ => return Ok(None),
+        None => match std::env::var_os(variable) {
+            // Set but empty is a mistake, never taken for "no encryption".
+            Some(file) if file.is_empty() => {
+                return Err(Error::Invalid(format!(
+                    "${variable} is set but empty: name a key file, or unset it"
+                )))
+            }
+            Some(file) => PathBuf::from(file),
+            None => return Ok(None),
         },
     };
     Ok(Some(convstore_store::Keyring::open(&file)?))
@@ -80,7 +87,7 @@ pub fn keyring(config: &Config) -> Result<Option<std::sync::Arc<convstore_store:
 /// command runs. A bare name (`summarize`) is looked up in `PATH`.
 fn anchor_commands(config: &mut Config, file: &Path) {
     let dir = file.parent().unwrap_or(Path::new("."));
-    if let Some(key_file) = config.encryption.key_file.as_mut() {
+    if let Some(key_file) = config.encryption.as_mut().and_then(|e| e.key_file.as_mut()) {
         if Path::new(key_file.as_str()).is_relative() {
             *key_file = dir.join(&*key_file).to_string_lossy().into_owned();
         }

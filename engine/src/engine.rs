@@ -321,11 +321,11 @@ impl Engine {
     /// its texts in clear, beside the sealed log.
     fn refuse_index(&self) -> Result<()> {
         if self.store.is_encrypted() {
-            return Err(Error::Search(
-                "an encrypted database keeps no search index (it would hold the texts in \
-                 clear); `recall` and `grep` over `project` read the logs"
+            return Err(Error::Store(convstore_store::StoreError::Encrypted {
+                what: "an encrypted database keeps no search index (it would hold the texts in \
+                       clear)"
                     .to_owned(),
-            ));
+            }));
         }
         Ok(())
     }
@@ -729,6 +729,10 @@ impl Engine {
         };
         let mut views = 0;
         for id in &ids {
+            // A deleted conversation a backup still holds.
+            if self.store.is_shredded(id)? {
+                continue;
+            }
             for state in self.store.views(id)? {
                 if let Some(problem) = views::check(&self.store, id, &state)? {
                     return Ok(Err(VerifyFailure {
@@ -824,6 +828,33 @@ pub fn verification_json(
     Ok(value)
 }
 
+/// An encrypted database verified without its key
+/// ([`convstore_engine::store::Store::verify_sealed`]), as JSON in the
+/// shape of a verification (`keyless: true`).
+pub fn keyless_verification_json(
+    store: &convstore_store::Store,
+    id: Option<&ConversationId>,
+) -> Result<serde_json::Value> {
+    Ok(match store.verify_sealed(id)? {
+        Ok(report) => serde_json::json!({
+            "ok": true,
+            "keyless": true,
+            "conversations": report.conversations,
+            "records": report.records,
+            "chunks": report.chunks,
+            "sealed_values": report.values,
+        }),
+        Err(failure) => serde_json::json!({
+            "ok": false,
+            "keyless": true,
+            "conversation": failure.conversation.hex(),
+            "name": failure.name,
+            "problem": failure.problem,
+            "message": format!("verification failed (without the key): {failure}"),
+        }),
+    })
+}
+
 /// A verification that passed, as `verify --json` prints it and the
 /// server answers it: the counts, and the redactions of the records
 /// verified (of `id` and the ancestors it shares records with, or of
@@ -881,6 +912,7 @@ fn verified_json(
         "redacted": report.redacted,
         "redacted_proven": report.redacted_proven,
         "redactions": redactions,
+        "shredded": report.shredded,
     }))
 }
 

@@ -52,7 +52,21 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// `[encryption]`: the master key of an encrypted database.
     #[serde(default)]
-    pub encryption: EncryptionConfig,
+    pub encryption: Option<EncryptionConfig>,
+}
+
+impl EncryptionConfig {
+    /// An `[encryption]` table names a key file: one without, or with an
+    /// empty name, is a mistake, never taken for "no encryption".
+    fn check(&self) -> Result<(), ConfigError> {
+        match self.key_file.as_deref() {
+            Some(file) if !file.is_empty() => Ok(()),
+            _ => Err(ConfigError::value(
+                "encryption.key_file",
+                "missing or empty: name the key file (`convstore keygen FILE` makes one)",
+            )),
+        }
+    }
 }
 
 /// `[encryption]`: where the master key is. A database created with a key
@@ -438,15 +452,20 @@ impl Config {
     /// rest is not checked): what every command that opens a database
     /// reads, where a mistake elsewhere fails only the commands that use
     /// it.
-    pub fn parse_encryption(text: &str) -> Result<EncryptionConfig, ConfigError> {
+    pub fn parse_encryption(text: &str) -> Result<Option<EncryptionConfig>, ConfigError> {
         let syntax = |e: toml::de::Error| ConfigError::Syntax(one_line(&e.to_string()));
         let table: toml::Table = text.parse().map_err(syntax)?;
-        match table.get("encryption") {
-            Some(encryption) => encryption.clone().try_into().map_err(|e: toml::de::Error| {
-                ConfigError::Syntax(format!("[encryption]: {}", one_line(e.message())))
-            }),
-            None => Ok(EncryptionConfig::default()),
-        }
+        let encryption: EncryptionConfig = match table.get("encryption") {
+            Some(encryption) => encryption
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    ConfigError::Syntax(format!("[encryption]: {}", one_line(e.message())))
+                })?,
+            None => return Ok(None),
+        };
+        encryption.check()?;
+        Ok(Some(encryption))
     }
 
     /// Parses a configuration file's text. Errors name the key and the line.
@@ -458,6 +477,9 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
+        if let Some(encryption) = &self.encryption {
+            encryption.check()?;
+        }
         let retention = &self.retention;
         if retention.older_than_micros()?.is_none() && !retention.only_compacted {
             return Err(ConfigError::value(

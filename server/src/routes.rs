@@ -1909,6 +1909,12 @@ pub(crate) async fn verify(
                 Some(query) => Some(resolve_read(engine.store(), query)?),
                 None => None,
             };
+            if engine.store().is_locked_by_key() {
+                return Ok(Json(convstore_engine::keyless_verification_json(
+                    engine.store(),
+                    id.as_ref(),
+                )?));
+            }
             Ok(Json(convstore_engine::verification_json(
                 engine,
                 id.as_ref(),

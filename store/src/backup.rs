@@ -90,7 +90,7 @@ impl Store {
         }
         // A copy of an encrypted database is encrypted with the same keys:
         // deleting a conversation's key shreds it in the copy too.
-        let (destination, out) = Destination::create(dest, self.keyring())?;
+        let (destination, out) = Destination::create(dest, self.keyring(), self.key_scope())?;
         let mut report = self.copy_into(&out, None)?;
         out.flush()?;
         let verified = out.verify_all()?.map_err(|failure| StoreError::Corrupt {
@@ -284,6 +284,11 @@ impl Store {
                 what: "a conversation key is truncated".to_owned(),
             })?;
             if wanted.as_ref().is_some_and(|w| !w.contains(&id)) {
+                continue;
+            }
+            // A deleted conversation a backup still holds: its data key is
+            // gone, so there is nothing to copy.
+            if self.is_shredded(&id)? {
                 continue;
             }
             let meta: ConversationMeta = decode(&value, &format!("metadata of conversation {id}"))?;

@@ -247,6 +247,7 @@ impl Destination {
     pub(crate) fn create(
         dest: &std::path::Path,
         encryption: Option<std::sync::Arc<crate::crypto::Keyring>>,
+        key_scope: Option<[u8; 16]>,
     ) -> StoreResult<(Self, Store)> {
         let refuse = |reason: String| StoreError::Destination {
             path: dest.to_path_buf(),
@@ -275,7 +276,8 @@ impl Destination {
             .prefix(&format!("{COPY_PREFIX}{}-", std::process::id()))
             .tempdir_in(parent)
             .map_err(|e| refuse(e.to_string()))?;
-        let options = crate::OpenOptions::create().encryption(encryption);
+        let mut options = crate::OpenOptions::create().encryption(encryption);
+        options.key_scope = key_scope;
         let store = Store::open_with(temp.path().join("db"), &options)?;
         Ok((
             Destination {

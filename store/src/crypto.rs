@@ -41,9 +41,32 @@ const TAG: usize = 16;
 
 /// The keyring file's first bytes.
 const KEYRING_MAGIC: &[u8; 8] = b"CVSKEYR1";
-/// A keyring entry: the conversation's id, whether its key is live, and
-/// (live) the wrapped key: nonce, 32 bytes of key and the tag.
+/// A keyring entry: the database's key scope and the conversation's id
+/// ([`Slot`]), whether its key is live, and (live) the wrapped key: nonce,
+/// 32 bytes of key and the tag.
 const WRAPPED: usize = NONCE + 32 + TAG;
+
+/// Where a data key is in the keyring: a database's key scope (16 random
+/// bytes made with the database, kept by its backups, new for a `copy`)
+/// and the conversation's id. A backup shares its database's keys, so
+/// deleting a conversation shreds it in the backups too; a copy has keys
+/// of its own.
+pub(crate) type Slot = [u8; 32];
+
+/// The slot of conversation `id` in key scope `scope`.
+pub(crate) fn slot(scope: &[u8; 16], id: &ConversationId) -> Slot {
+    let mut slot = [0u8; 32];
+    slot[..16].copy_from_slice(scope);
+    slot[16..].copy_from_slice(id.as_bytes());
+    slot
+}
+
+/// The conversation of a slot.
+fn slot_id(slot: &Slot) -> ConversationId {
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&slot[16..]);
+    ConversationId::from_bytes(id)
+}
 
 /// The environment variable naming a key file when the configuration
 /// does not.
@@ -75,8 +98,8 @@ impl std::fmt::Debug for Keyring {
 /// deleted.
 #[derive(Default)]
 struct Keys {
-    live: HashMap<ConversationId, Arc<DataKey>>,
-    shredded: std::collections::HashSet<ConversationId>,
+    live: HashMap<Slot, Arc<DataKey>>,
+    shredded: std::collections::HashSet<Slot>,
 }
 
 /// One conversation's data key.
@@ -116,6 +139,17 @@ impl Keyring {
     /// Writes a new random master key to `path` (readable by its owner
     /// only); refuses a path that exists.
     pub fn generate(path: &Path) -> std::io::Result<()> {
+        let mut keyring = path.as_os_str().to_owned();
+        keyring.push(".keyring");
+        if Path::new(&keyring).exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists beside it, made with another key (move it away first)",
+                    Path::new(&keyring).display()
+                ),
+            ));
+        }
         let mut key = [0u8; 32];
         random(&mut key)?;
         let mut options = std::fs::OpenOptions::new();
@@ -138,9 +172,16 @@ impl Keyring {
         self.check
     }
 
-    /// Conversation `id`'s data key, made (and the keyring written
-    /// durably) first if `create` and it has none.
-    pub(crate) fn data_key(&self, id: &ConversationId, create: bool) -> StoreResult<Arc<DataKey>> {
+    /// Conversation `id`'s data key in key scope `scope`, made (and the
+    /// keyring written durably) first if `create` and it has none.
+    pub(crate) fn data_key(
+        &self,
+        scope: &[u8; 16],
+        id: &ConversationId,
+        create: bool,
+    ) -> StoreResult<Arc<DataKey>> {
+        let at = slot(scope, id);
+        let id = &at;
         if let Some(key) = self.keys_read().live.get(id) {
             return Ok(key.clone());
         }
@@ -166,7 +207,9 @@ impl Keyring {
         if !create {
             return Err(StoreError::Encrypted {
                 what: format!(
-                    "conversation {id} has no data key in the keyring {}",
+                    "conversation {} has no data key in the keyring {} (another keyring, or \
+                     an older copy of it)",
+                    slot_id(id),
                     self.path.display()
                 ),
             });
@@ -186,29 +229,42 @@ impl Keyring {
         Ok(key)
     }
 
+    /// Whether conversation `id`'s data key in `scope` was deleted.
+    pub(crate) fn is_shredded(&self, scope: &[u8; 16], id: &ConversationId) -> StoreResult<bool> {
+        match self.data_key(scope, id, false) {
+            Ok(_) => Ok(false),
+            Err(StoreError::Encrypted { .. }) => {
+                Ok(self.keys_read().shredded.contains(&slot(scope, id)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Deletes the data keys of `ids` from the keyring, durably: whatever
     /// they sealed, wherever a copy of it is, can no longer be read.
-    pub(crate) fn shred(&self, ids: &[ConversationId]) -> StoreResult<()> {
+    pub(crate) fn shred(&self, scope: &[u8; 16], ids: &[ConversationId]) -> StoreResult<()> {
         if ids.is_empty() {
             return Ok(());
         }
+        let ids: Vec<Slot> = ids.iter().map(|id| slot(scope, id)).collect();
         let mut keys = self.keys_mut();
         self.update(|entries| {
-            for id in ids {
+            for id in &ids {
                 entries.insert(*id, None);
             }
         })?;
-        for id in ids {
+        for id in &ids {
             keys.live.remove(id);
             keys.shredded.insert(*id);
         }
         Ok(())
     }
 
-    fn shredded(&self, id: &ConversationId) -> StoreError {
+    fn shredded(&self, at: &Slot) -> StoreError {
         StoreError::Encrypted {
             what: format!(
-                "conversation {id} was deleted: its data key is gone from the keyring {}",
+                "conversation {} was deleted: its data key is gone from the keyring {}",
+                slot_id(at),
                 self.path.display()
             ),
         }
@@ -226,7 +282,7 @@ impl Keyring {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn wrap_key(&self, id: &ConversationId, secret: &[u8; 32]) -> StoreResult<[u8; WRAPPED]> {
+    fn wrap_key(&self, id: &Slot, secret: &[u8; 32]) -> StoreResult<[u8; WRAPPED]> {
         let nonce = random_nonce()?;
         let sealed = self
             .wrap
@@ -234,7 +290,7 @@ impl Keyring {
                 XNonce::from_slice(&nonce),
                 Payload {
                     msg: secret,
-                    aad: id.as_bytes(),
+                    aad: id,
                 },
             )
             .map_err(|_| StoreError::Io(std::io::Error::other("cannot wrap a data key")))?;
@@ -244,18 +300,21 @@ impl Keyring {
         Ok(out)
     }
 
-    fn unwrap_key(&self, id: &ConversationId, wrapped: &[u8; WRAPPED]) -> StoreResult<DataKey> {
+    fn unwrap_key(&self, id: &Slot, wrapped: &[u8; WRAPPED]) -> StoreResult<DataKey> {
         let secret = self
             .wrap
             .decrypt(
                 XNonce::from_slice(&wrapped[..NONCE]),
                 Payload {
                     msg: &wrapped[NONCE..],
-                    aad: id.as_bytes(),
+                    aad: id,
                 },
             )
             .map_err(|_| {
-                self.damaged(&format!("the data key of conversation {id} does not open"))
+                self.damaged(&format!(
+                    "the data key of conversation {} does not open",
+                    slot_id(id)
+                ))
             })?;
         Ok(DataKey {
             cipher: XChaCha20Poly1305::new_from_slice(&secret)
@@ -276,8 +335,8 @@ impl Keyring {
     fn read_file(
         &self,
     ) -> StoreResult<(
-        HashMap<ConversationId, [u8; WRAPPED]>,
-        std::collections::HashSet<ConversationId>,
+        HashMap<Slot, [u8; WRAPPED]>,
+        std::collections::HashSet<Slot>,
     )> {
         let entries = self.read_entries()?;
         let mut live = HashMap::new();
@@ -295,7 +354,7 @@ impl Keyring {
         Ok((live, shredded))
     }
 
-    fn read_entries(&self) -> StoreResult<Vec<(ConversationId, Option<[u8; WRAPPED]>)>> {
+    fn read_entries(&self) -> StoreResult<Vec<(Slot, Option<[u8; WRAPPED]>)>> {
         let bytes = match std::fs::read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -315,25 +374,24 @@ impl Keyring {
         let mut rest = &body[24..];
         let mut out = Vec::new();
         while !rest.is_empty() {
-            let id: [u8; 16] = rest
-                .get(..16)
+            let id: Slot = rest
+                .get(..32)
                 .ok_or_else(bad)?
                 .try_into()
                 .map_err(|_| bad())?;
-            let id = ConversationId::from_bytes(id);
-            match rest.get(16) {
+            match rest.get(32) {
                 Some(0) => {
                     out.push((id, None));
-                    rest = &rest[17..];
+                    rest = &rest[33..];
                 }
                 Some(1) => {
                     let w: [u8; WRAPPED] = rest
-                        .get(17..17 + WRAPPED)
+                        .get(33..33 + WRAPPED)
                         .ok_or_else(bad)?
                         .try_into()
                         .map_err(|_| bad())?;
                     out.push((id, Some(w)));
-                    rest = &rest[17 + WRAPPED..];
+                    rest = &rest[33 + WRAPPED..];
                 }
                 _ => return Err(bad()),
             }
@@ -346,7 +404,7 @@ impl Keyring {
     /// replaces it, durably.
     fn update(
         &self,
-        change: impl FnOnce(&mut std::collections::BTreeMap<ConversationId, Option<[u8; WRAPPED]>>),
+        change: impl FnOnce(&mut std::collections::BTreeMap<Slot, Option<[u8; WRAPPED]>>),
     ) -> StoreResult<()> {
         let io = |e: std::io::Error| self.damaged(&e.to_string());
         let mut lock_path = self.path.as_os_str().to_owned();
@@ -361,11 +419,11 @@ impl Keyring {
         let mut entries: std::collections::BTreeMap<_, _> =
             self.read_entries()?.into_iter().collect();
         change(&mut entries);
-        let mut body = Vec::with_capacity(24 + entries.len() * (17 + WRAPPED) + 32);
+        let mut body = Vec::with_capacity(24 + entries.len() * (33 + WRAPPED) + 32);
         body.extend_from_slice(KEYRING_MAGIC);
         body.extend_from_slice(&self.check);
         for (id, wrapped) in &entries {
-            body.extend_from_slice(id.as_bytes());
+            body.extend_from_slice(id);
             match wrapped {
                 Some(w) => {
                     body.push(1);

@@ -169,6 +169,9 @@ pub struct OpenOptions {
     /// needs it to read its payloads and to write, and an unencrypted one
     /// is refused with it.
     pub encryption: Option<Arc<crate::crypto::Keyring>>,
+    /// The key scope a new encrypted database gets: a backup's is its
+    /// database's (they share data keys); `None`, a new one.
+    pub(crate) key_scope: Option<[u8; 16]>,
 }
 
 impl OpenOptions {
@@ -329,7 +332,13 @@ impl Store {
                 let mut batch = Batch::new();
                 batch.insert(Keyspace::Main, keys::FORMAT, FORMAT_VERSION.to_be_bytes());
                 if let Some(keyring) = &options.encryption {
-                    batch.insert(Keyspace::Main, keys::ENCRYPTION, keyring.check().to_vec());
+                    let scope = match options.key_scope {
+                        Some(scope) => scope,
+                        None => *ConversationId::generate().as_bytes(),
+                    };
+                    let mut marker = keyring.check().to_vec();
+                    marker.extend_from_slice(&scope);
+                    batch.insert(Keyspace::Main, keys::ENCRYPTION, marker);
                 }
                 backend.apply(batch)?;
                 backend.created()?;
@@ -346,7 +355,7 @@ impl Store {
         }
         let backend: Arc<dyn Backend> = Arc::new(backend);
         let store = match encryption(&*backend, path, options)? {
-            Some(keyring) => Store::assemble_sealed(backend, format, keyring),
+            Some((keyring, scope)) => Store::assemble_sealed(backend, format, keyring, scope),
             None => Store::assemble(backend, format),
         };
         if format >= 2 {
@@ -399,13 +408,40 @@ impl Store {
         backend: Arc<dyn Backend>,
         format: u32,
         keyring: Option<Arc<crate::crypto::Keyring>>,
+        scope: [u8; 16],
     ) -> Store {
         let sealed = Arc::new(crate::backend::encrypted::EncryptedBackend::new(
-            backend, keyring,
+            backend, keyring, scope,
         ));
         let mut store = Store::assemble(sealed.clone(), format);
         store.sealed = Some(sealed);
         store
+    }
+
+    /// An encrypted database's key scope (see [`crate::crypto::Slot`]).
+    pub(crate) fn key_scope(&self) -> Option<[u8; 16]> {
+        self.sealed.as_ref().map(|s| s.scope())
+    }
+
+    /// Whether `id` is a conversation of an encrypted database whose data
+    /// key, or an ancestor's (a fork reads its parent's records), was
+    /// deleted from the keyring: a conversation deleted after a backup
+    /// that still holds it was made.
+    pub fn is_shredded(&self, id: &ConversationId) -> StoreResult<bool> {
+        let Some(keyring) = self.keyring() else {
+            return Ok(false);
+        };
+        let Some(scope) = self.key_scope() else {
+            return Ok(false);
+        };
+        let mut next = Some(*id);
+        while let Some(id) = next {
+            if keyring.is_shredded(&scope, &id)? {
+                return Ok(true);
+            }
+            next = self.fork_point(&id)?.map(|p| p.parent);
+        }
+        Ok(false)
     }
 
     /// The keyring an encrypted database was opened with.
@@ -1079,31 +1115,49 @@ pub(crate) fn invisible(c: char) -> bool {
 
 /// The format version the database's format key gives, refused when this
 /// build cannot read it; `None` when there is no format key.
+/// An encrypted database's keyring (`None`: no key given) and key scope.
+type Encryption = (Option<Arc<crate::crypto::Keyring>>, [u8; 16]);
+
 /// Whether the database in `backend` is encrypted, and with which key:
 /// `None` if it is not (refused if `options` give a key: the database
-/// would be taken for encrypted when it is not), `Some(None)` if it is and
-/// no key was given, `Some(keyring)` if it is and the key is its own.
-#[allow(clippy::option_option)]
+/// would be taken for encrypted when it is not), its keyring (if a key
+/// was given, and it is its own) and key scope if it is.
 fn encryption(
     backend: &dyn Backend,
     path: &Path,
     options: &OpenOptions,
-) -> StoreResult<Option<Option<Arc<crate::crypto::Keyring>>>> {
+) -> StoreResult<Option<Encryption>> {
     let marker = backend.get(Keyspace::Main, keys::ENCRYPTION)?;
-    match (marker, &options.encryption) {
-        (None, None) => Ok(None),
-        (None, Some(_)) => Err(StoreError::Encrypted {
+    let Some(marker) = marker else {
+        return match &options.encryption {
+            None => Ok(None),
+            Some(_) => Err(StoreError::Encrypted {
+                what: format!(
+                    "the database at {} is not encrypted, but a key is configured (an \
+                     encrypted database is made new: export its conversations and import them \
+                     into one)",
+                    path.display()
+                ),
+            }),
+        };
+    };
+    let (Some(check), Some(scope)) = (
+        marker.get(..16),
+        marker.get(16..).and_then(|s| <[u8; 16]>::try_from(s).ok()),
+    ) else {
+        return Err(StoreError::Corrupt {
             what: format!(
-                "the database at {} is not encrypted, but a key is configured; an encrypted \
-                 database is made new with the key (`convstore backup` cannot encrypt one)",
-                path.display()
+                "the encryption key of the database is {} bytes, not 32",
+                marker.len()
             ),
-        }),
-        (Some(_), None) => Ok(Some(None)),
-        (Some(check), Some(keyring)) if check.as_ref() == keyring.check().as_slice() => {
-            Ok(Some(Some(keyring.clone())))
+        });
+    };
+    match &options.encryption {
+        None => Ok(Some((None, scope))),
+        Some(keyring) if check == keyring.check().as_slice() => {
+            Ok(Some((Some(keyring.clone()), scope)))
         }
-        (Some(_), Some(keyring)) => Err(StoreError::Key {
+        Some(keyring) => Err(StoreError::Key {
             path: keyring.path().with_extension(""),
             reason: format!(
                 "it is not the key the database at {} was encrypted with",

@@ -48,6 +48,10 @@ pub struct VerifyReport {
     /// were all blobs. For the others only the address the chain was built
     /// on is.
     pub redacted_proven: u64,
+    /// Conversations of an encrypted database whose data key (or an
+    /// ancestor's, for a fork) was deleted: unreadable by design, not
+    /// verified (`verify` without the key still checks their chains).
+    pub shredded: u64,
 }
 
 /// The first thing found wrong.
@@ -94,6 +98,10 @@ impl Store {
             // Appends from this process wait for the conversation's check
             // (a server's): a log read while it grows would not match the
             // metadata read before it.
+            if self.is_shredded(&id)? {
+                total.shredded += 1;
+                continue;
+            }
             let guard = self.hold_writes();
             let own = self.meta(&id).map(|m| m.len)? - self.fork_point(&id)?.map_or(0, |p| p.at);
             let verified = self.verify_one(&id, &blobs, &mut done);
@@ -430,6 +438,7 @@ impl Checker<'_> {
             blobs: 0,
             redacted: redacted.len() as u64,
             redacted_proven: redacted.iter().filter(|r| r.1).count() as u64,
+            shredded: 0,
         };
         Ok((report, redacted))
     }

@@ -175,9 +175,9 @@ mod tests {
         let memory = Arc::new(MemoryBackend::new());
         let mut batch = Batch::new();
         batch.put(keys::FORMAT, crate::FORMAT_VERSION.to_be_bytes().to_vec());
-        batch.put(keys::ENCRYPTION, keyring.check().to_vec());
+        batch.put(keys::ENCRYPTION, [keyring.check(), [7; 16]].concat());
         memory.apply(batch).unwrap();
-        Store::assemble_sealed(memory, crate::FORMAT_VERSION, Some(keyring))
+        Store::assemble_sealed(memory, crate::FORMAT_VERSION, Some(keyring), [7; 16])
     }
 
     fn events(texts: &[&str]) -> Vec<crate::Event> {

@@ -244,3 +244,87 @@ fn a_killed_delete_of_an_encrypted_conversation_leaves_it_whole_or_gone() {
     }
     eprintln!("whole, gone: {outcomes:?}");
 }
+
+#[test]
+fn a_conversation_without_its_key_is_never_given_another() {
+    let env = TestEnv::new();
+    with_key(&env);
+    env.run_with_stdin(&["append", "a"], "{\"type\":\"user\",\"text\":\"one\"}\n")
+        .ok();
+    // The keyring lost (or an older copy of it put back): appending to
+    // the conversation is refused, and it reads again once the keyring
+    // is back.
+    let keyring = env.path().join("master.key.keyring");
+    let saved = env.path().join("saved.keyring");
+    std::fs::rename(&keyring, &saved).unwrap();
+    let refused = env
+        .run_with_stdin(&["append", "a"], "{\"type\":\"user\",\"text\":\"two\"}\n")
+        .fails()
+        .stderr;
+    assert!(refused.contains("no data key"), "{refused}");
+    std::fs::rename(&saved, &keyring).unwrap();
+    let log = env.run(&["log", "a"]).ok().lines();
+    assert_eq!(log.len(), 1);
+    env.run(&["verify"]).ok();
+}
+
+#[test]
+fn a_copy_has_keys_of_its_own_and_a_backup_verifies_after_a_delete() {
+    let env = TestEnv::new();
+    // An unencrypted database is not copied into an encrypted one, and
+    // nothing is made.
+    env.run_with_stdin(
+        &["--db", "plain.db", "append", "p"],
+        "{\"type\":\"user\",\"text\":\"plain\"}\n",
+    )
+    .ok();
+    with_key(&env);
+    let refused = env.run(&["copy", "plain.db", "enc.db"]).fails().stderr;
+    assert!(refused.contains("not encrypted"), "{refused}");
+    assert!(!env.path().join("enc.db").exists());
+
+    env.run_with_stdin(&["append", "a", "-q"], &conversation())
+        .ok();
+    env.run_with_stdin(&["append", "b"], "{\"type\":\"user\",\"text\":\"kept\"}\n")
+        .ok();
+    env.run(&["copy", "db", "copy.db"]).ok();
+    env.run(&["backup", "backup.db"]).ok();
+    for secret in SECRETS {
+        assert!(files_holding(&env.path().join("copy.db"), secret).is_empty());
+    }
+    // Deleting in the copy leaves the original; deleting in the original
+    // leaves the copy, and shreds the backup's.
+    env.run(&["--db", "copy.db", "delete", "b"]).ok();
+    env.run(&["project", "b"]).ok();
+    env.run(&["delete", "a"]).ok();
+    assert!(env
+        .run(&["--db", "copy.db", "project", "a"])
+        .ok()
+        .stdout
+        .contains("FILLER-"));
+    env.run(&["--db", "backup.db", "project", "a"]).fails();
+    let verified = env.run(&["--db", "backup.db", "verify"]).ok().stdout;
+    assert!(
+        verified.contains("not verified: 1 conversation whose data key was deleted"),
+        "{verified}"
+    );
+    // A backup of the backup leaves the shredded conversation out.
+    env.run(&["--db", "backup.db", "backup", "again.db"]).ok();
+    let listed = env.run(&["--db", "again.db", "list", "--json"]).ok().stdout;
+    assert!(!listed.contains("\"a\""), "{listed}");
+}
+
+#[test]
+fn an_empty_key_setting_is_a_mistake_not_plain_text() {
+    let env = TestEnv::new();
+    let input = "{\"type\":\"user\",\"text\":\"x\"}\n";
+    let mut empty = env.command(&["append", "c", "--user", "x"]);
+    empty.env(convstore_engine::store::crypto::KEY_FILE_VARIABLE, "");
+    let out = empty.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("set but empty"));
+    std::fs::write(env.path().join("convstore.toml"), "[encryption]\n").unwrap();
+    let refused = env.run_with_stdin(&["append", "c"], input).fails().stderr;
+    assert!(refused.contains("key_file"), "{refused}");
+    assert!(!env.db().exists());
+}

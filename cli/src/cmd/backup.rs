@@ -211,7 +211,31 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
         }
         Some(ids)
     };
-    let target = Engine::open(&to, &OpenOptions::create().encryption(store.keyring()))?;
+    if store.is_locked_by_key() {
+        // Refused before the destination is made.
+        anyhow::bail!(
+            "{from} is encrypted and no key is configured for it: set [encryption] key_file in \
+             the convstore.toml beside it, or ${}",
+            convstore_engine::store::crypto::KEY_FILE_VARIABLE
+        );
+    }
+    // The destination's key: the configuration beside it, or
+    // `$CONVSTORE_KEY_FILE`; a copy of an encrypted database is encrypted
+    // (with the source's key if the destination has none). A copy has data
+    // keys of its own: deleting a conversation in one leaves the other.
+    let target_keyring = match to.path() {
+        Some(path) => convstore_engine::config_file::keyring_for(None, path)?,
+        None => None,
+    }
+    .or_else(|| store.keyring());
+    if target_keyring.is_some() && !store.is_encrypted() {
+        anyhow::bail!(
+            "a key is configured for {to}, and {from} is not encrypted: its records, copied \
+             byte for byte, may keep long texts apart, which cannot be encrypted (export and \
+             import the conversations instead)"
+        );
+    }
+    let target = Engine::open(&to, &OpenOptions::create().encryption(target_keyring))?;
     let report = store.copy_into(target.store(), only.as_deref())?;
     // The copy's search index catches up at its first search.
     drop(target);

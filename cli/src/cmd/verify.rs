@@ -17,7 +17,8 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
         None => None,
     };
     if store.is_locked_by_key() {
-        return finish(keyless(store, id.as_ref())?, notes, args.json);
+        let value = convstore_engine::keyless_verification_json(store, id.as_ref())?;
+        return finish(value, notes, args.json);
     }
     // Records to check: a fork's own and its parents' (checked through
     // it); every conversation's own records, once.
@@ -44,33 +45,6 @@ pub(crate) fn run(engine: &Engine, args: &VerifyArgs, notes: &Notes) -> Result<E
         warn_pending(store, notes);
     }
     finish(value, notes, args.json)
-}
-
-/// An encrypted database verified without its key
-/// ([`convstore_engine::store::Store::verify_sealed`]), as JSON in the
-/// shape of a verification (`keyless: true`).
-fn keyless(
-    store: &convstore_engine::store::Store,
-    id: Option<&convstore_engine::store::ConversationId>,
-) -> Result<Value> {
-    Ok(match store.verify_sealed(id)? {
-        Ok(report) => serde_json::json!({
-            "ok": true,
-            "keyless": true,
-            "conversations": report.conversations,
-            "records": report.records,
-            "chunks": report.chunks,
-            "sealed_values": report.values,
-        }),
-        Err(failure) => serde_json::json!({
-            "ok": false,
-            "keyless": true,
-            "conversation": failure.conversation.hex(),
-            "name": failure.name,
-            "problem": failure.problem,
-            "message": format!("verification failed (without the key): {failure}"),
-        }),
-    })
 }
 
 /// Prints a verification as [`convstore_engine::verification_json`]
@@ -158,6 +132,19 @@ fn print_ok(out: &mut impl Write, value: &Value, json: bool) -> Result<()> {
         ));
     }
     writeln!(out, "ok: {} verified", counts.join(", "))?;
+    if let Some(shredded @ 1..) = value["shredded"].as_u64() {
+        writeln!(
+            out,
+            "not verified: {} whose data key was deleted (deleted after this copy was made; \
+             `verify` without the key checks {})",
+            output::plural(shredded, "conversation"),
+            if shredded == 1 {
+                "its chain"
+            } else {
+                "their chains"
+            }
+        )?;
+    }
     for r in value["redactions"].as_array().into_iter().flatten() {
         let label = r["name"].as_str().or(r["conversation"].as_str());
         let (first, last) = (number(r, "first_seq"), number(r, "last_seq"));

@@ -40,6 +40,8 @@ const CHUNK_TAGS: &[u8] = b"cs";
 pub(crate) struct EncryptedBackend {
     inner: Arc<dyn Backend>,
     keyring: Option<Arc<Keyring>>,
+    /// The database's key scope ([`crate::crypto::Slot`]).
+    scope: [u8; 16],
 }
 
 /// The conversation whose data key seals the value of `key`, if sealed.
@@ -62,8 +64,21 @@ pub(crate) fn is_chunk_key(key: &[u8]) -> bool {
 }
 
 impl EncryptedBackend {
-    pub(crate) fn new(inner: Arc<dyn Backend>, keyring: Option<Arc<Keyring>>) -> Self {
-        EncryptedBackend { inner, keyring }
+    pub(crate) fn new(
+        inner: Arc<dyn Backend>,
+        keyring: Option<Arc<Keyring>>,
+        scope: [u8; 16],
+    ) -> Self {
+        EncryptedBackend {
+            inner,
+            keyring,
+            scope,
+        }
+    }
+
+    /// The database's key scope.
+    pub(crate) fn scope(&self) -> [u8; 16] {
+        self.scope
     }
 
     /// The backend underneath, whose values are sealed: for `verify`
@@ -108,7 +123,7 @@ impl EncryptedBackend {
         };
         let sealed = Sealed::parse(&value).ok_or_else(|| damaged("is not sealed"))?;
         let plain = keyring
-            .data_key(&id, false)?
+            .data_key(&self.scope, &id, false)?
             .open(key, &sealed)
             .ok_or_else(|| {
                 damaged("does not open with its data key (changed, damaged or moved)")
@@ -116,13 +131,14 @@ impl EncryptedBackend {
         Ok(Bytes::from(plain))
     }
 
-    /// `value` sealed for `key` (unchanged if not a sealed key).
-    fn seal(&self, key: &[u8], value: Vec<u8>) -> StoreResult<Vec<u8>> {
+    /// `value` sealed for `key` (unchanged if not a sealed key); a data
+    /// key is made for a conversation `new` in the batch.
+    fn seal(&self, key: &[u8], value: Vec<u8>, new: &[ConversationId]) -> StoreResult<Vec<u8>> {
         let Some(id) = sealed_by(key) else {
             return Ok(value);
         };
         let keyring = self.keyring("be written")?;
-        let data_key = keyring.data_key(&id, true)?;
+        let data_key = keyring.data_key(&self.scope, &id, new.contains(&id))?;
         if is_chunk_key(key) {
             let header = chunk_header(&id, key, &value)?;
             data_key.seal(key, &header.bytes(), &value)
@@ -142,6 +158,26 @@ impl EncryptedBackend {
         };
         let mut decided = Vec::new();
         let mut finished = Vec::new();
+        // Conversations the batch creates: a data key is made only for
+        // one of these. One that exists and has no key in the keyring
+        // (another keyring, an older copy of it) is refused, as reading it
+        // is: a new key would leave its records under two.
+        let mut new = Vec::new();
+        for (space, key, value) in &batch.ops {
+            if *space == Keyspace::Main
+                && value.is_some()
+                && key.first() == Some(&keys::CONVERSATION)
+            {
+                if let Some(id) = keys::conversation_of(key) {
+                    if !new.contains(&id)
+                        && !self.inner.contains(Keyspace::Main, key)?
+                        && !self.inner.contains(Keyspace::Main, &keys::deleted(&id))?
+                    {
+                        new.push(id);
+                    }
+                }
+            }
+        }
         for (space, key, value) in batch.ops {
             if space == Keyspace::Blobs {
                 if value.is_some() {
@@ -160,7 +196,7 @@ impl EncryptedBackend {
                 (Some(&keys::DELETED), None) => finished.extend(keys::conversation_of(&key)),
                 _ => {}
             }
-            let value = value.map(|v| self.seal(&key, v)).transpose()?;
+            let value = value.map(|v| self.seal(&key, v, &new)).transpose()?;
             sealed.ops.push((space, key, value));
         }
         // A deletion is decided by the batch that puts a conversation's
@@ -187,7 +223,8 @@ impl EncryptedBackend {
             return Ok(());
         }
         self.inner.sync()?;
-        self.keyring("delete a conversation")?.shred(doomed)
+        self.keyring("delete a conversation")?
+            .shred(&self.scope, doomed)
     }
 }
 

@@ -142,7 +142,7 @@ pub fn salvage(damaged: impl AsRef<Path>, dest: impl AsRef<Path>) -> StoreResult
             ),
         });
     }
-    let (destination, out) = Destination::create(dest, None)?;
+    let (destination, out) = Destination::create(dest, None, None)?;
     let mut assembled: BTreeMap<ConversationId, Assembly> = known
         .values()
         .map(|k| (k.id, sources.assemble(k)))
