@@ -930,6 +930,7 @@ pub fn deletion_json(deletion: &Deletion) -> serde_json::Value {
         "blobs": deletion.blobs,
         "segment_files": deletion.segment_files,
         "segment_bytes": deletion.segment_bytes,
+        "keys_shredded": deletion.keys_shredded,
         "problems": deletion.problems,
     })
 }

@@ -117,7 +117,8 @@ impl Keyring {
             path: key_file.to_path_buf(),
             reason,
         };
-        let text = std::fs::read_to_string(key_file).map_err(|e| bad(e.to_string()))?;
+        let bytes = std::fs::read(key_file).map_err(|e| bad(e.to_string()))?;
+        let text = String::from_utf8_lossy(&bytes);
         let master = parse_key(text.trim())
             .ok_or_else(|| bad("it does not hold a key (64 hexadecimal digits)".to_owned()))?;
         let mut path = key_file.as_os_str().to_owned();

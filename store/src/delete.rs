@@ -85,6 +85,9 @@ pub struct Deletion {
     /// as it is; a failed write leaves the rest to the next open): the
     /// conversations are deleted all the same.
     pub problems: Vec<String>,
+    /// Whether the conversations' data keys were deleted from the keyring
+    /// (an encrypted database): every copy of their records is unreadable.
+    pub keys_shredded: bool,
 }
 
 impl Store {
@@ -109,6 +112,7 @@ impl Store {
         });
         drop(guard);
         deletion.conversations = deleted;
+        deletion.keys_shredded = self.is_encrypted();
         Ok(deletion)
     }
 

@@ -126,6 +126,10 @@ fn an_encrypted_database_keeps_no_text_in_clear_and_needs_its_key() {
             "{secret} in clear"
         );
     }
+    // Salvage does not read an encrypted database, and says so.
+    let refused = env.run(&["salvage", "db", "salvaged.db"]).fails().stderr;
+    assert!(refused.contains("encrypted"), "{refused}");
+    assert!(!env.path().join("salvaged.db").exists());
     // No search index: it would hold the texts in clear.
     let refused = env.run(&["search", "SECRET"]).fails().stderr;
     assert!(refused.contains("encrypted database"), "{refused}");
@@ -327,4 +331,32 @@ fn an_empty_key_setting_is_a_mistake_not_plain_text() {
     let refused = env.run_with_stdin(&["append", "c"], input).fails().stderr;
     assert!(refused.contains("key_file"), "{refused}");
     assert!(!env.db().exists());
+}
+
+#[test]
+fn a_deletion_whose_key_cannot_be_deleted_yet_is_finished_later() {
+    let env = TestEnv::new();
+    with_key(&env);
+    env.run_with_stdin(
+        &["append", "a"],
+        "{\"type\":\"user\",\"text\":\"doomed\"}\n",
+    )
+    .ok();
+    env.run_with_stdin(&["append", "b"], "{\"type\":\"user\",\"text\":\"kept\"}\n")
+        .ok();
+    env.run(&["backup", "bk.db"]).ok();
+    // The keyring cannot be written (its new file's name taken).
+    let blocker = env.path().join("master.key.keyring.new");
+    std::fs::create_dir(&blocker).unwrap();
+    env.run(&["delete", "a"]).ok();
+    env.run(&["list"]).ok();
+    assert!(!env.run(&["list"]).ok().stdout.contains(" a "));
+    // Not shredded yet: the deletion stays unfinished...
+    env.run(&["--db", "bk.db", "project", "a"]).ok();
+    // ...until the keyring can be written: the next open finishes it.
+    std::fs::remove_dir(&blocker).unwrap();
+    env.run(&["list"]).ok();
+    let shredded = env.run(&["--db", "bk.db", "project", "a"]).fails().stderr;
+    assert!(shredded.contains("data key is gone"), "{shredded}");
+    env.run(&["--db", "bk.db", "project", "b"]).ok();
 }

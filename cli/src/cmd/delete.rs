@@ -58,6 +58,14 @@ pub(crate) fn print(value: &Value, json: bool, notes: &Notes) -> Result<()> {
             problem.as_str().unwrap_or("")
         ));
     }
+    if value["keys_shredded"].as_bool() == Some(true) {
+        notes.say(
+            "deleted its data key from the keyring: every copy of its records (a backup too) \
+             is unreadable",
+        );
+        out.flush()?;
+        return Ok(());
+    }
     let blobs = value["blobs"].as_u64().unwrap_or(0);
     let bytes = value["segment_bytes"].as_u64().unwrap_or(0);
     notes.say(&format!(

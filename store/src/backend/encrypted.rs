@@ -147,9 +147,15 @@ impl EncryptedBackend {
         }
     }
 
-    fn seal_batch(&self, batch: Batch) -> StoreResult<(Batch, Vec<ConversationId>)> {
+    /// `batch` sealed, with the conversations whose deletion it decides
+    /// and those whose deletion it finishes.
+    #[allow(clippy::type_complexity)]
+    fn seal_batch(
+        &self,
+        batch: Batch,
+    ) -> StoreResult<(Batch, Vec<ConversationId>, Vec<ConversationId>)> {
         if batch.is_empty() {
-            return Ok((batch, Vec::new()));
+            return Ok((batch, Vec::new(), Vec::new()));
         }
         self.keyring("be written")?;
         let mut sealed = Batch {
@@ -202,7 +208,7 @@ impl EncryptedBackend {
         // A deletion is decided by the batch that puts a conversation's
         // tombstone in place of its metadata, finished by the one that
         // removes the tombstone.
-        let doomed: Vec<ConversationId> = decided
+        let decided: Vec<ConversationId> = decided
             .into_iter()
             .filter(|id| {
                 let meta = keys::conversation(id);
@@ -211,20 +217,36 @@ impl EncryptedBackend {
                     .iter()
                     .any(|(s, k, v)| *s == Keyspace::Main && *k == meta && v.is_none())
             })
-            .chain(finished)
             .collect();
-        Ok((sealed, doomed))
+        Ok((sealed, decided, finished))
     }
 
-    /// Deletes the data keys of conversations whose deletion a batch just
-    /// applied decided or finished, once the batch is durable.
-    fn shred(&self, doomed: &[ConversationId]) -> StoreResult<()> {
-        if doomed.is_empty() {
-            return Ok(());
+    /// Applies `batch` (conditionally), deleting the data keys of the
+    /// conversations whose deletion it decides, once it is durable (a
+    /// failure there is left to the batch that finishes the deletion),
+    /// and of those whose deletion it finishes, before it is applied: a
+    /// tombstone goes only once its conversation's key is gone, so a
+    /// deletion whose key could not be deleted (a full disk) is finished
+    /// again at the next open.
+    fn apply_sealed(&self, conditions: Option<&[Condition]>, batch: Batch) -> StoreResult<bool> {
+        let (batch, decided, finished) = self.seal_batch(batch)?;
+        if !finished.is_empty() {
+            self.keyring("delete a conversation")?
+                .shred(&self.scope, &finished)?;
         }
-        self.inner.sync()?;
-        self.keyring("delete a conversation")?
-            .shred(&self.scope, doomed)
+        let applied = if let Some(conditions) = conditions {
+            self.inner.apply_if(conditions, batch)?
+        } else {
+            self.inner.apply(batch)?;
+            true
+        };
+        if applied && !decided.is_empty() {
+            self.inner.sync()?;
+            let _ = self
+                .keyring("delete a conversation")?
+                .shred(&self.scope, &decided);
+        }
+        Ok(applied)
     }
 }
 
@@ -278,9 +300,7 @@ impl Backend for EncryptedBackend {
     }
 
     fn apply(&self, batch: Batch) -> StoreResult<()> {
-        let (batch, doomed) = self.seal_batch(batch)?;
-        self.inner.apply(batch)?;
-        self.shred(&doomed)
+        self.apply_sealed(None, batch).map(|_| ())
     }
 
     fn apply_if(&self, conditions: &[Condition], batch: Batch) -> StoreResult<bool> {
@@ -292,12 +312,7 @@ impl Backend for EncryptedBackend {
                 ),
             });
         }
-        let (batch, doomed) = self.seal_batch(batch)?;
-        if !self.inner.apply_if(conditions, batch)? {
-            return Ok(false);
-        }
-        self.shred(&doomed)?;
-        Ok(true)
+        self.apply_sealed(Some(conditions), batch)
     }
 
     fn sync(&self) -> StoreResult<()> {

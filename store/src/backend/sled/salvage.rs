@@ -131,6 +131,19 @@ pub fn salvage(damaged: impl AsRef<Path>, dest: impl AsRef<Path>) -> StoreResult
     }
     let _lock = lock_out_others(damaged)?;
     let mut sources = Sources::gather(damaged);
+    if sources
+        .attempts
+        .iter()
+        .any(|a| quiet(|| a.db.contains_key(keys::ENCRYPTION).unwrap_or(false)).unwrap_or(false))
+    {
+        return Err(StoreError::Encrypted {
+            what: format!(
+                "{} is an encrypted database, which salvage does not read yet (`verify` without \
+                 the key names what is damaged; `backup` copies what can be read)",
+                damaged.display()
+            ),
+        });
+    }
     let known = sources.identities();
     sources.fork_bases = known.values().filter_map(|k| k.fork?.2).collect();
     if known.is_empty() {
