@@ -163,6 +163,12 @@ impl Keyring {
         sync_parent(path)
     }
 
+    /// Whether the keyring file exists (it is made with the first data
+    /// key).
+    pub(crate) fn exists(&self) -> bool {
+        self.path.exists()
+    }
+
     /// Where the keyring file is.
     pub fn path(&self) -> &Path {
         &self.path

@@ -112,7 +112,14 @@ impl Store {
         });
         drop(guard);
         deletion.conversations = deleted;
-        deletion.keys_shredded = self.is_encrypted();
+        // Each one's key deleted (else a problem above says the deletion
+        // is left to the next open).
+        deletion.keys_shredded = self.is_encrypted()
+            && deletion.problems.is_empty()
+            && deletion
+                .conversations
+                .iter()
+                .all(|d| self.is_shredded(&d.id).unwrap_or(false));
         Ok(deletion)
     }
 

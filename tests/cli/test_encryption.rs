@@ -360,3 +360,40 @@ fn a_deletion_whose_key_cannot_be_deleted_yet_is_finished_later() {
     assert!(shredded.contains("data key is gone"), "{shredded}");
     env.run(&["--db", "bk.db", "project", "b"]).ok();
 }
+
+#[test]
+fn a_plain_fork_in_an_encrypted_database_has_a_key_of_its_own() {
+    let env = TestEnv::new();
+    with_key(&env);
+    env.run(&["append", "p", "--turn", "--user", "a", "--assistant", "b"])
+        .ok();
+    env.run(&["fork", "p", "--name", "f"]).ok();
+    env.run(&["append", "f", "--user", "FORK-OWN"]).ok();
+    env.run(&["view", "f", "--name", "v"]).ok();
+    env.run(&["redact", "f", "1", "--reason", "shared"]).ok();
+    assert!(env.run(&["project", "f"]).ok().stdout.contains("FORK-OWN"));
+    assert!(files_holding(&env.db(), "FORK-OWN").is_empty());
+    env.run(&["verify"]).ok();
+    assert!(!env.run(&["verify"]).ok().stderr.contains("still"));
+}
+
+#[test]
+fn nothing_is_deleted_or_created_while_the_keyring_is_away() {
+    let env = TestEnv::new();
+    with_key(&env);
+    env.run(&["append", "x", "--user", "text of x"]).ok();
+    env.run(&["backup", "bk.db"]).ok();
+    let keyring = env.path().join("master.key.keyring");
+    let away = env.path().join("away.keyring");
+    std::fs::rename(&keyring, &away).unwrap();
+    // A delete could not shred x's key, which lives in the keyring away.
+    let refused = env.run(&["delete", "x"]).fails().stderr;
+    assert!(refused.contains("would not shred"), "{refused}");
+    // A new conversation would start a new keyring without x's key.
+    let refused = env.run(&["append", "y", "--user", "new"]).fails().stderr;
+    assert!(refused.contains("does not exist"), "{refused}");
+    assert!(!keyring.exists());
+    std::fs::rename(&away, &keyring).unwrap();
+    env.run(&["delete", "x"]).ok();
+    env.run(&["--db", "bk.db", "project", "x"]).fails();
+}

@@ -184,6 +184,26 @@ impl EncryptedBackend {
                 }
             }
         }
+        if !new.is_empty() {
+            let keyring = self.keyring("be written")?;
+            // A keyring missing beside a database that has conversations
+            // was lost or moved: a new one would hold none of their keys.
+            if !keyring.exists() && self.has_conversations_besides(&new)? {
+                return Err(StoreError::Encrypted {
+                    what: format!(
+                        "the keyring {} does not exist, and the database has conversations whose \
+                         data keys it held: put it back",
+                        keyring.path().display()
+                    ),
+                });
+            }
+            // Every conversation the batch creates gets its data key now,
+            // whether or not the batch seals anything of it (a fork's first
+            // batch may not).
+            for id in &new {
+                keyring.data_key(&self.scope, id, true)?;
+            }
+        }
         for (space, key, value) in batch.ops {
             if space == Keyspace::Blobs {
                 if value.is_some() {
@@ -198,7 +218,12 @@ impl EncryptedBackend {
                 continue;
             }
             match (key.first(), &value) {
-                (Some(&keys::DELETED), Some(_)) => decided.extend(keys::conversation_of(&key)),
+                (Some(&keys::DELETED), Some(_)) => {
+                    if let Some(id) = keys::conversation_of(&key) {
+                        self.check_shreddable(&id)?;
+                        decided.push(id);
+                    }
+                }
                 (Some(&keys::DELETED), None) => finished.extend(keys::conversation_of(&key)),
                 _ => {}
             }
@@ -219,6 +244,40 @@ impl EncryptedBackend {
             })
             .collect();
         Ok((sealed, decided, finished))
+    }
+
+    /// Whether the database has a conversation other than `new`.
+    fn has_conversations_besides(&self, new: &[ConversationId]) -> StoreResult<bool> {
+        for pair in self
+            .inner
+            .scan(Keyspace::Main, super::prefixed([keys::CONVERSATION]), false)
+        {
+            let (key, _) = pair?;
+            if keys::conversation_of(&key).is_some_and(|id| !new.contains(&id)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Refuses to delete conversation `id` when its data key is not in the
+    /// keyring (another keyring, an older copy of it): the deletion could
+    /// not shred it, and the key would stay live where the keyring is.
+    fn check_shreddable(&self, id: &ConversationId) -> StoreResult<()> {
+        let keyring = self.keyring("delete a conversation")?;
+        if keyring.is_shredded(&self.scope, id)? {
+            return Ok(());
+        }
+        keyring
+            .data_key(&self.scope, id, false)
+            .map(|_| ())
+            .map_err(|_| StoreError::Encrypted {
+                what: format!(
+                    "conversation {id} has no data key in the keyring {}, so deleting it would \
+                     not shred it: put the keyring that holds it back first",
+                    keyring.path().display()
+                ),
+            })
     }
 
     /// Applies `batch` (conditionally), deleting the data keys of the
