@@ -514,6 +514,7 @@ pub(crate) fn encode_record(record: &RecordRepr<'_>, layout: Layout) -> Vec<u8> 
     match layout {
         Layout::Plain | Layout::SealedView => encode(record),
         Layout::Committed => encode_committed(record, None, None),
+        // No text long: a sealed record's are all short entries.
         Layout::Sealed => encode_committed(record, None, Some(&[])),
     }
 }
@@ -871,28 +872,32 @@ fn text_repr<'e>(s: &'e str, most: usize, blobs: &mut Vec<(BlobHash, &'e str)>) 
 /// depend on the format.
 pub(crate) fn record_size(bytes: &[u8], record: &RecordRepr<'_>) -> u64 {
     let inner = inner_record(bytes).unwrap_or(bytes);
-    let (base, committed, kinds) = match inner.split_first() {
+    let (base, entries) = match inner.split_first() {
         Some((&COMMITTED_MARK, rest)) => (
             split_committed(rest).map_or(inner.len(), |(frame, _)| frame.len()),
-            true,
-            entry_kinds(rest),
+            Some(rest),
         ),
-        _ => (inner.len(), false, None),
+        _ => (inner.len(), None),
     };
-    // Whether text `index` is a short one in the committed record: its
+    let committed = entries.is_some();
+    // Whether a redacted text was a short one in the committed record: its
     // entry says (a sealed record's texts are all short, however long).
+    // Read only for a record that has one: appends size every record.
+    let kinds = entries
+        .filter(|_| record.texts().any(|t| matches!(t, TextRepr::Redacted(_))))
+        .and_then(entry_kinds);
     let short = |index: usize, blob: &BlobRef| match kinds.as_ref().and_then(|k| k.get(index)) {
         Some(&long) => !long,
         None => blob.len <= INLINE_MAX as u64,
     };
-    let mut index = 0;
-    record.texts().fold(base as u64, |size, text| {
-        index += 1;
-        match text {
+    record
+        .texts()
+        .enumerate()
+        .fold(base as u64, |size, (index, text)| match text {
             // In a frame, a short text is its variant's tag alone.
             TextRepr::Inline(s) if committed => size + varint_len(s.len() as u64) + s.len() as u64,
             TextRepr::Inline(_) | TextRepr::Beside => size,
-            TextRepr::Redacted(blob) if committed && short(index - 1, &blob) => {
+            TextRepr::Redacted(blob) if committed && short(index, &blob) => {
                 size + varint_len(blob.len) + blob.len
             }
             // Stored inline, it took its bytes where the hash now is.
@@ -900,8 +905,7 @@ pub(crate) fn record_size(bytes: &[u8], record: &RecordRepr<'_>) -> u64 {
                 (size + blob.len).saturating_sub(32)
             }
             TextRepr::Blob(blob) | TextRepr::Redacted(blob) => size + blob.len,
-        }
-    })
+        })
 }
 
 /// The length of `n` as a bincode varint.
