@@ -14,20 +14,29 @@ pub const CONFIG_FILE: &str = "convstore.toml";
 /// must exist), else `convstore.toml` in the directory that holds the
 /// database, else the defaults.
 pub fn load(explicit: Option<&Path>, db: &Path) -> Result<Config> {
+    let (path, text) = read(explicit, db)?;
+    let Some(text) = text else {
+        return Ok(Config::default());
+    };
+    let mut config = Config::parse(&text).map_err(|source| Error::ConfigIn {
+        path: path.clone(),
+        source,
+    })?;
+    anchor_commands(&mut config, &path);
+    Ok(config)
+}
+
+/// The configuration file for the database at `db` (`explicit` if given,
+/// which must exist, else `convstore.toml` beside it) and its text, if it
+/// exists.
+fn read(explicit: Option<&Path>, db: &Path) -> Result<(PathBuf, Option<String>)> {
     let (path, required) = match explicit {
         Some(path) => (path.to_path_buf(), true),
         None => (beside(db), false),
     };
     match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let mut config = Config::parse(&text).map_err(|source| Error::ConfigIn {
-                path: path.clone(),
-                source,
-            })?;
-            anchor_commands(&mut config, &path);
-            Ok(config)
-        }
-        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+        Ok(text) => Ok((path, Some(text))),
+        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Ok((path, None)),
         Err(source) => Err(Error::ConfigFile { path, source }),
     }
 }
@@ -41,19 +50,14 @@ pub fn keyring_for(
     explicit: Option<&Path>,
     db: &Path,
 ) -> Result<Option<std::sync::Arc<convstore_store::Keyring>>> {
-    let (path, required) = match explicit {
-        Some(path) => (path.to_path_buf(), true),
-        None => (beside(db), false),
-    };
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(source) => return Err(Error::ConfigFile { path, source }),
-    };
-    let encryption = Config::parse_encryption(&text).map_err(|source| Error::ConfigIn {
-        path: path.clone(),
-        source,
-    })?;
+    let (path, text) = read(explicit, db)?;
+    let encryption =
+        Config::parse_encryption(text.as_deref().unwrap_or_default()).map_err(|source| {
+            Error::ConfigIn {
+                path: path.clone(),
+                source,
+            }
+        })?;
     let mut config = Config {
         encryption,
         ..Config::default()
@@ -82,9 +86,10 @@ pub fn keyring(config: &Config) -> Result<Option<std::sync::Arc<convstore_store:
     Ok(Some(convstore_store::Keyring::open(&file)?))
 }
 
-/// Makes a summarizer program given by a relative path (`./summarize.sh`)
-/// relative to the configuration file that names it, not to wherever the
-/// command runs. A bare name (`summarize`) is looked up in `PATH`.
+/// Makes a summarizer program given by a relative path (`./summarize.sh`),
+/// and a relative key file, relative to the configuration file that names
+/// it, not to wherever the command runs. A bare program name (`summarize`)
+/// is looked up in `PATH`.
 fn anchor_commands(config: &mut Config, file: &Path) {
     let dir = file.parent().unwrap_or(Path::new("."));
     if let Some(key_file) = config.encryption.as_mut().and_then(|e| e.key_file.as_mut()) {

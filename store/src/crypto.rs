@@ -79,6 +79,7 @@ pub(crate) type KeyCheck = [u8; 16];
 
 /// The master key and the keyring of data keys it wraps.
 pub struct Keyring {
+    key_file: PathBuf,
     path: PathBuf,
     wrap: XChaCha20Poly1305,
     check: KeyCheck,
@@ -107,6 +108,24 @@ pub(crate) struct DataKey {
     cipher: XChaCha20Poly1305,
 }
 
+/// Where a conversation's data key is.
+pub(crate) enum KeyState {
+    /// In the keyring.
+    Live(Arc<DataKey>),
+    /// Deleted from it, with the conversation.
+    Shredded,
+    /// Not in it: another keyring, or an older copy of it.
+    Missing,
+}
+
+/// `path` with `suffix` after its file name: the keyring beside a key
+/// file, and the keyring's lock and new files.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 impl Keyring {
     /// The master key in `key_file` (64 hexadecimal digits) and the
     /// keyring beside it (`KEY_FILE.keyring`, made when the first data key
@@ -121,10 +140,9 @@ impl Keyring {
         let text = String::from_utf8_lossy(&bytes);
         let master = parse_key(text.trim())
             .ok_or_else(|| bad("it does not hold a key (64 hexadecimal digits)".to_owned()))?;
-        let mut path = key_file.as_os_str().to_owned();
-        path.push(".keyring");
         let ring = Keyring {
-            path: PathBuf::from(path),
+            key_file: key_file.to_path_buf(),
+            path: beside(key_file, ".keyring"),
             wrap: XChaCha20Poly1305::new(
                 &blake3::derive_key("convstore 1 key wrap", &master).into(),
             ),
@@ -140,14 +158,13 @@ impl Keyring {
     /// Writes a new random master key to `path` (readable by its owner
     /// only); refuses a path that exists.
     pub fn generate(path: &Path) -> std::io::Result<()> {
-        let mut keyring = path.as_os_str().to_owned();
-        keyring.push(".keyring");
-        if Path::new(&keyring).exists() {
+        let keyring = beside(path, ".keyring");
+        if keyring.exists() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
                 format!(
                     "{} exists beside it, made with another key (move it away first)",
-                    Path::new(&keyring).display()
+                    keyring.display()
                 ),
             ));
         }
@@ -174,77 +191,91 @@ impl Keyring {
         &self.path
     }
 
+    /// Where the master key is.
+    pub fn key_file(&self) -> &Path {
+        &self.key_file
+    }
+
     /// The master key's check.
     pub(crate) fn check(&self) -> KeyCheck {
         self.check
     }
 
-    /// Conversation `id`'s data key in key scope `scope`, made (and the
-    /// keyring written durably) first if `create` and it has none.
+    /// Where conversation `id`'s data key in key scope `scope` is. A key
+    /// this process has not seen is looked up in the file again: another
+    /// process sharing the keyring may have made or deleted it.
+    pub(crate) fn state(&self, scope: &[u8; 16], id: &ConversationId) -> StoreResult<KeyState> {
+        let at = slot(scope, id);
+        if let Some(key) = self.keys_read().live.get(&at) {
+            return Ok(KeyState::Live(key.clone()));
+        }
+        let mut keys = self.keys_mut();
+        self.look_up(&mut keys, &at)
+    }
+
+    /// [`Keyring::state`] under the lock of `keys`.
+    fn look_up(&self, keys: &mut Keys, at: &Slot) -> StoreResult<KeyState> {
+        if let Some(key) = keys.live.get(at) {
+            return Ok(KeyState::Live(key.clone()));
+        }
+        if !keys.shredded.contains(at) {
+            let (wrapped, shredded) = self.read_file()?;
+            keys.shredded = shredded;
+            if let Some(bytes) = wrapped.get(at) {
+                let key = Arc::new(self.unwrap_key(at, bytes)?);
+                keys.live.insert(*at, key.clone());
+                return Ok(KeyState::Live(key));
+            }
+        }
+        Ok(if keys.shredded.contains(at) {
+            KeyState::Shredded
+        } else {
+            KeyState::Missing
+        })
+    }
+
+    /// Conversation `id`'s data key in key scope `scope`; an error if it
+    /// was deleted or is not in the keyring.
     pub(crate) fn data_key(
         &self,
         scope: &[u8; 16],
         id: &ConversationId,
-        create: bool,
     ) -> StoreResult<Arc<DataKey>> {
-        let at = slot(scope, id);
-        let id = &at;
-        if let Some(key) = self.keys_read().live.get(id) {
-            return Ok(key.clone());
-        }
-        let mut keys = self.keys_mut();
-        if let Some(key) = keys.live.get(id) {
-            return Ok(key.clone());
-        }
-        if keys.shredded.contains(id) {
-            return Err(self.shredded(id));
-        }
-        // Another process sharing the keyring may have added it: read the
-        // file again.
-        let (wrapped, shredded) = self.read_file()?;
-        keys.shredded = shredded;
-        if let Some(bytes) = wrapped.get(id) {
-            let key = Arc::new(self.unwrap_key(id, bytes)?);
-            keys.live.insert(*id, key.clone());
-            return Ok(key);
-        }
-        if keys.shredded.contains(id) {
-            return Err(self.shredded(id));
-        }
-        if !create {
-            return Err(StoreError::Encrypted {
+        match self.state(scope, id)? {
+            KeyState::Live(key) => Ok(key),
+            KeyState::Shredded => Err(self.shredded(id)),
+            KeyState::Missing => Err(StoreError::Encrypted {
                 what: format!(
-                    "conversation {} has no data key in the keyring {} (another keyring, or \
+                    "conversation {id} has no data key in the keyring {} (another keyring, or \
                      an older copy of it)",
-                    slot_id(id),
                     self.path.display()
                 ),
-            });
+            }),
+        }
+    }
+
+    /// Makes conversation `id`'s data key in `scope` if it has none,
+    /// writing the keyring durably first; a deleted one is not made again.
+    pub(crate) fn make_key(&self, scope: &[u8; 16], id: &ConversationId) -> StoreResult<()> {
+        let at = slot(scope, id);
+        let mut keys = self.keys_mut();
+        if !matches!(self.look_up(&mut keys, &at)?, KeyState::Missing) {
+            return Ok(());
         }
         let mut secret = [0u8; 32];
         random(&mut secret).map_err(StoreError::Io)?;
-        let wrapped = self.wrap_key(id, &secret)?;
+        let wrapped = self.wrap_key(&at, &secret)?;
+        // Another process may have made one between the read and the
+        // file's lock: the file's wins.
         self.update(|entries| {
-            entries.entry(*id).or_insert(Some(wrapped));
+            entries.entry(at).or_insert(Some(wrapped));
         })?;
-        // What the file holds now wins (another process may have made
-        // one between the read and the lock).
-        let (wrapped, _) = self.read_file()?;
-        let bytes = wrapped.get(id).ok_or_else(|| self.shredded(id))?;
-        let key = Arc::new(self.unwrap_key(id, bytes)?);
-        keys.live.insert(*id, key.clone());
-        Ok(key)
+        self.look_up(&mut keys, &at).map(|_| ())
     }
 
     /// Whether conversation `id`'s data key in `scope` was deleted.
     pub(crate) fn is_shredded(&self, scope: &[u8; 16], id: &ConversationId) -> StoreResult<bool> {
-        match self.data_key(scope, id, false) {
-            Ok(_) => Ok(false),
-            Err(StoreError::Encrypted { .. }) => {
-                Ok(self.keys_read().shredded.contains(&slot(scope, id)))
-            }
-            Err(e) => Err(e),
-        }
+        Ok(matches!(self.state(scope, id)?, KeyState::Shredded))
     }
 
     /// Deletes the data keys of `ids` from the keyring, durably: whatever
@@ -267,11 +298,10 @@ impl Keyring {
         Ok(())
     }
 
-    fn shredded(&self, at: &Slot) -> StoreError {
+    fn shredded(&self, id: &ConversationId) -> StoreError {
         StoreError::Encrypted {
             what: format!(
-                "conversation {} was deleted: its data key is gone from the keyring {}",
-                slot_id(at),
+                "conversation {id} was deleted: its data key is gone from the keyring {}",
                 self.path.display()
             ),
         }
@@ -414,13 +444,11 @@ impl Keyring {
         change: impl FnOnce(&mut std::collections::BTreeMap<Slot, Option<[u8; WRAPPED]>>),
     ) -> StoreResult<()> {
         let io = |e: std::io::Error| self.damaged(&e.to_string());
-        let mut lock_path = self.path.as_os_str().to_owned();
-        lock_path.push(".lock");
         let lock = File::options()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(PathBuf::from(lock_path))
+            .open(beside(&self.path, ".lock"))
             .map_err(io)?;
         fs2::FileExt::lock_exclusive(&lock).map_err(io)?;
         let mut entries: std::collections::BTreeMap<_, _> =
@@ -441,9 +469,7 @@ impl Keyring {
         }
         let sum = *blake3::hash(&body).as_bytes();
         body.extend_from_slice(&sum);
-        let mut tmp = self.path.as_os_str().to_owned();
-        tmp.push(".new");
-        let tmp = PathBuf::from(tmp);
+        let tmp = beside(&self.path, ".new");
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create(true).truncate(true);
         #[cfg(unix)]
@@ -499,16 +525,14 @@ fn sync_parent(path: &Path) -> std::io::Result<()> {
 /// A sealed value, as stored: the mark, the header's length, a random
 /// nonce, the first 16 bytes of blake3 of the ciphertext (checked without
 /// the key), a header in clear (a chunk's: see [`ChunkHeader`]), then the
-/// ciphertext with its tag. The key it is stored under and everything
-/// before the ciphertext are its associated data: a value moved to
+/// ciphertext with its tag. The key it is stored under, the mark and the
+/// header are its associated data ([`associated`]): a value moved to
 /// another key, or a header changed, does not open.
 pub(crate) struct Sealed<'a> {
     pub header: &'a [u8],
     pub check: &'a [u8],
     pub nonce: &'a [u8],
     pub ciphertext: &'a [u8],
-    /// Everything before the ciphertext.
-    pub before: &'a [u8],
 }
 
 impl<'a> Sealed<'a> {
@@ -527,7 +551,6 @@ impl<'a> Sealed<'a> {
             check: &value[2 + NONCE..SEALED_FIXED],
             header: &value[SEALED_FIXED..start],
             ciphertext: &value[start..],
-            before: &value[..start],
         })
     }
 
@@ -535,6 +558,17 @@ impl<'a> Sealed<'a> {
     pub(crate) fn intact(&self) -> bool {
         blake3::hash(self.ciphertext).as_bytes()[..CHECK] == *self.check
     }
+}
+
+/// A sealed value's associated data: the key it is stored under, the
+/// mark, the header's length and the header.
+fn associated(key: &[u8], header: &[u8]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(key.len() + 2 + header.len());
+    aad.extend_from_slice(key);
+    aad.push(SEALED_MARK);
+    aad.extend_from_slice(&(header.len() as u8).to_le_bytes());
+    aad.extend_from_slice(header);
+    aad
 }
 
 impl DataKey {
@@ -548,10 +582,7 @@ impl DataKey {
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&[0u8; CHECK]);
         out.extend_from_slice(header);
-        let mut aad = Vec::with_capacity(key.len() + out.len());
-        aad.extend_from_slice(key);
-        aad.extend_from_slice(&[SEALED_MARK, header_len]);
-        aad.extend_from_slice(header);
+        let aad = associated(key, header);
         let ciphertext = self
             .cipher
             .encrypt(
@@ -571,10 +602,7 @@ impl DataKey {
     /// The plaintext of `sealed`, stored under `key`; `None` if it does
     /// not open (changed, or moved from another key).
     pub(crate) fn open(&self, key: &[u8], sealed: &Sealed<'_>) -> Option<Vec<u8>> {
-        let mut aad = Vec::with_capacity(key.len() + 2 + sealed.header.len());
-        aad.extend_from_slice(key);
-        aad.extend_from_slice(&[SEALED_MARK, sealed.before[1]]);
-        aad.extend_from_slice(sealed.header);
+        let aad = associated(key, sealed.header);
         self.cipher
             .decrypt(
                 XNonce::from_slice(sealed.nonce),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::encrypted::EncryptedBackend;
 use crate::backend::Segments;
 use crate::backend::{
     self, Backend, Batch, Bytes, Condition, Keyspace, KvIter, MemoryBackend, SledBackend,
@@ -55,9 +56,6 @@ pub struct Store {
     blob_sweeps: AtomicU64,
     /// Told how many records long operations have got through.
     progress: std::sync::RwLock<Option<ProgressFn>>,
-    /// For an encrypted database, the backend that seals its values (also
-    /// `kv`).
-    pub(crate) sealed: Option<Arc<crate::backend::encrypted::EncryptedBackend>>,
 }
 
 /// A callback told how many more records a long operation (verify, a
@@ -410,17 +408,19 @@ impl Store {
         keyring: Option<Arc<crate::crypto::Keyring>>,
         scope: [u8; 16],
     ) -> Store {
-        let sealed = Arc::new(crate::backend::encrypted::EncryptedBackend::new(
-            backend, keyring, scope,
-        ));
-        let mut store = Store::assemble(sealed.clone(), format);
-        store.sealed = Some(sealed);
-        store
+        let sealed = EncryptedBackend::new(backend, keyring, scope);
+        Store::assemble(Arc::new(sealed), format)
+    }
+
+    /// For an encrypted database, the backend that seals its values
+    /// (`kv`).
+    pub(crate) fn sealed(&self) -> Option<&EncryptedBackend> {
+        self.kv.as_any().downcast_ref()
     }
 
     /// An encrypted database's key scope (see [`crate::crypto::Slot`]).
     pub(crate) fn key_scope(&self) -> Option<[u8; 16]> {
-        self.sealed.as_ref().map(|s| s.scope())
+        self.sealed().map(EncryptedBackend::scope)
     }
 
     /// Whether `id` is a conversation of an encrypted database whose data
@@ -446,18 +446,18 @@ impl Store {
 
     /// The keyring an encrypted database was opened with.
     pub fn keyring(&self) -> Option<Arc<crate::crypto::Keyring>> {
-        self.sealed.as_ref().and_then(|s| s.keyring_if_any())
+        self.sealed().and_then(EncryptedBackend::keyring_if_any)
     }
 
     /// Whether the database is encrypted ([`crate::crypto`]).
     pub fn is_encrypted(&self) -> bool {
-        self.sealed.is_some()
+        self.sealed().is_some()
     }
 
     /// Whether the database is encrypted and opened without its key: its
     /// payloads cannot be read, and nothing can be written.
     pub fn is_locked_by_key(&self) -> bool {
-        self.sealed.as_ref().is_some_and(|s| !s.has_key())
+        self.sealed().is_some_and(|s| s.keyring_if_any().is_none())
     }
 
     fn assemble(kv: Arc<dyn Backend>, format: u32) -> Store {
@@ -473,7 +473,6 @@ impl Store {
             overlay_cache: Mutex::new(HashMap::new()),
             blob_sweeps: AtomicU64::new(0),
             progress: std::sync::RwLock::new(None),
-            sealed: None,
         }
     }
 
@@ -543,7 +542,7 @@ impl Store {
         &self,
         prefix: impl Into<Vec<u8>>,
     ) -> impl Iterator<Item = StoreResult<Bytes>> + '_ {
-        let kv: &dyn Backend = match &self.sealed {
+        let kv: &dyn Backend = match self.sealed() {
             Some(sealed) => sealed.raw(),
             None => &*self.kv,
         };
@@ -1113,8 +1112,6 @@ pub(crate) fn invisible(c: char) -> bool {
     )
 }
 
-/// The format version the database's format key gives, refused when this
-/// build cannot read it; `None` when there is no format key.
 /// An encrypted database's keyring (`None`: no key given) and key scope.
 type Encryption = (Option<Arc<crate::crypto::Keyring>>, [u8; 16]);
 
@@ -1158,7 +1155,7 @@ fn encryption(
             Ok(Some((Some(keyring.clone()), scope)))
         }
         Some(keyring) => Err(StoreError::Key {
-            path: keyring.path().with_extension(""),
+            path: keyring.key_file().to_path_buf(),
             reason: format!(
                 "it is not the key the database at {} was encrypted with",
                 path.display()
@@ -1167,6 +1164,8 @@ fn encryption(
     }
 }
 
+/// The format version the database's format key gives, refused when this
+/// build cannot read it; `None` when there is no format key.
 fn read_format(backend: &dyn Backend, path: &Path) -> StoreResult<Option<u32>> {
     let Some(bytes) = backend.get(Keyspace::Main, keys::FORMAT)? else {
         return Ok(None);

@@ -62,7 +62,7 @@ impl Store {
         &self,
         id: Option<&ConversationId>,
     ) -> StoreResult<Result<SealedReport, SealedFailure>> {
-        let Some(sealed) = &self.sealed else {
+        let Some(sealed) = self.sealed() else {
             return Err(StoreError::Encrypted {
                 what: "the database is not encrypted".to_owned(),
             });
@@ -190,7 +190,7 @@ mod tests {
 
     /// The raw (sealed) chunk keys and values of `id`.
     fn raw_chunks(store: &Store, id: &ConversationId) -> Vec<(Bytes, Bytes)> {
-        let raw = store.sealed.as_ref().unwrap().raw();
+        let raw = store.sealed().unwrap().raw();
         let mut out = Vec::new();
         for space in [Space::Settled, Space::Staged] {
             for pair in raw.scan(Keyspace::Main, prefixed(keys::chunks(space, id)), false) {
@@ -228,7 +228,7 @@ mod tests {
         let mut flipped = value.to_vec();
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
-        let sealed = store.sealed.as_ref().unwrap();
+        let sealed = store.sealed().unwrap();
         let mut batch = Batch::new();
         batch.put(key.to_vec(), flipped);
         sealed.raw().apply(batch).unwrap();
@@ -265,7 +265,7 @@ mod tests {
         let raw = raw_chunks(&store, &id);
         assert!(raw.len() >= 2, "{}", raw.len());
         // The second chunk's value under the first chunk's key.
-        let sealed = store.sealed.as_ref().unwrap();
+        let sealed = store.sealed().unwrap();
         let mut batch = Batch::new();
         batch.put(raw[0].0.to_vec(), raw[1].1.to_vec());
         sealed.raw().apply(batch).unwrap();

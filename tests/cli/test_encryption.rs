@@ -12,11 +12,18 @@ use crate::support::TestEnv;
 /// A key file and a configuration naming it, beside the database.
 fn with_key(env: &TestEnv) {
     env.run(&["keygen", "master.key"]).ok();
-    std::fs::write(
-        env.path().join("convstore.toml"),
-        "[encryption]\nkey_file = \"master.key\"\n",
-    )
-    .unwrap();
+    configure(env, "[encryption]\nkey_file = \"master.key\"\n");
+}
+
+/// `text` as the configuration beside the database.
+fn configure(env: &TestEnv, text: &str) {
+    std::fs::write(env.path().join("convstore.toml"), text).unwrap();
+}
+
+/// An unencrypted database `plain.db` beside the test's.
+fn plain_database(env: &TestEnv) {
+    env.run(&["--db", "plain.db", "append", "p", "--user", "plain"])
+        .ok();
 }
 
 /// The configuration set aside: no key.
@@ -84,18 +91,10 @@ const SECRETS: &[&str] = &[
 #[test]
 fn an_encrypted_database_keeps_no_text_in_clear_and_needs_its_key() {
     let env = TestEnv::new();
-    env.run_with_stdin(
-        &["--db", "plain.db", "append", "x"],
-        "{\"type\":\"user\",\"text\":\"y\"}\n",
-    )
-    .ok();
+    plain_database(&env);
     // A mistake in [encryption] is never taken for no encryption: a
     // database is not created.
-    std::fs::write(
-        env.path().join("convstore.toml"),
-        "[encryption]\nkey_fle = \"master.key\"\n",
-    )
-    .unwrap();
+    configure(&env, "[encryption]\nkey_fle = \"master.key\"\n");
     let refused = env
         .run_with_stdin(&["append", "chat"], "{\"type\":\"user\",\"text\":\"x\"}\n")
         .fails()
@@ -151,11 +150,7 @@ fn an_encrypted_database_keeps_no_text_in_clear_and_needs_its_key() {
 
     // Another key is named as such.
     env.run(&["keygen", "other.key"]).ok();
-    std::fs::write(
-        env.path().join("convstore.toml"),
-        "[encryption]\nkey_file = \"other.key\"\n",
-    )
-    .unwrap();
+    configure(&env, "[encryption]\nkey_file = \"other.key\"\n");
     let wrong = env.run(&["project", "chat"]).fails().stderr;
     assert!(wrong.contains("not the key"), "{wrong}");
 
@@ -277,11 +272,7 @@ fn a_copy_has_keys_of_its_own_and_a_backup_verifies_after_a_delete() {
     let env = TestEnv::new();
     // An unencrypted database is not copied into an encrypted one, and
     // nothing is made.
-    env.run_with_stdin(
-        &["--db", "plain.db", "append", "p"],
-        "{\"type\":\"user\",\"text\":\"plain\"}\n",
-    )
-    .ok();
+    plain_database(&env);
     with_key(&env);
     let refused = env.run(&["copy", "plain.db", "enc.db"]).fails().stderr;
     assert!(refused.contains("not encrypted"), "{refused}");
@@ -327,7 +318,7 @@ fn an_empty_key_setting_is_a_mistake_not_plain_text() {
     let out = empty.output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("set but empty"));
-    std::fs::write(env.path().join("convstore.toml"), "[encryption]\n").unwrap();
+    configure(&env, "[encryption]\n");
     let refused = env.run_with_stdin(&["append", "c"], input).fails().stderr;
     assert!(refused.contains("key_file"), "{refused}");
     assert!(!env.db().exists());

@@ -175,6 +175,17 @@ fn describe(c: &convstore_store::SalvagedConversation) -> String {
     parts.join("; ")
 }
 
+/// The key the configuration beside a database directory names, else
+/// `$CONVSTORE_KEY_FILE`'s (none for a database server).
+fn keyring_beside(
+    location: &convstore_engine::Location,
+) -> Result<Option<std::sync::Arc<convstore_engine::store::Keyring>>> {
+    Ok(match location.path() {
+        Some(path) => convstore_engine::config_file::keyring_for(None, path)?,
+        None => None,
+    })
+}
+
 /// `convstore copy FROM TO`: conversations into another database, on any
 /// backend, every head compared.
 pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -> Result<ExitCode> {
@@ -193,14 +204,12 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
     if from == to || same_dir {
         anyhow::bail!("FROM and TO are the same database ({from})");
     }
-    // The source's key, from the configuration beside it or
-    // `$CONVSTORE_KEY_FILE`; a copy of an encrypted database is encrypted
-    // with the same keys.
-    let keyring = match from.path() {
-        Some(path) => convstore_engine::config_file::keyring_for(None, path)?,
-        None => None,
-    };
-    let source = Engine::open(&from, &OpenOptions::existing().encryption(keyring))?;
+    // The source's key: the configuration beside it, or
+    // `$CONVSTORE_KEY_FILE`.
+    let source = Engine::open(
+        &from,
+        &OpenOptions::existing().encryption(keyring_beside(&from)?),
+    )?;
     let store = source.store();
     let only = if args.conversations.is_empty() {
         None
@@ -223,11 +232,7 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
     // `$CONVSTORE_KEY_FILE`; a copy of an encrypted database is encrypted
     // (with the source's key if the destination has none). A copy has data
     // keys of its own: deleting a conversation in one leaves the other.
-    let target_keyring = match to.path() {
-        Some(path) => convstore_engine::config_file::keyring_for(None, path)?,
-        None => None,
-    }
-    .or_else(|| store.keyring());
+    let target_keyring = keyring_beside(&to)?.or_else(|| store.keyring());
     if target_keyring.is_some() && !store.is_encrypted() {
         anyhow::bail!(
             "a key is configured for {to}, and {from} is not encrypted: its records, copied \

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use super::{Backend, Batch, Bytes, Condition, KeyRange, Keyspace, KvIter};
 use crate::codec::{self, ChunkLayout, ChunkValue};
-use crate::crypto::{ChunkHeader, Keyring, Sealed};
+use crate::crypto::{ChunkHeader, KeyState, Keyring, Sealed};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::ConversationId;
 use crate::keys;
@@ -92,20 +92,17 @@ impl EncryptedBackend {
         self.keyring.clone()
     }
 
-    /// Whether a key is configured.
-    pub(crate) fn has_key(&self) -> bool {
-        self.keyring.is_some()
-    }
-
-    fn keyring(&self, doing: &str) -> StoreResult<&Keyring> {
+    /// The keyring, or the refusal of what needs it (`doing`, said only
+    /// when refused: reads call this for every value).
+    fn keyring(&self, doing: impl std::fmt::Display) -> StoreResult<&Keyring> {
         self.keyring
             .as_deref()
             .ok_or_else(|| StoreError::Encrypted {
                 what: format!(
-                "the database is encrypted and no key is configured, so it cannot {doing}: set \
-                 [encryption] key_file in convstore.toml or ${}",
-                crate::crypto::KEY_FILE_VARIABLE
-            ),
+                    "the database is encrypted and no key is configured, so it cannot {doing}: \
+                     set [encryption] key_file in convstore.toml or ${}",
+                    crate::crypto::KEY_FILE_VARIABLE
+                ),
             })
     }
 
@@ -114,7 +111,7 @@ impl EncryptedBackend {
         let Some(id) = sealed_by(key) else {
             return Ok(value);
         };
-        let keyring = self.keyring(&format!("read conversation {id}"))?;
+        let keyring = self.keyring(format_args!("read conversation {id}"))?;
         let damaged = |why: &str| StoreError::Corrupt {
             what: format!(
                 "conversation {id}: the value of key {} {why}",
@@ -123,7 +120,7 @@ impl EncryptedBackend {
         };
         let sealed = Sealed::parse(&value).ok_or_else(|| damaged("is not sealed"))?;
         let plain = keyring
-            .data_key(&self.scope, &id, false)?
+            .data_key(&self.scope, &id)?
             .open(key, &sealed)
             .ok_or_else(|| {
                 damaged("does not open with its data key (changed, damaged or moved)")
@@ -131,14 +128,12 @@ impl EncryptedBackend {
         Ok(Bytes::from(plain))
     }
 
-    /// `value` sealed for `key` (unchanged if not a sealed key); a data
-    /// key is made for a conversation `new` in the batch.
-    fn seal(&self, key: &[u8], value: Vec<u8>, new: &[ConversationId]) -> StoreResult<Vec<u8>> {
+    /// `value` sealed for `key` (unchanged if not a sealed key).
+    fn seal(&self, keyring: &Keyring, key: &[u8], value: Vec<u8>) -> StoreResult<Vec<u8>> {
         let Some(id) = sealed_by(key) else {
             return Ok(value);
         };
-        let keyring = self.keyring("be written")?;
-        let data_key = keyring.data_key(&self.scope, &id, new.contains(&id))?;
+        let data_key = keyring.data_key(&self.scope, &id)?;
         if is_chunk_key(key) {
             let header = chunk_header(&id, key, &value)?;
             data_key.seal(key, &header.bytes(), &value)
@@ -157,7 +152,7 @@ impl EncryptedBackend {
         if batch.is_empty() {
             return Ok((batch, Vec::new(), Vec::new()));
         }
-        self.keyring("be written")?;
+        let keyring = self.keyring("be written")?;
         let mut sealed = Batch {
             ops: Vec::with_capacity(batch.ops.len()),
             announced: batch.announced,
@@ -185,7 +180,6 @@ impl EncryptedBackend {
             }
         }
         if !new.is_empty() {
-            let keyring = self.keyring("be written")?;
             // A keyring missing beside a database that has conversations
             // was lost or moved: a new one would hold none of their keys.
             if !keyring.exists() && self.has_conversations_besides(&new)? {
@@ -201,7 +195,7 @@ impl EncryptedBackend {
             // whether or not the batch seals anything of it (a fork's first
             // batch may not).
             for id in &new {
-                keyring.data_key(&self.scope, id, true)?;
+                keyring.make_key(&self.scope, id)?;
             }
         }
         for (space, key, value) in batch.ops {
@@ -220,14 +214,14 @@ impl EncryptedBackend {
             match (key.first(), &value) {
                 (Some(&keys::DELETED), Some(_)) => {
                     if let Some(id) = keys::conversation_of(&key) {
-                        self.check_shreddable(&id)?;
+                        self.check_shreddable(keyring, &id)?;
                         decided.push(id);
                     }
                 }
                 (Some(&keys::DELETED), None) => finished.extend(keys::conversation_of(&key)),
                 _ => {}
             }
-            let value = value.map(|v| self.seal(&key, v, &new)).transpose()?;
+            let value = value.map(|v| self.seal(keyring, &key, v)).transpose()?;
             sealed.ops.push((space, key, value));
         }
         // A deletion is decided by the batch that puts a conversation's
@@ -263,21 +257,17 @@ impl EncryptedBackend {
     /// Refuses to delete conversation `id` when its data key is not in the
     /// keyring (another keyring, an older copy of it): the deletion could
     /// not shred it, and the key would stay live where the keyring is.
-    fn check_shreddable(&self, id: &ConversationId) -> StoreResult<()> {
-        let keyring = self.keyring("delete a conversation")?;
-        if keyring.is_shredded(&self.scope, id)? {
-            return Ok(());
-        }
-        keyring
-            .data_key(&self.scope, id, false)
-            .map(|_| ())
-            .map_err(|_| StoreError::Encrypted {
+    fn check_shreddable(&self, keyring: &Keyring, id: &ConversationId) -> StoreResult<()> {
+        match keyring.state(&self.scope, id)? {
+            KeyState::Live(_) | KeyState::Shredded => Ok(()),
+            KeyState::Missing => Err(StoreError::Encrypted {
                 what: format!(
                     "conversation {id} has no data key in the keyring {}, so deleting it would \
                      not shred it: put the keyring that holds it back first",
                     keyring.path().display()
                 ),
-            })
+            }),
+        }
     }
 
     /// Applies `batch` (conditionally), deleting the data keys of the
