@@ -183,6 +183,53 @@ fn reads_racing_small_appends_and_settles_see_a_consistent_log() {
     assert!(store.verify(&id).unwrap().is_ok());
 }
 
+#[test]
+fn settled_records_leave_no_staged_copy_once_no_read_can_reach_it() {
+    // An event at a time, settled every eight: each settle deletes the
+    // staged copies it replaced, unless a read that may reach them runs;
+    // then the first write after that read deletes them.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    store.set_settle_records(8);
+    let id = store.create_conversation(Some("one")).unwrap();
+    let options = AppendOptions::new().unsynced(true);
+    let append = |i: usize| {
+        store
+            .append(&id, &[user(format!("e{i}"))], &options)
+            .unwrap();
+    };
+    for i in 0..100 {
+        append(i);
+    }
+    // 100 = 12 settles of 8 (the settling append's own record is written
+    // settled), and 4 staged.
+    assert_eq!(
+        convstore_store::testing::staged_chunk_keys(&store, &id).unwrap(),
+        4
+    );
+    let reading = store.scan(&id, 0..100).unwrap();
+    // Three settles, each of seven staged records and its own.
+    for i in 100..120 {
+        append(i);
+    }
+    assert_eq!(
+        convstore_store::testing::staged_chunk_keys(&store, &id).unwrap(),
+        21,
+        "the staged copies a running read may reach stay"
+    );
+    assert_eq!(
+        reading.map(|r| r.unwrap().seq).collect::<Vec<_>>(),
+        (0..100).collect::<Vec<_>>()
+    );
+    append(120);
+    assert_eq!(
+        convstore_store::testing::staged_chunk_keys(&store, &id).unwrap(),
+        1
+    );
+    assert_eq!(read_log(&store, &id).len(), 121);
+    assert!(store.verify(&id).unwrap().is_ok());
+}
+
 /// One append of a group: to which conversation, how many events (0: an
 /// empty append), whether one is too large, a long text (a blob), what
 /// head it expects (none, the conversation's at the round's start, a

@@ -454,6 +454,7 @@ impl Store {
             conditions,
             overlay_directories: _,
             overlay_ranges: _,
+            retired,
         } = writes;
         let mut seen = HashSet::new();
         let mut blobs = Vec::new();
@@ -523,6 +524,7 @@ impl Store {
             self.kv.apply(blob_batch)?;
         }
         if self.kv.apply_if(&conditions, batch)? {
+            self.retire(retired);
             Ok(())
         } else {
             Err(StoreError::Conflict {
@@ -570,6 +572,9 @@ pub(crate) struct Writes {
     overlay_directories: bool,
     /// File each compaction by its turn range too (format 5).
     overlay_ranges: Option<RangeGroups>,
+    /// Staged keys the write settles, to delete once it is applied and no
+    /// read may reach them (`staging.rs`).
+    retired: Vec<Vec<u8>>,
 }
 
 impl Writes {
@@ -584,6 +589,7 @@ impl Writes {
             overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
             overlay_ranges: (store.format >= keys::OVERLAY_RANGE_FORMAT)
                 .then(|| RangeGroups::new(store.format)),
+            retired: Vec::new(),
         }
     }
 
@@ -616,6 +622,7 @@ impl Writes {
         self.conditions.extend(other.conditions);
         self.chunks.extend(other.chunks);
         self.to_segments |= other.to_segments;
+        self.retired.extend(other.retired);
     }
 
     /// Whether [`Store::commit`] keeps these writes' bodies in sled
@@ -772,6 +779,7 @@ pub(crate) fn write_records(
     let mut chunk = ChunkBuilder::new(space, first_seq, parent);
     if let Placement::Settle(staged, _) = placement {
         writes.to_segments = true;
+        writes.retired = staged.keys(id);
         let start = staged
             .chunks
             .first()

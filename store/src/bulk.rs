@@ -459,6 +459,8 @@ impl BulkAppend<'_> {
             let _ = discard_pending(store);
         }
         let appended = committed.map(|()| appended)?;
+        let retired = std::mem::take(&mut self.spill.as_mut().expect("checked above").retired);
+        store.retire(retired);
         drop(guard);
         if !self.no_sync {
             store.sync()?;
@@ -752,6 +754,8 @@ fn failed() -> StoreError {
 struct Spill {
     /// The conversation's metadata with the records chained so far.
     meta: ConversationMeta,
+    /// The staged keys of the records it settles (`staging.rs`).
+    retired: Vec<Vec<u8>>,
     /// Whether the conversation has a staging state, which the commit moves
     /// past the new records.
     staging: bool,
@@ -812,6 +816,7 @@ impl Spill {
         };
         let mut spill = Spill {
             meta: base.clone(),
+            retired: Vec::new(),
             staging: staging.is_some(),
             chunk: OpenChunk::new(base.len, base.head),
             overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
@@ -828,6 +833,7 @@ impl Spill {
             return Ok(spill);
         };
         let staged = store.load_staged(id, staging.settled, base.len, base.head)?;
+        spill.retired = staged.keys(id);
         let (start, mut address) = staged.chunks.first().map_or((base.len, base.head), |s| {
             (s.chunk.first_seq, s.chunk.layout.parent)
         });

@@ -121,7 +121,8 @@ impl Store {
             return Ok(false);
         };
         let owner = self.owner_of(parent, last)?;
-        let space = Store::space_of(last, self.settled(&owner)?);
+        let pin = self.pin_read();
+        let space = Store::space_of(last, self.settled(&owner, &pin)?);
         let held = self
             .chunk_holding(space, &owner, last)?
             .ok_or(StoreError::NoSuchRecord { seq: last, len: at })?;

@@ -212,7 +212,8 @@ impl Store {
         let time = Timestamp::now();
         // The chunks holding the record: the live one first, then a staged
         // copy left from before it settled.
-        let live = Store::space_of(seq, self.settled(&owner)?);
+        let pin = self.pin_read();
+        let live = Store::space_of(seq, self.settled(&owner, &pin)?);
         let mut holding = Vec::new();
         for space in [live, other(live)] {
             holding.extend(self.chunk_holding(space, &owner, seq)?);

@@ -1,9 +1,9 @@
 //! Staged chunks: how a log appended a few events at a time still reads
 //! as a few large chunks.
 //!
-//! An append never rewrites or deletes a stored value (sled 0.34.7 can
-//! deadlock on workloads that do; ARCHITECTURE.md, "sled"), so the records
-//! of each append make chunks of their own. For a log appended an event at
+//! An append never rewrites a stored chunk (what it costs sled's log;
+//! ARCHITECTURE.md, "sled"), so the records of each append make chunks of
+//! their own. For a log appended an event at
 //! a time that is a chunk per event, and sled's per-key costs on every
 //! read. So in a format-3 database an append too small to make a settled
 //! chunk (under [`SETTLE_RECORDS`] records and [`SETTLE_BYTES`] bytes,
@@ -15,19 +15,29 @@
 //! past them, in its one batch.
 //!
 //! So records `0..settled` of a conversation's own log are read from the
-//! settled chunks and `settled..len` from the staged ones; staged chunks
-//! below the boundary are never read again, and never deleted (deleting
-//! is what sled must not be asked to do). A read that loaded the boundary
-//! before a settle moved it reads the staged copies, which are the same
-//! records: reads need no lock. A record is written twice, once staged and
-//! once settled; the staged copies stay on disk.
+//! settled chunks and `settled..len` from the staged ones. Once a settle
+//! is applied, the staged copies below the new boundary are deleted
+//! ([`Store::retire`]), so a log appended an event at a time keeps each
+//! record once on disk (and sled, with no keys left behind, reuses their
+//! space). A read that loaded the boundary before a settle moved it may
+//! still be about to read those staged copies, so every read that loads
+//! the boundary holds a [`ReadPin`] from before it loads it until it has
+//! read what it needed: staged keys retired while such a read runs are
+//! deleted by the first write after it ends (or when the store is
+//! dropped). Reads take no lock but the pin's counter.
+//!
+//! A database server (PostgreSQL) keeps its staged copies: the readers of
+//! other processes hold no pin here.
 //!
 //! A conversation with no staging key (every one written in large appends,
 //! or before staging existed) has every record settled.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Bytes;
+use crate::backend::{Batch, Bytes};
 use crate::codec::{self, CallDirectory, DirectoryOverlay, OverlayDirectory};
 use crate::error::StoreResult;
 use crate::hash::Address;
@@ -62,6 +72,21 @@ pub(crate) struct StagedChunk {
 }
 
 impl Staged {
+    /// The keys the staged chunks and their side data are stored under,
+    /// to retire once they are settled.
+    pub(crate) fn keys(&self, id: &ConversationId) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for StagedChunk { chunk, .. } in &self.chunks {
+            let first = chunk.first_seq;
+            let last_turn = chunk.layout.entries.last().map_or(0, |e| e.turn);
+            out.push(keys::chunk(Space::Staged, id, first));
+            out.push(keys::turn(Space::Staged, id, last_turn, first));
+            out.push(keys::call_directory(Space::Staged, id, first));
+            out.push(keys::overlay_directory(Space::Staged, id, first));
+        }
+        out
+    }
+
     /// Each record as (turn, check, bytes), in log order.
     pub(crate) fn records(&self) -> impl Iterator<Item = (u64, [u8; 8], &[u8])> {
         self.chunks.iter().flat_map(|StagedChunk { chunk, .. }| {
@@ -100,7 +125,105 @@ impl Staged {
     }
 }
 
+/// Staged keys replaced by settles, waiting for the reads that may still
+/// reach them ([`ReadPin`]) to end.
+#[derive(Debug, Default)]
+pub(crate) struct Reclaim {
+    /// Moves on at each retirement: a read pinned at epoch `e` loaded its
+    /// boundaries before every retirement of epoch `e` or later.
+    epoch: u64,
+    /// Reads running, by the epoch they were pinned at.
+    pins: BTreeMap<u64, usize>,
+    /// Keys retired, by the epoch they were retired at.
+    retired: Vec<(u64, Vec<Vec<u8>>)>,
+}
+
+impl Reclaim {
+    /// Takes out the retired keys no running read may reach. A read
+    /// pinned at `e` may have loaded a boundary from before any retirement
+    /// of epoch `e` or later, so keys retired at epoch `r` are free once
+    /// every running read was pinned after it (at `r + 1` or later).
+    fn take_free(&mut self) -> Vec<Vec<u8>> {
+        let oldest = self.pins.keys().next().copied().unwrap_or(u64::MAX);
+        let mut free = Vec::new();
+        self.retired.retain_mut(|(epoch, keys)| {
+            if *epoch < oldest {
+                free.append(keys);
+                false
+            } else {
+                true
+            }
+        });
+        free
+    }
+}
+
+/// A read that may reach staged keys: while it is held, no staged key a
+/// settle retires is deleted (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct ReadPin {
+    reclaim: Arc<Mutex<Reclaim>>,
+    epoch: u64,
+}
+
+impl Drop for ReadPin {
+    fn drop(&mut self) {
+        let mut reclaim = self.reclaim.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = reclaim.pins.get_mut(&self.epoch) {
+            *count -= 1;
+            if *count == 0 {
+                reclaim.pins.remove(&self.epoch);
+            }
+        }
+    }
+}
+
 impl Store {
+    /// Pins a read: taken before it loads a staging boundary, held until
+    /// it has read the staged keys the boundary sent it to.
+    pub(crate) fn pin_read(&self) -> ReadPin {
+        let mut reclaim = self.reclaim.lock().unwrap_or_else(PoisonError::into_inner);
+        let epoch = reclaim.epoch;
+        *reclaim.pins.entry(epoch).or_default() += 1;
+        ReadPin {
+            reclaim: Arc::clone(&self.reclaim),
+            epoch,
+        }
+    }
+
+    /// Retires `retired`, staged keys a settle that has been applied
+    /// replaced, and deletes every retired key no running read may reach.
+    /// Called by writers after a successful write, under the write lock. A
+    /// deletion that fails is tried again by the next writer; one that
+    /// never happens (the process ends first) leaves records no read
+    /// reaches.
+    pub(crate) fn retire(&self, retired: Vec<Vec<u8>>) {
+        if self.kv.is_server() {
+            return;
+        }
+        let free = {
+            let mut reclaim = self.reclaim.lock().unwrap_or_else(PoisonError::into_inner);
+            if !retired.is_empty() {
+                let epoch = reclaim.epoch;
+                reclaim.retired.push((epoch, retired));
+                reclaim.epoch += 1;
+            }
+            reclaim.take_free()
+        };
+        if free.is_empty() {
+            return;
+        }
+        let mut batch = Batch::new();
+        for key in &free {
+            batch.delete(key.as_slice());
+        }
+        self.kv.on_write();
+        if self.kv.apply(batch).is_err() {
+            let mut reclaim = self.reclaim.lock().unwrap_or_else(PoisonError::into_inner);
+            reclaim.retired.push((0, free));
+        }
+    }
+
     /// The staging state of `id`, if it has one.
     pub(crate) fn staging(&self, id: &ConversationId) -> StoreResult<Option<Staging>> {
         match self.get(&keys::staging(id))? {
@@ -112,8 +235,10 @@ impl Store {
     }
 
     /// The seq where `id`'s own staged records start: records before it
-    /// are in settled chunks, records from it on in staged ones.
-    pub(crate) fn settled(&self, id: &ConversationId) -> StoreResult<u64> {
+    /// are in settled chunks, records from it on in staged ones. The
+    /// staged ones are there for as long as `pin`, taken before this call,
+    /// is held.
+    pub(crate) fn settled(&self, id: &ConversationId, _pin: &ReadPin) -> StoreResult<u64> {
         Ok(self.staging(id)?.map_or(u64::MAX, |s| s.settled))
     }
 
@@ -190,5 +315,13 @@ impl Store {
 fn staged_corrupt(id: &ConversationId, seq: u64, problem: &str) -> crate::StoreError {
     crate::StoreError::Corrupt {
         what: format!("conversation {id}: staged record {seq} {problem}"),
+    }
+}
+
+impl Drop for Store {
+    /// Deletes the staged keys retired while reads held them (a read
+    /// cannot outlive the store).
+    fn drop(&mut self) {
+        self.retire(Vec::new());
     }
 }

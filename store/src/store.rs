@@ -56,6 +56,9 @@ pub struct Store {
     blob_sweeps: AtomicU64,
     /// Told how many records long operations have got through.
     progress: std::sync::RwLock<Option<ProgressFn>>,
+    /// Staged keys settles replaced, and the reads that may still reach
+    /// them (`staging.rs`).
+    pub(crate) reclaim: Arc<Mutex<crate::staging::Reclaim>>,
 }
 
 /// A callback told how many more records a long operation (verify, a
@@ -473,6 +476,7 @@ impl Store {
             overlay_cache: Mutex::new(HashMap::new()),
             blob_sweeps: AtomicU64::new(0),
             progress: std::sync::RwLock::new(None),
+            reclaim: Arc::default(),
         }
     }
 

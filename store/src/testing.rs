@@ -124,7 +124,8 @@ pub fn forge(store: &Store, id: &ConversationId, seq: u64, forgery: Forgery) -> 
 }
 
 fn chunk_of(store: &Store, id: &ConversationId, seq: u64) -> StoreResult<Held> {
-    let space = Store::space_of(seq, store.settled(id)?);
+    let pin = store.pin_read();
+    let space = Store::space_of(seq, store.settled(id, &pin)?);
     store
         .chunk_holding(space, id, seq)?
         .ok_or(StoreError::NoSuchRecord { seq, len: 0 })
@@ -237,4 +238,16 @@ pub fn drop_a_chunk(store: &Store, id: &ConversationId, nth: usize) -> StoreResu
 /// would: tombstoned, nothing removed yet (the next open finishes it).
 pub fn decide_deletion(store: &Store, id: &ConversationId) -> StoreResult<()> {
     store.decide_deletion(id, true).map(|_| ())
+}
+
+/// The number of a conversation's staged chunk keys (`staging.rs`): the
+/// chunks of records not settled yet, and copies of settled ones that a
+/// running read may still reach.
+pub fn staged_chunk_keys(store: &Store, id: &ConversationId) -> StoreResult<usize> {
+    let mut n = 0;
+    for entry in store.scan_prefix(keys::chunks(keys::Space::Staged, id)) {
+        entry?;
+        n += 1;
+    }
+    Ok(n)
 }

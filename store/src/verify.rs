@@ -367,9 +367,10 @@ impl Checker<'_> {
         };
         // The settled chunks, then the staged ones from where they start
         // (the staged chunks before it were settled, and are not read).
+        let pin = self.store.pin_read();
         let settled = self
             .store
-            .settled(&self.id)
+            .settled(&self.id, &pin)
             .map_err(|e| self.fail(None, e.to_string()))?;
         let staged = keys::chunk(Space::Staged, &self.id, settled.min(meta.len));
         let mut scan = self

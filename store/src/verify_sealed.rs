@@ -88,7 +88,8 @@ impl Store {
                 problem,
             };
             let (mut next, mut parent) = info.fork.map_or((0, Address::ROOT), |p| (p.at, p.base));
-            let settled = self.settled(&id)?;
+            let pin = self.pin_read();
+            let settled = self.settled(&id, &pin)?;
             for space in [Space::Settled, Space::Staged] {
                 for pair in raw.scan(Keyspace::Main, prefixed(keys::chunks(space, &id)), false) {
                     let (key, value) = pair?;

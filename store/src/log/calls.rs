@@ -58,7 +58,8 @@ impl Store {
     ) -> StoreResult<ToolNames> {
         let mut names = ToolNames::new();
         let mut missing = wanted.len();
-        for (space, piece) in self.spaced_pieces(id, 0, end)?.into_iter().rev() {
+        let pin = self.pin_read();
+        for (space, piece) in self.spaced_pieces(id, 0, end, &pin)?.into_iter().rev() {
             if missing == 0 {
                 break;
             }
@@ -120,7 +121,8 @@ impl Store {
         end: u64,
         mut visit: impl FnMut(Range<u64>, Bytes),
     ) -> StoreResult<()> {
-        for (space, piece) in self.spaced_pieces(id, start, end)? {
+        let pin = self.pin_read();
+        for (space, piece) in self.spaced_pieces(id, start, end, &pin)? {
             let owner = &piece.owner;
             let from = self.chunk_start(space, owner, piece.start)?;
             let directories = self.scan_range(

@@ -207,6 +207,8 @@ pub struct ChunkIter<'s> {
     /// The pieces still to read, the next one last.
     pub(crate) pieces: Vec<(Piece, KvIter<'s>)>,
     pub(crate) current: Option<(Piece, KvIter<'s>)>,
+    /// Keeps the staged chunks it is to read.
+    pub(crate) _pin: crate::staging::ReadPin,
 }
 
 impl Iterator for ChunkIter<'_> {

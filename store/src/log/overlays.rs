@@ -38,7 +38,8 @@ impl Store {
     ) -> StoreResult<Vec<StoredOverlay>> {
         let mut out = Vec::new();
         if self.format >= keys::OVERLAY_DIRECTORY_FORMAT {
-            for (space, piece) in self.spaced_pieces(id, start, end)? {
+            let pin = self.pin_read();
+            for (space, piece) in self.spaced_pieces(id, start, end, &pin)? {
                 let owner = &piece.owner;
                 let from = self.chunk_start(space, owner, piece.start)?;
                 let directories = self.scan_range(
@@ -187,7 +188,8 @@ impl Store {
         if seqs.is_empty() {
             return Ok(out);
         }
-        let settled = self.settled(owner)?;
+        let pin = self.pin_read();
+        let settled = self.settled(owner, &pin)?;
         let mut rest = seqs;
         while let Some(&seq) = rest.first() {
             // Staged records are read from their staged chunks until they

@@ -10,6 +10,7 @@ use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
 use crate::layout::Piece;
+use crate::staging::ReadPin;
 use crate::store::Store;
 
 use super::{event_of, ChunkIter, LoadedChunk, Located};
@@ -55,10 +56,12 @@ impl Store {
         let len = self.meta(id)?.len;
         let end = seqs.end.min(len);
         let start = seqs.start.min(end);
+        let pin = self.pin_read();
         Ok(LogIter {
             store: self,
             id: *id,
-            pieces: self.piece_chunks(id, start, end)?.into_iter(),
+            pieces: self.piece_chunks(id, start, end, &pin)?.into_iter(),
+            _pin: pin,
             chunks: None,
             current: None,
             next_seq: start,
@@ -71,14 +74,16 @@ impl Store {
     /// its owner's staged records start: its records in that range and an
     /// iterator over the chunks holding them, from the one holding the
     /// first of them.
+    /// The chunks are there for as long as `pin` is held.
     pub(crate) fn piece_chunks(
         &self,
         id: &ConversationId,
         start: u64,
         end: u64,
+        pin: &ReadPin,
     ) -> StoreResult<Vec<(Piece, KvIter<'_>)>> {
         let mut out = Vec::new();
-        for (space, piece) in self.spaced_pieces(id, start, end)? {
+        for (space, piece) in self.spaced_pieces(id, start, end, pin)? {
             let owner = &piece.owner;
             let from = self.chunk_start(space, owner, piece.start)?;
             let chunks = self.scan_range(
@@ -91,12 +96,14 @@ impl Store {
     }
 
     /// The non-empty parts of records `start..end` of `id`, each stored
-    /// under one owner's keys in one space, in log order.
+    /// under one owner's keys in one space, in log order; the staged ones
+    /// are there for as long as `pin` is held.
     pub(crate) fn spaced_pieces(
         &self,
         id: &ConversationId,
         start: u64,
         end: u64,
+        pin: &ReadPin,
     ) -> StoreResult<Vec<(Space, Piece)>> {
         let mut out = Vec::new();
         for piece in self.pieces(id, end)? {
@@ -104,7 +111,7 @@ impl Store {
                 continue;
             }
             let first = start.max(piece.start);
-            let settled = self.settled(&piece.owner)?.clamp(first, piece.end);
+            let settled = self.settled(&piece.owner, pin)?.clamp(first, piece.end);
             for (space, start, end) in [
                 (Space::Settled, first, settled),
                 (Space::Staged, settled, piece.end),
@@ -191,9 +198,11 @@ impl Store {
     /// readers that decode them in parallel ([`RawChunk::events`]). A chunk
     /// shared with a fork's parent yields only the fork's records.
     pub fn chunks(&self, id: &ConversationId, start: u64, end: u64) -> StoreResult<ChunkIter<'_>> {
-        let mut pieces = self.piece_chunks(id, start, end)?;
+        let pin = self.pin_read();
+        let mut pieces = self.piece_chunks(id, start, end, &pin)?;
         pieces.reverse();
         Ok(ChunkIter {
+            _pin: pin,
             format: self.format,
             pieces,
             current: None,
@@ -212,6 +221,8 @@ pub struct LogIter<'s> {
     next_seq: u64,
     end_seq: u64,
     failed: bool,
+    /// Keeps the staged chunks it is to read.
+    _pin: ReadPin,
 }
 
 impl LogIter<'_> {

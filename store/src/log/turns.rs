@@ -27,7 +27,8 @@ impl Store {
             });
         };
         let owner = &piece.owner;
-        let space = Store::space_of(seq, self.settled(owner)?);
+        let pin = self.pin_read();
+        let space = Store::space_of(seq, self.settled(owner, &pin)?);
         let chunk = self.load_chunk(space, owner, self.chunk_start(space, owner, seq)?)?;
         let index = (seq - chunk.first_seq) as usize;
         chunk
@@ -92,7 +93,8 @@ impl Store {
         owner: &ConversationId,
         turn: u64,
     ) -> StoreResult<Option<u64>> {
-        let settled = self.settled(owner)?;
+        let pin = self.pin_read();
+        let settled = self.settled(owner, &pin)?;
         for space in [Space::Settled, Space::Staged] {
             let index = self.scan_range(
                 keys::turn(space, owner, turn, 0),
