@@ -161,7 +161,11 @@ fn install_quiet_hook() {
         panic::set_hook(Box::new(move |info| {
             let in_sled = info.location().is_some_and(|l| {
                 let file = l.file();
-                file.contains("sled-") || file.contains("crossbeam")
+                // sled from the registry (`sled-0.34.7/`) or the
+                // patched one convstore builds (`vendor/sled/`).
+                file.contains("sled-")
+                    || file.contains("vendor/sled/")
+                    || file.contains("crossbeam")
             });
             if !(in_sled && QUIET.load(Ordering::SeqCst) > 0) {
                 previous(info);
