@@ -18,8 +18,8 @@
 //! settled chunks and `settled..len` from the staged ones. Once a settle
 //! is applied, the staged copies below the new boundary are deleted
 //! ([`Store::retire`]), so a log appended an event at a time keeps each
-//! record once on disk (and sled, with no keys left behind, reuses their
-//! space). A read that loaded the boundary before a settle moved it may
+//! record once (sled's log reclaims the deleted space later: BENCHMARKS.md,
+//! "Logs appended an event at a time"). A read that loaded the boundary before a settle moved it may
 //! still be about to read those staged copies, so every read that loads
 //! the boundary holds a [`ReadPin`] from before it loads it until it has
 //! read what it needed: staged keys retired while such a read runs are
@@ -219,6 +219,7 @@ impl Store {
         }
         self.kv.on_write();
         if self.kv.apply(batch).is_err() {
+            // Free already, so retired at the first epoch.
             let mut reclaim = self.reclaim.lock().unwrap_or_else(PoisonError::into_inner);
             reclaim.retired.push((0, free));
         }
@@ -315,13 +316,5 @@ impl Store {
 fn staged_corrupt(id: &ConversationId, seq: u64, problem: &str) -> crate::StoreError {
     crate::StoreError::Corrupt {
         what: format!("conversation {id}: staged record {seq} {problem}"),
-    }
-}
-
-impl Drop for Store {
-    /// Deletes the staged keys retired while reads held them (a read
-    /// cannot outlive the store).
-    fn drop(&mut self) {
-        self.retire(Vec::new());
     }
 }

@@ -61,6 +61,14 @@ pub struct Store {
     pub(crate) reclaim: Arc<Mutex<crate::staging::Reclaim>>,
 }
 
+impl Drop for Store {
+    /// Deletes the staged keys settles retired while reads held them
+    /// (`staging.rs`; a read cannot outlive the store).
+    fn drop(&mut self) {
+        self.retire(Vec::new());
+    }
+}
+
 /// A callback told how many more records a long operation (verify, a
 /// projection's windows) has got through.
 pub type ProgressFn = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
