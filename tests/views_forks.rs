@@ -383,3 +383,74 @@ proptest! {
         prop_assert!(verified.is_ok(), "{:?}", verified);
     }
 }
+
+/// Every turn range of a log under a summary of every turn and a later one
+/// of its last turns, behind a system instruction (which no summary
+/// replaces), projects as the whole view does: the first summary stands
+/// at turn 0 and stops where the later one begins.
+#[test]
+fn turn_ranges_of_two_summary_runs_behind_a_system_instruction() {
+    use convstore_engine::pipeline::{plan_turns, stream_range, Scope};
+    use convstore_store::{Compaction, EventKind, Timestamp};
+    let at = |kind| Event {
+        timestamp: Timestamp::from_micros(1_700_000_000_000_000).unwrap(),
+        meta: None,
+        kind,
+    };
+    let summary = |from_turn, to_turn, text: &str| {
+        at(EventKind::Compaction(Compaction {
+            from_turn,
+            to_turn,
+            summary: Some(text.to_owned()),
+            reasoning: None,
+            tool_calls: None,
+            revert: None,
+            info: None,
+        }))
+    };
+    let mut events = vec![at(EventKind::System { text: "s".into() })];
+    for text in ["a", "b", "c", "d"] {
+        events.push(at(EventKind::TurnStart));
+        events.push(at(EventKind::User { text: text.into() }));
+    }
+    events.push(summary(0, 9, "all"));
+    events.push(summary(3, 4, "late"));
+    let whole = model_view(&events);
+    for kind in Kind::all() {
+        let place = Place::of(kind);
+        let store = place.open();
+        let id = store.create_conversation(Some("c")).unwrap();
+        store
+            .append(&id, &events, &AppendOptions::default())
+            .unwrap();
+        for first in 0..=4 {
+            for last in first..=5 {
+                let scope = Scope {
+                    end: events.len() as u64,
+                };
+                let (projector, seqs) = plan_turns(&store, &id, scope, first..=last).unwrap();
+                let mut got = Vec::new();
+                stream_range(
+                    &store,
+                    &id,
+                    seqs,
+                    &projector,
+                    |v| v,
+                    |v| {
+                        got.extend(v);
+                        Ok(())
+                    },
+                )
+                .unwrap();
+                let want: Vec<ViewEvent> = whole
+                    .iter()
+                    .filter(|v| (first..=last).contains(&v.turn))
+                    .cloned()
+                    .collect();
+                assert_eq!(got, want, "{kind:?} turns {first}..={last}");
+            }
+        }
+    }
+    let summaries: Vec<_> = whole.iter().filter_map(|v| v.summary_of).collect();
+    assert_eq!(summaries, [(0, 2), (0, 2), (0, 2), (3, 3), (3, 3), (3, 3)]);
+}

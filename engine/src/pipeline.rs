@@ -252,11 +252,11 @@ const NAMED_RECORDS: u64 = 4096;
 
 /// Like [`plan`], for a projection of turns `turns` only, with the records
 /// they span among those in `scope` (what [`stream_range`] then reads).
-/// The overlays are resolved as far as `turns` go ([`resolve_turns`]:
-/// which run a turn belongs to depends on its neighbours), only the
-/// summary runs that meet `turns` are placed, and for a short range only
-/// the calls of its results are named: a few turns of a long log cost
-/// about what they return.
+/// The overlays are resolved as far as the view of `turns` depends on them
+/// ([`resolve_window`]), only the summary runs that meet `turns` are
+/// placed, and for a short range only the calls of the results the view
+/// strips are named: a few turns of a long log cost about what they
+/// return.
 pub fn plan_turns(
     store: &Store,
     id: &ConversationId,
@@ -265,19 +265,6 @@ pub fn plan_turns(
 ) -> Result<(Projector, std::ops::Range<u64>)> {
     let end = scope.end;
     let seqs = store.turn_records(id, Turn(*turns.start())..=Turn(*turns.end()), Seq(end))?;
-    let names = || -> Result<ToolNames> {
-        if seqs.end - seqs.start > NAMED_RECORDS {
-            return Ok(store.tool_names(id, end)?);
-        }
-        let mut calls = std::collections::HashSet::new();
-        for record in store.scan(id, seqs.clone())? {
-            if let EventKind::ToolResult { id: call, .. } = record?.event.kind {
-                calls.insert(call);
-            }
-        }
-        let wanted = calls.iter().map(String::as_str).collect();
-        Ok(store.tool_names_of(id, end, &wanted)?)
-    };
     let resolution = || -> Result<Resolution> {
         if end == 0 {
             return Ok(resolve(Vec::new(), None));
@@ -287,16 +274,112 @@ pub fn plan_turns(
         if asked.0 > asked.1 {
             return Ok(resolve(Vec::new(), Some(last_turn)));
         }
-        resolve_turns(store, id, end, last_turn, &[asked], None)
+        resolve_window(store, id, end, last_turn, asked)
     };
-    let (resolution, names) = rayon::join(resolution, names);
-    let meets = |run: &Run| run.first <= *turns.end() && *turns.start() <= run.last;
-    let projector = Plan::from_resolution(resolution?, names?, end, meets, |turn| {
-        store
-            .first_conversation_seq(id, Turn(turn), Seq(end))
-            .map(|s| s.map(|s| s.0))
-    })?;
-    Ok((projector, seqs))
+    let place = |resolution: Resolution| -> Result<Projector> {
+        let meets = |run: &Run| run.first <= *turns.end() && *turns.start() <= run.last;
+        Ok(Plan::from_resolution(
+            resolution,
+            ToolNames::new(),
+            end,
+            meets,
+            |turn| {
+                store
+                    .first_conversation_seq(id, Turn(turn), Seq(end))
+                    .map(|s| s.map(|s| s.0))
+            },
+        )?)
+    };
+    if seqs.end - seqs.start > NAMED_RECORDS {
+        let (resolution, names) = rayon::join(resolution, || store.tool_names(id, end));
+        return Ok((place(resolution?)?.with_names(names?), seqs));
+    }
+    // A short range: the calls of the results the view strips, once it is
+    // known which those are (none, where the turns are summarized). The
+    // range's results are read while the overlays are.
+    let results = || -> Result<Vec<(u64, u64, String)>> {
+        let mut results = Vec::new();
+        for record in store.scan(id, seqs.clone())? {
+            let record = record?;
+            if let EventKind::ToolResult { id: call, .. } = record.event.kind {
+                results.push((record.seq, record.turn, call));
+            }
+        }
+        Ok(results)
+    };
+    let (resolution, results) = rayon::join(resolution, results);
+    let (projector, results) = (place(resolution?)?, results?);
+    let calls: std::collections::HashSet<&str> = results
+        .iter()
+        .filter(|(seq, turn, _)| projector.names_result(*seq, *turn))
+        .map(|(_, _, call)| call.as_str())
+        .collect();
+    let names = if calls.is_empty() {
+        ToolNames::new()
+    } else {
+        store.tool_names_of(id, end, &calls)?
+    };
+    Ok((projector.with_names(names), seqs))
+}
+
+/// The resolution the view of turns `asked` (inclusive, within
+/// `0..=last_turn`) depends on: exact over `asked` and the turn on each
+/// side of it, so that whether a summary run goes on past either end is
+/// known, and exact over the whole of each summary run whose summary the
+/// view places (its first dropped event is in `asked`, and it names the
+/// run's turns). A run that holds a conversation event of the turn before
+/// `asked` places its summary there, outside the view, so where it begins
+/// and ends is not looked up: a few turns inside a summary of the whole
+/// log read the compactions around those turns, not all of them.
+pub fn resolve_window(
+    store: &Store,
+    id: &ConversationId,
+    end: u64,
+    last_turn: u64,
+    asked: (u64, u64),
+) -> Result<Resolution> {
+    let (a, b) = asked;
+    let around = (a.saturating_sub(1), b.saturating_add(1).min(last_turn));
+    if !store.files_overlays_by_range() || (around.0 == 0 && around.1 >= last_turn) {
+        return resolve_turns(store, id, end, last_turn, &[asked], None);
+    }
+    let read = |ranges: &[(u64, u64)]| -> Result<Resolution> {
+        let overlays = store.overlays_meeting(id, end, ranges)?;
+        Ok(resolve(
+            overlays.iter().filter_map(overlay_of).collect(),
+            Some(last_turn),
+        ))
+    };
+    let first = read(&[around])?;
+    // Whether turn `a - 1` has a conversation event: then a run holding it
+    // places its summary there, before `asked`, wherever the run begins.
+    let mut placed_before = None;
+    let mut wider = vec![around];
+    for run in &first.runs {
+        if !run_meets(run, &[asked]) {
+            continue;
+        }
+        if run.first < a {
+            // Where the run begins is exact only as far back as `a - 1`.
+            if placed_before.is_none() {
+                let first = store.first_conversation_seq(id, Turn(a - 1), Seq(end))?;
+                placed_before = Some(first.is_some());
+            }
+            if placed_before == Some(true) {
+                continue;
+            }
+        } else if run.last <= b {
+            // Exact at both ends: the winners at `a - 1` and at `b + 1` (or
+            // past the last turn) are others.
+            continue;
+        }
+        wider.extend(first.overlays[run.overlay].covered(last_turn));
+    }
+    let wider = merge_ranges(wider);
+    if wider == [around] {
+        return Ok(first);
+    }
+    read(&wider)
 }
 
 /// The overlays of records `0..end`, in log order, after `base` if given:

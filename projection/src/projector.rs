@@ -256,6 +256,27 @@ impl Projector {
         }
     }
 
+    /// Whether the view of the `tool_result` at `seq` in `turn` depends on
+    /// the name of its call: it is shown under a strip policy, which names
+    /// the tool (and may keep some tools' results). A projector for a few
+    /// turns looks up the names of those results only
+    /// ([`Projector::with_names`]).
+    pub fn names_result(&self, seq: u64, turn: u64) -> bool {
+        matches!(
+            self.fate(seq, turn, EventType::ToolResult),
+            Fate::Kept {
+                tools: Some(ToolPolicy::Strip { .. }),
+                ..
+            }
+        )
+    }
+
+    /// This projector with `names` as the latest name of each call id.
+    #[must_use]
+    pub fn with_names(self, names: ToolNames) -> Projector {
+        Projector { names, ..self }
+    }
+
     /// Whether the raw event at `seq` in `turn` of type `kind` leaves
     /// nothing in the view, so a reader need not load it.
     pub fn drops(&self, seq: u64, turn: u64, kind: EventType) -> bool {

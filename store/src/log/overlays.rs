@@ -178,8 +178,30 @@ impl Store {
     }
 
     /// Compactions `seqs` (ascending) of `owner`'s own log, read from the
-    /// overlay directories of their chunks, each directory read once.
+    /// overlay directories of their chunks, each directory read once (at
+    /// most twice, where the seqs are split between threads).
     fn directory_overlays(
+        &self,
+        owner: &ConversationId,
+        seqs: &[u64],
+    ) -> StoreResult<Vec<StoredOverlay>> {
+        // Seqs a thread reads the directories of, at least.
+        const SHARE: usize = 128;
+        use rayon::prelude::*;
+        let threads = rayon::current_num_threads();
+        if seqs.len() < 2 * SHARE || threads < 2 {
+            return self.directory_overlays_in(owner, seqs);
+        }
+        let share = seqs.len().div_ceil(threads).max(SHARE);
+        let parts = seqs
+            .par_chunks(share)
+            .map(|part| self.directory_overlays_in(owner, part))
+            .collect::<StoreResult<Vec<_>>>()?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    /// [`Store::directory_overlays`] on the calling thread.
+    fn directory_overlays_in(
         &self,
         owner: &ConversationId,
         seqs: &[u64],
