@@ -112,7 +112,7 @@ fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
             let db = database(&dir, format);
             let store = Store::open(&db).unwrap();
             store.set_bulk_memory_bytes(memory);
-            let all = events(0..5_000);
+            let all = events(0..16_000);
 
             // A new conversation.
             let mut bulk = store
@@ -136,12 +136,15 @@ fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
             let mut bulk = store
                 .begin_bulk(BulkTarget::Existing(id), &AppendOptions::default())
                 .unwrap();
-            for piece in all[3_010..].chunks(500) {
+            // Small pushes, then large ones (each part of a push encoded
+            // while the part before is written, once the spill began).
+            let (small, large) = all[3_010..].split_at(1_990);
+            for piece in small.chunks(500).chain(large.chunks(4_567)) {
                 bulk.push(piece).unwrap();
             }
             assert_eq!(store.info(&id).unwrap().head, before.head);
             let (_, appended) = bulk.commit().unwrap();
-            assert_eq!((appended.first_seq, appended.count), (3_010, 1_990));
+            assert_eq!((appended.first_seq, appended.count), (3_010, 12_990));
 
             let (plain, reference) = store
                 .create_and_append(None, &all, &AppendOptions::default())
@@ -168,7 +171,7 @@ fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
             }
             // Later appends go on after it.
             store
-                .append(&id, &events(5_000..5_300), &AppendOptions::default())
+                .append(&id, &events(16_000..16_300), &AppendOptions::default())
                 .unwrap();
             assert!(store.verify_all().unwrap().is_ok());
         }
@@ -412,6 +415,29 @@ fn a_bulk_append_that_is_not_committed_leaves_nothing() {
         matches!(error, StoreError::EventTooLarge { index: 3, .. }),
         "{error}"
     );
+    // In a large push after the spill began, the event is named by its
+    // index among all the bulk append's, whichever part it is in.
+    store.set_max_event_bytes(u64::MAX);
+    store.set_bulk_memory_bytes(0);
+    let mut bulk = store
+        .begin_bulk(BulkTarget::New { name: None }, &NO_SYNC)
+        .unwrap();
+    bulk.push(&events(0..100)).unwrap();
+    let mut large: Vec<Event> = (0..9_000).map(|i| event(9 * i + 1)).collect();
+    large[7_000] = Event::new(
+        large[7_000].timestamp,
+        EventKind::User {
+            text: "x".repeat(4_000),
+        },
+    );
+    store.set_max_event_bytes(2_000);
+    let error = bulk.push(&large).unwrap_err();
+    assert!(
+        matches!(error, StoreError::EventTooLarge { index: 7_100, .. }),
+        "{error}"
+    );
+    drop(bulk);
+    store.set_max_event_bytes(u64::MAX);
     let empty = store
         .begin_bulk(BulkTarget::New { name: None }, &NO_SYNC)
         .unwrap();

@@ -16,8 +16,8 @@ use std::io::{BufRead, BufReader, Read};
 use convstore_store::interop::{jp, openai};
 use convstore_store::strict::StrictValue;
 use convstore_store::{
-    json, AppendOptions, BulkTarget, ConversationId, Event, EventType, Store, Timestamp,
-    TurnTracker,
+    json, AppendOptions, BulkAppend, BulkTarget, ConversationId, Event, EventType, Store,
+    Timestamp, TurnTracker,
 };
 use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
 use serde_json::Value;
@@ -220,16 +220,13 @@ fn too_large(event: &Event, limit: u64) -> Option<String> {
     })
 }
 
-/// An event's place in its input, for messages: `line 3`, `event 12`,
-/// `message 4`.
-pub type Position = String;
+/// What [`for_each_event`] hands each event to: the event and the fields
+/// kept in `meta`.
+pub type EventSink<'a> = dyn FnMut(Event, Vec<String>) -> Result<()> + 'a;
 
-/// What [`for_each_event`] hands each event to: its position, the event,
-/// and the fields kept in `meta`.
-pub type EventSink<'a> = dyn FnMut(&Position, Event, Vec<String>) -> Result<()> + 'a;
-
-/// Calls `sink` with each event of the input, in order, its position and
-/// the fields the format had that no event field holds (kept in `meta`).
+/// Calls `sink` with each event of the input, in order, and the fields the
+/// format had that no event field holds (kept in `meta`). An error names
+/// the event's place in the input (`line 3`, `event 12`, `message 4`).
 /// An event over `limit` bytes is refused where it is read.
 pub fn for_each_event(
     format: ImportFormat,
@@ -242,22 +239,22 @@ pub fn for_each_event(
     // The store refuses an event over the limit when it is appended; here
     // it is refused where it is read, with its position (NDJSON lines as
     // they are parsed).
-    let fits = |event: &Event, at: &Position| -> Result<()> {
+    let fits = |event: &Event, at: &String| -> Result<()> {
         match too_large(event, limit) {
             Some(problem) => Err(input_error(at.clone(), problem)),
             None => Ok(()),
         }
     };
     match format {
-        ImportFormat::Ndjson => for_each_ndjson_event(reader, limit, now, |line, event| {
-            sink(&format!("line {line}"), event, Vec::new())
-        }),
+        ImportFormat::Ndjson => {
+            for_each_ndjson_event(reader, limit, now, |_, event| sink(event, Vec::new()))
+        }
         ImportFormat::Jp => each_element(reader, &mut |index, value| {
             let at = format!("event {index}");
             let mut kept = Vec::new();
             let event = jp::from_jp(value, &mut kept).map_err(|e| input_error(at.clone(), e))?;
             fits(&event, &at)?;
-            sink(&at, event, kept)
+            sink(event, kept)
         }),
         ImportFormat::Openai => {
             let mut de = serde_json::Deserializer::from_reader(reader);
@@ -294,7 +291,7 @@ pub fn for_each_event(
                 let mut kept = Some(kept);
                 for event in events {
                     fits(&event, &at)?;
-                    sink(&at, event, kept.take().unwrap_or_default())?;
+                    sink(event, kept.take().unwrap_or_default())?;
                 }
             }
             Ok(())
@@ -379,35 +376,72 @@ pub fn import(
     tick: &mut dyn FnMut(),
 ) -> Result<(ConversationId, Checked)> {
     let limit = store.max_event_bytes();
-    let mut bulk = store.begin_bulk(BulkTarget::New { name }, &AppendOptions::default())?;
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut checked = Checked::default();
-    let mut turns = TurnTracker::new();
-    let mut calls = CallCheck::default();
-    for_each_event(format, input, now, limit, &mut |_, event, kept| {
-        calls.observe(checked.events as usize, &event);
-        tick();
-        checked.kinds[event.kind.event_type().index()] += 1;
-        turns.next(event.kind.event_type());
-        checked.events += 1;
-        for note in kept {
-            *checked.kept_in_meta.entry(note).or_default() += 1;
+    let bulk = store.begin_bulk(BulkTarget::New { name }, &AppendOptions::default())?;
+    let (bulk, checked) = push_behind(bulk, |push| {
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut checked = Checked::default();
+        let mut turns = TurnTracker::new();
+        let mut calls = CallCheck::default();
+        for_each_event(format, input, now, limit, &mut |event, kept| {
+            calls.observe(checked.events as usize, &event);
+            tick();
+            checked.kinds[event.kind.event_type().index()] += 1;
+            turns.next(event.kind.event_type());
+            checked.events += 1;
+            for note in kept {
+                *checked.kept_in_meta.entry(note).or_default() += 1;
+            }
+            batch.push(event);
+            if batch.len() == BATCH {
+                push(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))?;
+            }
+            Ok(())
+        })?;
+        if checked.events == 0 {
+            return Err(Error::Invalid("no events to import".to_owned()));
         }
-        batch.push(event);
-        if batch.len() == BATCH {
-            bulk.push(&batch)?;
-            batch.clear();
-        }
-        Ok(())
+        checked.turns = turns.turn_count(checked.events);
+        checked.warnings = calls.warnings(None, "event");
+        push(batch)?;
+        Ok(checked)
     })?;
-    if checked.events == 0 {
-        return Err(Error::Invalid("no events to import".to_owned()));
-    }
-    checked.turns = turns.turn_count(checked.events);
-    checked.warnings = calls.warnings(None, "event");
-    bulk.push(&batch)?;
     let (id, _) = bulk.commit()?;
     Ok((id, checked))
+}
+
+/// Runs `read` with a way to hand batches of events to `bulk`, which a
+/// thread of its own pushes (encodes and writes) while `read` goes on
+/// reading and checking the next ones; gives the bulk append back, every
+/// batch pushed, for its commit. Where either fails, nothing more is
+/// pushed and the error is the first cause: the push's, since `read` then
+/// fails only because nobody takes its batches.
+pub fn push_behind<'s, R>(
+    mut bulk: BulkAppend<'s>,
+    read: impl FnOnce(&mut dyn FnMut(Vec<Event>) -> Result<()>) -> Result<R>,
+) -> Result<(BulkAppend<'s>, R)> {
+    std::thread::scope(|scope| {
+        // Two batches in hand at most: one being pushed, one waiting.
+        let (batches, taken) = std::sync::mpsc::sync_channel::<Vec<Event>>(1);
+        let pusher = scope.spawn(move || -> Result<BulkAppend<'s>> {
+            for batch in taken {
+                bulk.push(&batch)?;
+            }
+            Ok(bulk)
+        });
+        let read = read(&mut |batch| {
+            batches
+                .send(batch)
+                .map_err(|_| Error::Invalid("the bulk append stopped".to_owned()))
+        });
+        drop(batches);
+        let pushed = pusher
+            .join()
+            .unwrap_or_else(|_| Err(Error::Invalid("the bulk append's thread failed".to_owned())));
+        match (pushed, read) {
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+            (Ok(bulk), Ok(read)) => Ok((bulk, read)),
+        }
+    })
 }
 
 /// The counts per kind of a [`Checked`] input, as JSON (`kinds`).

@@ -185,15 +185,16 @@ impl BulkAppend<'_> {
             return Ok(());
         }
         let store = self.store;
-        let encoded =
-            encode_all(events, store.max_event_bytes(), store.layout()).map_err(|e| match e {
-                StoreError::EventTooLarge { index, size, limit } => StoreError::EventTooLarge {
-                    index: index + self.count as usize,
-                    size,
-                    limit,
-                },
-                other => other,
-            })?;
+        if self.spill.is_some() && events.len() >= 2 * SPILL_PART {
+            let added = self.spill_overlapped(events);
+            if added.is_err() {
+                self.failed = true;
+            }
+            added?;
+            self.count += events.len() as u64;
+            return Ok(());
+        }
+        let encoded = self.encode(events, 0)?;
         if store.kv.is_server() {
             // A database server: past the limit, the events go into one
             // transaction as they come (see `write_through`).
@@ -277,6 +278,42 @@ impl BulkAppend<'_> {
             }
         };
         self.through = Some((inside, Some(first)));
+        Ok(())
+    }
+
+    /// `events` encoded, the first being the `offset`th of this push (for
+    /// the index an event too large is named by).
+    fn encode<'e>(
+        &self,
+        events: &'e [Event],
+        offset: usize,
+    ) -> StoreResult<Vec<EncodedRecord<'e>>> {
+        encode_at(self.store, self.count, events, offset)
+    }
+
+    /// Spills `events` a part at a time, each part encoded (on rayon's
+    /// threads) while the one before is written: the records are chained
+    /// and written in order on one thread, which no longer waits for the
+    /// encoding of the next part.
+    fn spill_overlapped(&mut self, events: &[Event]) -> StoreResult<()> {
+        let (store, count, id) = (self.store, self.count, self.id);
+        let spill = self.spill.as_mut().expect("spilling");
+        let parts: Vec<&[Event]> = events.chunks(SPILL_PART).collect();
+        let mut ready = encode_at(store, count, parts[0], 0)?;
+        let mut offset = 0;
+        for (index, part) in parts.iter().enumerate() {
+            offset += part.len();
+            let next = parts.get(index + 1).copied();
+            let (encoded, spilled) = rayon::join(
+                || next.map(|next| encode_at(store, count, next, offset)),
+                || spill.add(store, &id, &ready),
+            );
+            spilled?;
+            match encoded {
+                Some(encoded) => ready = encoded?,
+                None => break,
+            }
+        }
         Ok(())
     }
 
@@ -1116,4 +1153,26 @@ pub(crate) mod interrupt {
     pub(crate) fn as_a_kill() -> bool {
         mode() == 2
     }
+}
+
+/// Events a spill encodes at a time while it writes the part before.
+const SPILL_PART: usize = 2048;
+
+/// `events` encoded for a bulk append that holds `count` events, the first
+/// being the `offset`th of the push (an event too large is named by its
+/// index among all the bulk append's events).
+fn encode_at<'e>(
+    store: &Store,
+    count: u64,
+    events: &'e [Event],
+    offset: usize,
+) -> StoreResult<Vec<EncodedRecord<'e>>> {
+    encode_all(events, store.max_event_bytes(), store.layout()).map_err(|e| match e {
+        StoreError::EventTooLarge { index, size, limit } => StoreError::EventTooLarge {
+            index: index + offset + count as usize,
+            size,
+            limit,
+        },
+        other => other,
+    })
 }
