@@ -410,38 +410,65 @@ pub fn import(
 }
 
 /// Runs `read` with a way to hand batches of events to `bulk`, which a
-/// thread of its own pushes (encodes and writes) while `read` goes on
-/// reading and checking the next ones; gives the bulk append back, every
-/// batch pushed, for its commit. Where either fails, nothing more is
-/// pushed and the error is the first cause: the push's, since `read` then
-/// fails only because nobody takes its batches.
-pub fn push_behind<'s, R>(
-    mut bulk: BulkAppend<'s>,
+/// thread of its own pushes (a [`Pusher`]) while `read` goes on reading
+/// and checking the next ones; gives the bulk append back, every batch
+/// pushed, for its commit.
+pub fn push_behind<R>(
+    bulk: BulkAppend<'_>,
     read: impl FnOnce(&mut dyn FnMut(Vec<Event>) -> Result<()>) -> Result<R>,
-) -> Result<(BulkAppend<'s>, R)> {
+) -> Result<(BulkAppend<'_>, R)> {
     std::thread::scope(|scope| {
-        // Two batches in hand at most: one being pushed, one waiting.
+        let pusher = Pusher::start(scope, bulk);
+        let read = read(&mut |batch| pusher.push(batch));
+        let bulk = pusher.finish()?;
+        Ok((bulk, read?))
+    })
+}
+
+/// A bulk append pushed to (encoded and written) by a thread of its own,
+/// so that whoever reads and checks the input goes on meanwhile. At most
+/// two batches wait: one being pushed, one handed over.
+pub struct Pusher<'scope, 's> {
+    batches: std::sync::mpsc::SyncSender<Vec<Event>>,
+    thread: std::thread::ScopedJoinHandle<'scope, Result<BulkAppend<'s>>>,
+}
+
+impl<'scope, 's: 'scope> Pusher<'scope, 's> {
+    /// Starts pushing to `bulk` from a thread of `scope`.
+    pub fn start<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        mut bulk: BulkAppend<'s>,
+    ) -> Self
+    where
+        's: 'env,
+    {
         let (batches, taken) = std::sync::mpsc::sync_channel::<Vec<Event>>(1);
-        let pusher = scope.spawn(move || -> Result<BulkAppend<'s>> {
+        let thread = scope.spawn(move || {
             for batch in taken {
                 bulk.push(&batch)?;
             }
             Ok(bulk)
         });
-        let read = read(&mut |batch| {
-            batches
-                .send(batch)
-                .map_err(|_| Error::Invalid("the bulk append stopped".to_owned()))
-        });
-        drop(batches);
-        let pushed = pusher
+        Pusher { batches, thread }
+    }
+
+    /// Hands `batch` over, waiting while another batch waits. Fails once
+    /// the bulk append failed ([`Pusher::finish`] says why).
+    pub fn push(&self, batch: Vec<Event>) -> Result<()> {
+        self.batches
+            .send(batch)
+            .map_err(|_| Error::Invalid("the bulk append stopped".to_owned()))
+    }
+
+    /// Waits for every batch to be pushed: the bulk append, for its commit,
+    /// or why pushing failed. That error comes before the reader's, which
+    /// then failed only because nobody took its batches.
+    pub fn finish(self) -> Result<BulkAppend<'s>> {
+        drop(self.batches);
+        self.thread
             .join()
-            .unwrap_or_else(|_| Err(Error::Invalid("the bulk append's thread failed".to_owned())));
-        match (pushed, read) {
-            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-            (Ok(bulk), Ok(read)) => Ok((bulk, read)),
-        }
-    })
+            .unwrap_or_else(|_| Err(Error::Invalid("the bulk append's thread failed".to_owned())))
+    }
 }
 
 /// The counts per kind of a [`Checked`] input, as JSON (`kinds`).

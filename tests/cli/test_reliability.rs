@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+use std::fmt::Write as _;
 use std::io::Read;
 use std::process::Stdio;
 
@@ -243,5 +244,60 @@ fn commands_on_a_full_disk_end_with_an_error() {
         .ok()
         .stdout;
     assert!(x == y, "view x differs from a fresh view");
+    env.run(&["--db", db, "verify"]).ok();
+}
+
+/// A large append from stdin and a large import that run out of disk
+/// part-way (the bulk append's own thread fails while the input is still
+/// being read) end with that error on one line and store nothing; the
+/// database goes on working.
+#[test]
+fn a_bulk_append_that_fills_the_disk_stores_nothing() {
+    let Some(fs) = Tmpfs::mount(48) else {
+        return;
+    };
+    let env = TestEnv::new();
+    let db = fs.0.path().join("db");
+    let db = db.to_str().unwrap();
+    env.run(&["--db", db, "append", "small", "--user", "hi"])
+        .ok();
+    // About 64 MB of distinct texts: more than the disk holds.
+    let filler = "a text that fills the disk ".repeat(23);
+    let mut input = String::new();
+    for i in 0..100_000 {
+        writeln!(input, "{{\"type\":\"user\",\"text\":\"{i} {filler}\"}}").unwrap();
+    }
+    let file = env.path().join("big.ndjson");
+    std::fs::write(&file, &input).unwrap();
+    let run = env
+        .run_with_stdin(&["--db", db, "append", "big"], &input)
+        .fails();
+    assert!(run.stderr.starts_with("error: "), "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    let run = env
+        .run(&[
+            "--db",
+            db,
+            "import",
+            "--format",
+            "ndjson",
+            file.to_str().unwrap(),
+            "--name",
+            "big",
+        ])
+        .fails();
+    assert!(run.stderr.starts_with("error: "), "{}", run.stderr);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    let list = env.run(&["--db", db, "list"]).ok().stdout;
+    assert!(!list.contains("big"), "{list}");
+    let segments = std::fs::read_dir(fs.0.path().join("db/segments")).unwrap();
+    assert!(
+        segments
+            .flatten()
+            .all(|e| e.path().extension().is_none_or(|x| x != "bulk")),
+        "a bulk append's file is left"
+    );
+    env.run(&["--db", db, "append", "small", "--user", "again"])
+        .ok();
     env.run(&["--db", db, "verify"]).ok();
 }

@@ -26,6 +26,7 @@ use crate::args::{AppendArgs, Cli};
 use crate::cmd;
 use crate::output::{self, Notes};
 use convstore_engine::calls::CallCheck;
+use convstore_engine::import::Pusher;
 
 pub(crate) fn run(
     cli: &Cli,
@@ -324,53 +325,64 @@ fn read_ndjson<'s>(
     });
     let mut events = Vec::new();
     let mut compactions = 0;
-    let mut bulk: Option<BulkAppend<'s>> = None;
     let mut begin = Some(begin);
     // Opening the database for the bulk append fails in the command's own
     // terms: kept aside while the reading stops.
     let mut opening: Option<anyhow::Error> = None;
-    let read_all =
-        convstore_engine::import::for_each_ndjson_event(input, limit, now, |line, event| {
-            observe(line, &event);
-            compactions += usize::from(matches!(event.kind, EventKind::Compaction(_)));
-            events.push(event);
-            match &mut bulk {
-                Some(bulk) if events.len() == BATCH => {
-                    bulk.push(&events)?;
-                    events.clear();
+    std::thread::scope(|scope| {
+        // Once begun, the bulk append is pushed to from a thread of its own
+        // while the reading goes on.
+        let mut pusher: Option<Pusher<'_, 's>> = None;
+        let read_all =
+            convstore_engine::import::for_each_ndjson_event(input, limit, now, |line, event| {
+                observe(line, &event);
+                compactions += usize::from(matches!(event.kind, EventKind::Compaction(_)));
+                events.push(event);
+                match &pusher {
+                    Some(pusher) if events.len() == BATCH => {
+                        pusher.push(std::mem::replace(&mut events, Vec::with_capacity(BATCH)))?;
+                    }
+                    // Many compactions, however small, cost a key each.
+                    None if read.get() > IN_MEMORY_BYTES
+                        || compactions > BULK_MEMORY_COMPACTIONS =>
+                    {
+                        let started = begin
+                            .take()
+                            .ok_or_else(|| anyhow::anyhow!("a bulk append begins once"))
+                            .and_then(|begin| begin());
+                        let started = match started {
+                            Ok(started) => started,
+                            Err(e) => {
+                                opening = Some(e);
+                                return Err(convstore_engine::Error::Invalid(String::new()));
+                            }
+                        };
+                        let started = Pusher::start(scope, started);
+                        started.push(std::mem::take(&mut events))?;
+                        pusher = Some(started);
+                    }
+                    Some(_) | None => {}
                 }
-                // Many compactions, however small, cost a key each.
-                None if read.get() > IN_MEMORY_BYTES || compactions > BULK_MEMORY_COMPACTIONS => {
-                    let started = begin
-                        .take()
-                        .ok_or_else(|| anyhow::anyhow!("a bulk append begins once"))
-                        .and_then(|begin| begin());
-                    let mut started = match started {
-                        Ok(started) => started,
-                        Err(e) => {
-                            opening = Some(e);
-                            return Err(convstore_engine::Error::Invalid(String::new()));
-                        }
-                    };
-                    started.push(&events)?;
-                    events = Vec::new();
-                    bulk = Some(started);
-                }
-                Some(_) | None => {}
-            }
-            Ok(())
-        });
-    if let Some(e) = opening {
-        return Err(e);
-    }
-    read_all?;
-    match bulk {
-        Some(mut bulk) => {
-            bulk.push(&events)?;
-            Ok(Input::Bulk(Box::new(bulk)))
+                Ok(())
+            });
+        if let Some(e) = opening.take() {
+            return Err(e);
         }
-        None => Ok(Input::Events(events)),
-    }
+        let Some(pusher) = pusher else {
+            read_all?;
+            return Ok(Input::Events(std::mem::take(&mut events)));
+        };
+        let last = match read_all {
+            Ok(()) => pusher.push(std::mem::take(&mut events)),
+            Err(_) => Ok(()),
+        };
+        // The pushing thread's error first: the reading then failed only
+        // because nobody took its batches.
+        let bulk = pusher.finish()?;
+        read_all?;
+        last?;
+        Ok(Input::Bulk(Box::new(bulk)))
+    })
 }
 
 /// A reader that counts the bytes read through it.
