@@ -56,39 +56,64 @@ impl Timestamp {
     /// (`2025-01-05T04:00:00.000000Z`, 27 bytes) into `out`. Written by hand:
     /// views print one per event.
     pub fn write_rfc3339(self, out: &mut Vec<u8>) {
-        let micros = self.0.rem_euclid(1_000_000);
+        let micros = self.0.rem_euclid(1_000_000) as u32;
         let seconds = self.0.div_euclid(1_000_000);
         let days = seconds.div_euclid(86_400);
-        let second_of_day = seconds.rem_euclid(86_400);
-        // Civil date from days since 1970-01-01 (Howard Hinnant's
-        // days_from_civil, inverted).
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        // Filled in place on the stack, then copied once.
+        let second_of_day = seconds.rem_euclid(86_400) as u32;
+        // Filled in place on the stack, then copied once; the date (the
+        // same for most events of a log) is remembered per thread.
         let mut text = *b"0000-00-00T00:00:00.000000Z";
-        let mut digits = |at: usize, width: usize, value: i64| {
+        text[..10].copy_from_slice(&date_text(days));
+        let mut digits = |at: usize, width: usize, value: u32| {
             let mut v = value;
             for slot in text[at..at + width].iter_mut().rev() {
                 *slot = b'0' + (v % 10) as u8;
                 v /= 10;
             }
         };
-        digits(0, 4, year);
-        digits(5, 2, month);
-        digits(8, 2, day);
         digits(11, 2, second_of_day / 3600);
         digits(14, 2, second_of_day / 60 % 60);
         digits(17, 2, second_of_day % 60);
         digits(20, 6, micros);
         out.extend_from_slice(&text);
     }
+}
+
+/// `YYYY-MM-DD` of the day `days` after 1970-01-01, the last one asked
+/// for remembered per thread.
+fn date_text(days: i64) -> [u8; 10] {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<(i64, [u8; 10])>> = const { std::cell::Cell::new(None) };
+    }
+    if let Some((day, text)) = LAST.get() {
+        if day == days {
+            return text;
+        }
+    }
+    // Civil date from days since 1970-01-01 (Howard Hinnant's
+    // days_from_civil, inverted).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mut text = *b"0000-00-00";
+    let mut digits = |at: usize, width: usize, value: i64| {
+        let mut v = value;
+        for slot in text[at..at + width].iter_mut().rev() {
+            *slot = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    digits(0, 4, year);
+    digits(5, 2, month);
+    digits(8, 2, day);
+    LAST.set(Some((days, text)));
+    text
 }
 
 impl fmt::Display for Timestamp {
