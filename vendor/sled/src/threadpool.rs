@@ -68,7 +68,7 @@ impl Queue {
         // with the notify below.
         drop(queue);
 
-        self.cv.notify_all();
+        self.cv.notify_one();
 
         len
     }
