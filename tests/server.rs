@@ -1359,3 +1359,48 @@ fn verify_through_a_server_checks_the_search_index_as_it_does_locally() {
     assert_eq!(through, cli(&db, &["verify", "--json"], None));
     assert_eq!(through.1, local.1);
 }
+
+/// For a client that accepts gzip, large and streamed answers come
+/// compressed, and an append's small answer as it is (deflating a hundred
+/// bytes costs both sides more than it saves). Raw HTTP, so that the
+/// headers are the server's own.
+#[test]
+fn large_answers_are_compressed_and_an_appends_answer_is_not() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path().join("db"), &[]);
+    let (status, body) = post(&format!("{}/v1/conversations/c/events", server.url), TURN);
+    assert_eq!(status, 201, "{body}");
+    let host = server.url.trim_start_matches("http://").to_owned();
+    let headers = |request: &str| -> String {
+        let mut stream = std::net::TcpStream::connect(&host).expect("connect");
+        stream.write_all(request.as_bytes()).expect("write");
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).expect("read");
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let end = answer.find("\r\n\r\n").expect("headers end");
+        answer[..end].to_ascii_lowercase()
+    };
+    let get = |path: &str| {
+        headers(&format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"
+        ))
+    };
+    for path in ["/v1/openapi.json", "/v1/conversations/c/events"] {
+        let answer = get(path);
+        assert!(answer.starts_with("http/1.1 200"), "{path}: {answer}");
+        assert!(
+            answer.contains("content-encoding: gzip"),
+            "{path}: {answer}"
+        );
+    }
+    let event = r#"{"type":"user","text":"one more"}"#;
+    let answer = headers(&format!(
+        "POST /v1/conversations/c/events HTTP/1.1\r\nHost: {host}\r\nAccept-Encoding: gzip\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{event}",
+        event.len()
+    ));
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(!answer.contains("content-encoding"), "{answer}");
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+}

@@ -548,8 +548,22 @@ pub(crate) fn router(state: Shared) -> Router {
         ))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), admit))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
-        .layer(CompressionLayer::new())
+        .layer(CompressionLayer::new().compress_when(compressed_answers()))
         .with_state(state)
+}
+
+/// The answers worth compressing for a client that accepts gzip: a
+/// kilobyte or more, or of a length not known in advance (a streamed view
+/// or log), except Server-Sent Events (each event must reach the follower
+/// at once) and what gRPC and images compress themselves. An append's
+/// answer (a hundred bytes or so) goes as it is: deflating it costs the
+/// server and the client more than the bytes it saves.
+fn compressed_answers() -> impl tower_http::compression::Predicate {
+    use tower_http::compression::predicate::{NotForContentType, Predicate as _, SizeAbove};
+    SizeAbove::new(1024)
+        .and(NotForContentType::GRPC)
+        .and(NotForContentType::IMAGES)
+        .and(NotForContentType::SSE)
 }
 
 async fn method_not_allowed() -> ApiError {
