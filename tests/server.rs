@@ -807,6 +807,23 @@ fn every_command_prints_the_same_through_the_server() {
         out.starts_with("imported 1 event in 1 turn into imp"),
         "{out}"
     );
+    // The name taken: the error line the command prints without a server.
+    let imported = [
+        "import",
+        "--format",
+        "ndjson",
+        file.to_str().expect("utf-8"),
+        "--name",
+        "imp",
+    ];
+    let (code, _, err) = cli(&db, &imported, None);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            1,
+            "error: a conversation named \"imp\" already exists (choose another with --name)\n"
+        )
+    );
     let (code, out, err) = cli(&db, &["reindex", "--json"], None);
     assert_eq!(code, 0, "{err}");
     assert!(

@@ -851,7 +851,18 @@ pub(crate) fn dispatch(
                         )
                         .send_bytes(&body),
                 )
-                .with_context(|| cmd::import::shown(&args.file))?
+                .map_err(|e| {
+                    // The name is the command's, not the input's: said as
+                    // the command says it without a server.
+                    let message = e.to_string();
+                    if message.starts_with("a conversation named ")
+                        && message.ends_with(" already exists")
+                    {
+                        anyhow!("{message} (choose another with --name)")
+                    } else {
+                        e.context(cmd::import::shown(&args.file))
+                    }
+                })?
                 .into_json()?;
             for warning in value["warnings"].as_array().into_iter().flatten() {
                 notes.warn(warning.as_str().unwrap_or_default());
