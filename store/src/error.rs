@@ -295,6 +295,9 @@ fn describe_io(error: &std::io::Error) -> String {
         return error.to_string();
     }
     match (error.raw_os_error(), error.kind()) {
+        // A full disk, said one way whether the error carries the system's
+        // code (ENOSPC) or only its kind (as sled passes some on).
+        (_, std::io::ErrorKind::StorageFull) => "No space left on device".to_owned(),
         (Some(_), _) | (None, std::io::ErrorKind::Other) => error.to_string(),
         (None, kind) => kind.to_string(),
     }
@@ -302,3 +305,24 @@ fn describe_io(error: &std::io::Error) -> String {
 
 /// Results of store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+#[cfg(test)]
+mod tests {
+    use super::StoreError;
+
+    /// A full disk reads the same whether the error carries the system's
+    /// code or only its kind.
+    #[test]
+    fn a_full_disk_is_said_one_way() {
+        let coded = StoreError::Io(std::io::Error::from_raw_os_error(28));
+        let kind = StoreError::Io(std::io::ErrorKind::StorageFull.into());
+        let said = "I/O error on the database: No space left on device";
+        assert_eq!(coded.to_string(), said);
+        assert_eq!(kind.to_string(), said);
+        let other = StoreError::Io(std::io::Error::from_raw_os_error(13));
+        assert_eq!(
+            other.to_string(),
+            "I/O error on the database: Permission denied (os error 13)"
+        );
+    }
+}
