@@ -790,24 +790,6 @@ fn every_command_prints_the_same_through_the_server() {
     assert_eq!((code, out.as_str()), (0, ""));
     let file = dir.path().join("in.ndjson");
     std::fs::write(&file, "{\"type\":\"user\",\"text\":\"imported\"}\n").expect("input");
-    let (code, out, err) = cli(
-        &db,
-        &[
-            "import",
-            "--format",
-            "ndjson",
-            file.to_str().expect("utf-8"),
-            "--name",
-            "imp",
-        ],
-        None,
-    );
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        out.starts_with("imported 1 event in 1 turn into imp"),
-        "{out}"
-    );
-    // The name taken: the error line the command prints without a server.
     let imported = [
         "import",
         "--format",
@@ -816,6 +798,13 @@ fn every_command_prints_the_same_through_the_server() {
         "--name",
         "imp",
     ];
+    let (code, out, err) = cli(&db, &imported, None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("imported 1 event in 1 turn into imp"),
+        "{out}"
+    );
+    // The name taken: the error line the command prints without a server.
     let (code, _, err) = cli(&db, &imported, None);
     assert_eq!(
         (code, err.as_str()),

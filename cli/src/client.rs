@@ -25,6 +25,22 @@ use crate::args::{Cli, Command, Format};
 use crate::cmd;
 use crate::output::{self, Notes};
 
+/// A server's error answer: its code (`name_taken`, ...) and its message
+/// as the command line prints it.
+#[derive(Debug)]
+struct ServerError {
+    code: String,
+    message: String,
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ServerError {}
+
 /// A server to run commands through.
 pub(crate) struct Client {
     base: String,
@@ -168,9 +184,10 @@ impl Client {
             Ok(response) => Ok(response),
             Err(ureq::Error::Status(status, response)) => {
                 let text = response.into_string().unwrap_or_default();
-                let message = serde_json::from_str::<Value>(&text)
-                    .ok()
-                    .and_then(|v| v["error"]["message"].as_str().map(flags_for_fields))
+                let error = serde_json::from_str::<Value>(&text).ok();
+                let error = error.as_ref().map(|v| &v["error"]);
+                let message = error
+                    .and_then(|e| e["message"].as_str().map(flags_for_fields))
                     .unwrap_or_else(|| format!("the server answered {status}: {}", text.trim()));
                 if status == 401 {
                     // The command line's way to send a token.
@@ -178,7 +195,11 @@ impl Client {
                         "{message} (the command line sends $CONVSTORE_TOKEN: set it to a token of the server's --token-file)"
                     ));
                 }
-                Err(anyhow!(message))
+                let code = error
+                    .and_then(|e| e["code"].as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                Err(ServerError { code, message }.into())
             }
             Err(ureq::Error::Transport(e)) => {
                 Err(anyhow!("cannot reach the server at {}: {e}", self.base))
@@ -854,11 +875,10 @@ pub(crate) fn dispatch(
                 .map_err(|e| {
                     // The name is the command's, not the input's: said as
                     // the command says it without a server.
-                    let message = e.to_string();
-                    if message.starts_with("a conversation named ")
-                        && message.ends_with(" already exists")
+                    if e.downcast_ref::<ServerError>()
+                        .is_some_and(|s| s.code == "name_taken")
                     {
-                        anyhow!("{message} (choose another with --name)")
+                        anyhow!("{e} (choose another with --name)")
                     } else {
                         e.context(cmd::import::shown(&args.file))
                     }

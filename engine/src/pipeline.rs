@@ -174,12 +174,22 @@ fn assemble(
         names,
         last_turn,
         projected,
-        |turn| {
-            store
-                .first_conversation_seq(id, Turn(turn), Seq(end))
-                .map(|s| s.map(|s| s.0))
-        },
+        first_conversation(store, id, end),
     )?)
+}
+
+/// The seq of the first conversation event of a turn among records
+/// `0..end`, as a plan places summaries by it.
+pub(crate) fn first_conversation<'a>(
+    store: &'a Store,
+    id: &'a ConversationId,
+    end: u64,
+) -> impl Fn(u64) -> convstore_store::StoreResult<Option<u64>> + 'a {
+    move |turn| {
+        store
+            .first_conversation_seq(id, Turn(turn), Seq(end))
+            .map(|s| s.map(|s| s.0))
+    }
 }
 
 /// The overlays of records `0..end` (after `base`, if given) resolved as
@@ -198,6 +208,26 @@ pub fn resolve_turns(
     ranges: &[(u64, u64)],
     base: Option<&Overlay>,
 ) -> Result<Resolution> {
+    let ranges = merge_ranges(ranges.to_vec());
+    resolve_widening(store, id, end, last_turn, &ranges, base, |run| {
+        Ok(run_meets(run, &ranges))
+    })
+}
+
+/// The overlays that meet `ranges` (merged, ascending) resolved, then, where
+/// `widen` says so of a summary run, again with those that meet its
+/// compaction's range: exact over `ranges` and over the whole of each run
+/// widened. A database that does not file overlays by range, or ranges
+/// that cover every turn, have every overlay read at once.
+fn resolve_widening(
+    store: &Store,
+    id: &ConversationId,
+    end: u64,
+    last_turn: u64,
+    ranges: &[(u64, u64)],
+    base: Option<&Overlay>,
+    mut widen: impl FnMut(&Run) -> Result<bool>,
+) -> Result<Resolution> {
     let read = |ranges: &[(u64, u64)]| -> Result<Resolution> {
         let mut overlays: Vec<Overlay> = base.into_iter().cloned().collect();
         overlays.extend(
@@ -208,7 +238,6 @@ pub fn resolve_turns(
         );
         Ok(resolve(overlays, Some(last_turn)))
     };
-    let ranges = merge_ranges(ranges.to_vec());
     if !store.files_overlays_by_range()
         || ranges
             .first()
@@ -219,10 +248,10 @@ pub fn resolve_turns(
         let overlays = overlays_under(store, id, end, base.cloned())?;
         return Ok(resolve(overlays, Some(last_turn)));
     }
-    let first = read(&ranges)?;
-    let mut wider = ranges.clone();
+    let first = read(ranges)?;
+    let mut wider = ranges.to_vec();
     for run in &first.runs {
-        if run_meets(run, &ranges) {
+        if widen(run)? {
             wider.extend(first.overlays[run.overlay].covered(last_turn));
         }
     }
@@ -283,11 +312,7 @@ pub fn plan_turns(
             ToolNames::new(),
             end,
             meets,
-            |turn| {
-                store
-                    .first_conversation_seq(id, Turn(turn), Seq(end))
-                    .map(|s| s.map(|s| s.0))
-            },
+            first_conversation(store, id, end),
         )?)
     };
     if seqs.end - seqs.start > NAMED_RECORDS {
@@ -340,46 +365,25 @@ pub fn resolve_window(
 ) -> Result<Resolution> {
     let (a, b) = asked;
     let around = (a.saturating_sub(1), b.saturating_add(1).min(last_turn));
-    if !store.files_overlays_by_range() || (around.0 == 0 && around.1 >= last_turn) {
-        return resolve_turns(store, id, end, last_turn, &[asked], None);
-    }
-    let read = |ranges: &[(u64, u64)]| -> Result<Resolution> {
-        let overlays = store.overlays_meeting(id, end, ranges)?;
-        Ok(resolve(
-            overlays.iter().filter_map(overlay_of).collect(),
-            Some(last_turn),
-        ))
-    };
-    let first = read(&[around])?;
     // Whether turn `a - 1` has a conversation event: then a run holding it
     // places its summary there, before `asked`, wherever the run begins.
     let mut placed_before = None;
-    let mut wider = vec![around];
-    for run in &first.runs {
+    resolve_widening(store, id, end, last_turn, &[around], None, |run| {
         if !run_meets(run, &[asked]) {
-            continue;
+            return Ok(false);
         }
-        if run.first < a {
-            // Where the run begins is exact only as far back as `a - 1`.
-            if placed_before.is_none() {
-                let first = store.first_conversation_seq(id, Turn(a - 1), Seq(end))?;
-                placed_before = Some(first.is_some());
-            }
-            if placed_before == Some(true) {
-                continue;
-            }
-        } else if run.last <= b {
-            // Exact at both ends: the winners at `a - 1` and at `b + 1` (or
-            // past the last turn) are others.
-            continue;
+        if run.first >= a {
+            // Exact where it begins (the winner at `a - 1` is another);
+            // where it ends too, unless it goes on past `b`.
+            return Ok(run.last > b);
         }
-        wider.extend(first.overlays[run.overlay].covered(last_turn));
-    }
-    let wider = merge_ranges(wider);
-    if wider == [around] {
-        return Ok(first);
-    }
-    read(&wider)
+        // Where the run begins is exact only as far back as `a - 1`.
+        if placed_before.is_none() {
+            let first = store.first_conversation_seq(id, Turn(a - 1), Seq(end))?;
+            placed_before = Some(first.is_some());
+        }
+        Ok(placed_before == Some(false))
+    })
 }
 
 /// The overlays of records `0..end`, in log order, after `base` if given:

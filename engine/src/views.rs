@@ -386,11 +386,13 @@ impl Update {
             }
         }
         let meets = |run: &Run| view::run_meets(run, &ranges);
-        let projector = Plan::from_resolution(resolution, names, n, meets, |turn| {
-            store
-                .first_conversation_seq(id, Turn(turn), Seq(n))
-                .map(|s| s.map(|s| s.0))
-        })?;
+        let projector = Plan::from_resolution(
+            resolution,
+            names,
+            n,
+            meets,
+            view::first_conversation(store, id, n),
+        )?;
 
         let mut blocks = Vec::new();
         for &(first, last) in &ranges {

@@ -187,14 +187,9 @@ impl BulkAppend<'_> {
         let store = self.store;
         if self.spill.is_some() && events.len() >= 2 * SPILL_PART {
             let added = self.spill_overlapped(events);
-            if added.is_err() {
-                self.failed = true;
-            }
-            added?;
-            self.count += events.len() as u64;
-            return Ok(());
+            return self.written(events.len(), added);
         }
-        let encoded = self.encode(events, 0)?;
+        let encoded = encode_at(store, self.count, events, 0)?;
         if store.kv.is_server() {
             // A database server: past the limit, the events go into one
             // transaction as they come (see `write_through`).
@@ -230,11 +225,17 @@ impl BulkAppend<'_> {
             }
         }
         let added = self.spill(&encoded);
+        self.written(events.len(), added)
+    }
+
+    /// Counts `len` events pushed once `added` says they were written; a
+    /// failure leaves the bulk append failed.
+    fn written(&mut self, len: usize, added: StoreResult<()>) -> StoreResult<()> {
         if added.is_err() {
             self.failed = true;
         }
         added?;
-        self.count += events.len() as u64;
+        self.count += len as u64;
         Ok(())
     }
 
@@ -279,16 +280,6 @@ impl BulkAppend<'_> {
         };
         self.through = Some((inside, Some(first)));
         Ok(())
-    }
-
-    /// `events` encoded, the first being the `offset`th of this push (for
-    /// the index an event too large is named by).
-    fn encode<'e>(
-        &self,
-        events: &'e [Event],
-        offset: usize,
-    ) -> StoreResult<Vec<EncodedRecord<'e>>> {
-        encode_at(self.store, self.count, events, offset)
     }
 
     /// Spills `events` a part at a time, each part encoded (on rayon's

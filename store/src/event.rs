@@ -64,17 +64,10 @@ impl Timestamp {
         // same for most events of a log) is remembered per thread.
         let mut text = *b"0000-00-00T00:00:00.000000Z";
         text[..10].copy_from_slice(&date_text(days));
-        let mut digits = |at: usize, width: usize, value: u32| {
-            let mut v = value;
-            for slot in text[at..at + width].iter_mut().rev() {
-                *slot = b'0' + (v % 10) as u8;
-                v /= 10;
-            }
-        };
-        digits(11, 2, second_of_day / 3600);
-        digits(14, 2, second_of_day / 60 % 60);
-        digits(17, 2, second_of_day % 60);
-        digits(20, 6, micros);
+        put_digits(&mut text[11..13], second_of_day / 3600);
+        put_digits(&mut text[14..16], second_of_day / 60 % 60);
+        put_digits(&mut text[17..19], second_of_day % 60);
+        put_digits(&mut text[20..26], micros);
         out.extend_from_slice(&text);
     }
 }
@@ -102,18 +95,20 @@ fn date_text(days: i64) -> [u8; 10] {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     let mut text = *b"0000-00-00";
-    let mut digits = |at: usize, width: usize, value: i64| {
-        let mut v = value;
-        for slot in text[at..at + width].iter_mut().rev() {
-            *slot = b'0' + (v % 10) as u8;
-            v /= 10;
-        }
-    };
-    digits(0, 4, year);
-    digits(5, 2, month);
-    digits(8, 2, day);
+    // Years 0000 to 9999 only (`Timestamp::from_micros`): never negative.
+    put_digits(&mut text[0..4], year as u32);
+    put_digits(&mut text[5..7], month as u32);
+    put_digits(&mut text[8..10], day as u32);
     LAST.set(Some((days, text)));
     text
+}
+
+/// `value` in decimal, right-aligned and zero-padded to fill `slots`.
+fn put_digits(slots: &mut [u8], mut value: u32) {
+    for slot in slots.iter_mut().rev() {
+        *slot = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 impl fmt::Display for Timestamp {
