@@ -1410,3 +1410,47 @@ fn large_answers_are_compressed_and_an_appends_answer_is_not() {
     let (code, _) = server.stop();
     assert_eq!(code, Some(0));
 }
+
+/// What a new user gives the command line through a server: a `--url`
+/// with a query, a fragment, credentials or no host is a usage error (it
+/// once printed the inspector's page as the data); NDJSON after a byte
+/// order mark is taken as without a server; a `--max-event-bytes` of the
+/// command's own is refused, storing nothing, rather than passed over.
+#[test]
+fn the_cli_through_a_server_takes_what_it_takes_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let (code, _, err) = cli(&db, &["append", "c", "--user", "first"], None);
+    assert_eq!(code, 0, "{err}");
+    let server = Server::start(&db, &[]);
+    for url in [
+        format!("{}?x=1", server.url),
+        format!("{}/#top", server.url),
+        server.url.replace("http://", "http://user:secret@"),
+        "http://".to_owned(),
+    ] {
+        let (code, out, err) = cli(&db, &["--url", &url, "log", "c"], None);
+        assert_eq!((code, out.as_str()), (2, ""), "{url}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let (code, _, err) = cli(
+        &db,
+        &["append", "c"],
+        Some("\u{feff}{\"type\":\"user\",\"text\":\"bom\"}\n"),
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(
+        &db,
+        &["append", "c", "--max-event-bytes", "10"],
+        Some("{\"type\":\"user\",\"text\":\"too long for ten bytes\"}\n"),
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: --max-event-bytes 10: ") && err.lines().count() == 1,
+        "{err}"
+    );
+    let (code, out, _) = cli(&db, &["log", "c"], None);
+    assert_eq!((code, out.lines().count()), (0, 2), "{out}");
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+}

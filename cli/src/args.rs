@@ -791,21 +791,42 @@ pub fn parse_turns(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> 
     convstore_engine::turns::parse(text)
 }
 
-/// A conversation name as typed, in Unicode NFC: names are stored so, and
-/// a name typed in another form (a decomposed `é`) finds them.
-#[allow(clippy::unnecessary_wraps)] // the shape clap's value parsers take
-/// A conversation argument: a name, a full id or `id:PREFIX` (or a bare
-/// id prefix, which is a name too), in Unicode NFC. What cannot name a
-/// conversation is a usage error.
-/// A server's URL: http:// or https://.
+/// A server's URL, as `convstore serve` prints it: `http://` or
+/// `https://` (any case), a host, perhaps a path under which the API is
+/// served; no query, fragment or credentials (the command line adds its
+/// own paths, and sends its token from `$CONVSTORE_TOKEN`). Given back
+/// with a lower-case scheme and no trailing `/`.
 fn server_url(text: &str) -> Result<String, String> {
-    if text.starts_with("http://") || text.starts_with("https://") {
-        Ok(text.to_owned())
-    } else {
-        Err("not an http:// URL (a server, as `convstore serve` prints it)".to_owned())
+    let lower = text.to_ascii_lowercase();
+    let Some(scheme) = ["http://", "https://"]
+        .into_iter()
+        .find(|scheme| lower.starts_with(scheme))
+    else {
+        return Err("not an http:// URL (a server, as `convstore serve` prints it)".to_owned());
+    };
+    let rest = text[scheme.len()..].trim_end_matches('/');
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() {
+        return Err(
+            "names no server (as `convstore serve` prints it: http://127.0.0.1:7377)".to_owned(),
+        );
     }
+    if rest.contains(['?', '#']) {
+        return Err("a server's URL takes no query or fragment".to_owned());
+    }
+    if host.contains('@') {
+        return Err(
+            "a server's URL takes no user or password (the command line sends $CONVSTORE_TOKEN)"
+                .to_owned(),
+        );
+    }
+    Ok(format!("{scheme}{rest}"))
 }
 
+/// A conversation argument: a name, a full id or `id:PREFIX` (or a bare
+/// id prefix, which is a name too), in Unicode NFC: names are stored so,
+/// and a name typed in another form (a decomposed `é`) finds them. What
+/// cannot name a conversation is a usage error.
 fn conversation(text: &str) -> Result<String, String> {
     use unicode_normalization::UnicodeNormalization as _;
     let text: String = text.nfc().collect();

@@ -41,6 +41,19 @@ impl std::fmt::Display for ServerError {
 
 impl std::error::Error for ServerError {}
 
+/// Through a server, the server's own limit on an event's size applies
+/// (`serve --max-event-bytes`): a `--max-event-bytes` of the command's is
+/// refused rather than passed over, so that nothing it would refuse is
+/// stored.
+fn server_limits_events(limit: u64, base: &str) -> Result<()> {
+    if limit != convstore_engine::store::DEFAULT_MAX_EVENT_BYTES {
+        bail!(
+            "--max-event-bytes {limit}: the server at {base} holds the database and applies its own limit (serve --max-event-bytes); run without it"
+        );
+    }
+    Ok(())
+}
+
 /// A server to run commands through.
 pub(crate) struct Client {
     base: String,
@@ -50,7 +63,7 @@ pub(crate) struct Client {
 
 /// The server a command goes through, if any: `--url`, else the one that
 /// holds `--db`.
-pub(crate) fn target(cli: &Cli) -> Result<Option<Client>> {
+pub(crate) fn target(cli: &Cli) -> Option<Client> {
     if matches!(
         cli.command,
         Command::Serve(_)
@@ -61,20 +74,15 @@ pub(crate) fn target(cli: &Cli) -> Result<Option<Client>> {
             | Command::Tools(_)
             | Command::Completions { .. }
     ) {
-        return Ok(None);
+        return None;
     }
     if let Some(url) = &cli.url {
-        let url = url.trim_end_matches('/');
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            bail!("--url {url}: not an http:// URL");
-        }
-        return Ok(Some(Client::new(url)));
+        // Checked and normalised by `--url`'s parser (`args::server_url`).
+        return Some(Client::new(url));
     }
     // A copy of a served directory holds the file too: it names the
     // directory the server holds, not this one.
-    let Some(found) = discovery::read(&cli.db).filter(|d| d.names(&cli.db)) else {
-        return Ok(None);
-    };
+    let found = discovery::read(&cli.db).filter(|d| d.names(&cli.db))?;
     let client = Client::new(&found.url);
     // A file left by a server killed with -9, or another server on a
     // reused port, answers no or another instance.
@@ -85,11 +93,9 @@ pub(crate) fn target(cli: &Cli) -> Result<Option<Client>> {
         .call()
         .ok()
         .and_then(|r| r.into_json::<Value>().ok());
-    if answered.is_some_and(|v| v["instance"].as_str() == Some(found.instance.as_str())) {
-        Ok(Some(client))
-    } else {
-        Ok(None)
-    }
+    answered
+        .is_some_and(|v| v["instance"].as_str() == Some(found.instance.as_str()))
+        .then_some(client)
 }
 
 /// A server's message in the command line's words: the API's query and
@@ -335,6 +341,7 @@ pub(crate) fn dispatch(
     let mut out = output::stdout();
     match &cli.command {
         Command::Append(args) => {
+            server_limits_events(args.max_event_bytes, &client.base)?;
             let sub = matches
                 .subcommand_matches("append")
                 .context("append: arguments missing")?;
@@ -843,6 +850,7 @@ pub(crate) fn dispatch(
             return copy_out(response, file).map(|()| ExitCode::SUCCESS);
         }
         Command::Import(args) => {
+            server_limits_events(args.max_event_bytes, &client.base)?;
             let format = match args.format {
                 crate::args::InteropFormat::Ndjson => "ndjson",
                 crate::args::InteropFormat::Jp => "jp",

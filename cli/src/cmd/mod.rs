@@ -51,7 +51,7 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
     // command that uses the configuration checks the local one too: the
     // server applies its own, but a file that does not parse is a
     // mistake to report before anything is stored.
-    if let Some(client) = crate::client::target(cli)? {
+    if let Some(client) = crate::client::target(cli) {
         let configured = match &cli.command {
             Command::Append(args) => args.auto,
             Command::Compact(_) => true,
