@@ -770,7 +770,11 @@ fn an_interrupted_gen_stores_nothing_and_the_retry_succeeds() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     child.kill().unwrap();
-    child.wait().unwrap();
+    if child.wait().unwrap().success() {
+        // Finished before the kill (a fast machine): whole.
+        assert_eq!(conversations(&env).len(), 2, "{:?}", conversations(&env));
+        return;
+    }
     assert_eq!(conversations(&env).len(), 1, "{:?}", conversations(&env));
     env.run(&["gen", "big", "--events", "1000"]).ok();
     env.run(&["verify"]).ok();
