@@ -155,6 +155,45 @@ fn openai_object_form_and_unparsable_arguments_are_reported() {
     assert_eq!(exported, doc["messages"]);
 }
 
+/// Content given as parts: the text parts make the event's text, and a
+/// part with no place in an event (an image) is kept in meta and reported,
+/// so the import says what a view will not show.
+#[test]
+fn openai_content_parts_other_than_text_are_reported() {
+    let env = TestEnv::new();
+    let doc = json!([
+        {"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            {"type": "text", "text": "be brief"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "a cat"}]},
+    ]);
+    let file = write(&env, "parts.json", &doc.to_string());
+    let run = env
+        .run(&[
+            "import", "--format", "openai", &file, "--name", "p", "--json",
+        ])
+        .ok();
+    let report = &run.lines()[0];
+    let kept = report["kept_in_meta"].as_object().unwrap();
+    assert_eq!(kept.len(), 1, "{report}");
+    assert_eq!(kept["user.content[image_url]"], 1, "{report}");
+    let text = env
+        .run(&["import", "--format", "openai", &file, "--name", "q"])
+        .ok();
+    assert!(
+        text.stderr
+            .contains("kept in meta (no event field for it): user.content[image_url] ×1"),
+        "{}",
+        text.stderr
+    );
+    let view = env.run(&["project", "p", "--format", "text"]).ok().stdout;
+    assert!(view.contains("user: what is this? ⏎ be brief"), "{view}");
+    let exported: Value =
+        serde_json::from_str(&env.run(&["export", "p", "--format", "openai"]).ok().stdout).unwrap();
+    assert_eq!(exported, doc);
+}
+
 #[test]
 fn malformed_inputs_name_the_position_and_store_nothing() {
     let cases: [(&str, &str, &str); 9] = [

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::server::{agent, answer, cli, get_text, post, sse_events, Server, BIN};
+use support::server::{agent, answer, cli, cli_bytes, get_text, post, sse_events, Server, BIN};
 
 const TURN: &str = "{\"type\":\"turn_start\"}\n{\"type\":\"user\",\"text\":\"hello\"}\n{\"type\":\"reasoning\",\"text\":\"thinking about it\"}\n{\"type\":\"assistant\",\"text\":\"hi\"}\n";
 
@@ -1422,7 +1422,7 @@ fn the_cli_through_a_server_takes_what_it_takes_alone() {
     let db = dir.path().join("db");
     let (code, _, err) = cli(&db, &["append", "c", "--user", "first"], None);
     assert_eq!(code, 0, "{err}");
-    let server = Server::start(&db, &[]);
+    let server = Server::start(&db, &["--max-body-bytes", "2000000"]);
     for url in [
         format!("{}?x=1", server.url),
         format!("{}/#top", server.url),
@@ -1449,8 +1449,51 @@ fn the_cli_through_a_server_takes_what_it_takes_alone() {
         err.starts_with("error: --max-event-bytes 10: ") && err.lines().count() == 1,
         "{err}"
     );
+    // Over the server's body limit: the server's reason, not a broken
+    // pipe, and nothing stored.
+    let line = format!("{{\"type\":\"user\",\"text\":\"{}\"}}\n", "x".repeat(200));
+    let big = line.repeat(15_000);
+    let big_file = dir.path().join("big.ndjson");
+    std::fs::write(&big_file, &big).unwrap();
+    for (args, input) in [
+        (vec!["append", "c"], Some(big.as_str())),
+        (
+            vec!["import", "--format", "ndjson", big_file.to_str().unwrap()],
+            None,
+        ),
+    ] {
+        let (code, _, err) = cli(&db, &args, input);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains("larger than the server's request limit of 2000000 bytes")
+                && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    // Not UTF-8, a missing file, a directory: said as without a server.
+    let (code, _, err) = cli_bytes(
+        &db,
+        &["append", "c"],
+        Some(&b"{\"type\":\"user\",\"text\":\"a\"}\n{\"type\":\"user\",\"text\":\"\xff\"}\n"[..]),
+    );
+    assert_eq!((code, err.as_str()), (1, "error: line 2: not UTF-8\n"));
+    let missing = dir.path().join("missing.ndjson");
+    let (_, _, err) = cli(
+        &db,
+        &["import", "--format", "ndjson", missing.to_str().unwrap()],
+        None,
+    );
+    assert!(err.starts_with("error: cannot open "), "{err}");
+    let (_, _, err) = cli(
+        &db,
+        &["import", "--format", "ndjson", dir.path().to_str().unwrap()],
+        None,
+    );
+    assert!(err.ends_with(": it is a directory\n"), "{err}");
     let (code, out, _) = cli(&db, &["log", "c"], None);
     assert_eq!((code, out.lines().count()), (0, 2), "{out}");
+    let listed = cli(&db, &["list"], None).1;
+    assert!(listed.contains('c') && !listed.contains("big"), "{listed}");
     let (code, _) = server.stop();
     assert_eq!(code, Some(0));
 }

@@ -213,6 +213,29 @@ impl Client {
         }
     }
 
+    /// Fails as the server would, before sending, where a request body
+    /// of `len` bytes is over the server's `--max-body-bytes`: the server
+    /// answers such a body 413 and closes the connection while the body
+    /// is still being sent, so the client would see only a broken pipe.
+    /// Bodies up to 1 MiB are sent without asking.
+    fn fits(&self, len: usize) -> Result<()> {
+        const ASK_FROM: usize = 1 << 20;
+        if len <= ASK_FROM {
+            return Ok(());
+        }
+        let limit = self.get_json("/healthz", &[])?["max_body_bytes"].as_u64();
+        match limit {
+            Some(limit) if len as u64 > limit => Err(ServerError {
+                code: "body_too_large".to_owned(),
+                message: format!(
+                    "the input is {len} bytes, larger than the server's request limit of {limit} bytes (serve --max-body-bytes); nothing was stored"
+                ),
+            }
+            .into()),
+            _ => Ok(()),
+        }
+    }
+
     fn get(&self, path: &str, query: &[(&str, Option<String>)]) -> Result<ureq::Response> {
         self.call(self.request("GET", path, query).call())
     }
@@ -351,11 +374,16 @@ pub(crate) fn dispatch(
                 if output::stdin_is_terminal() {
                     notes.say("reading NDJSON events from stdin (end with Ctrl-D)");
                 }
-                let mut text = String::new();
+                let mut bytes = Vec::new();
                 std::io::stdin()
-                    .read_to_string(&mut text)
-                    .context("reading stdin")?;
-                text
+                    .read_to_end(&mut bytes)
+                    .context("cannot read stdin")?;
+                String::from_utf8(bytes).map_err(|e| {
+                    // Said as the command says it without a server.
+                    let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+                    let line = memchr::memchr_iter(b'\n', valid).count() + 1;
+                    anyhow!("line {line}: not UTF-8")
+                })?
             } else {
                 if output::stdin_has_input() {
                     return Err(crate::output::usage("events on stdin and --user/--assistant/--system/--turn flags: give one or the other"));
@@ -368,6 +396,7 @@ pub(crate) fn dispatch(
             if body.trim().is_empty() {
                 bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
             }
+            client.fits(body.len())?;
             // A retry after a lost connection carries the same key: the
             // server stores the append once.
             let key = format!(
@@ -862,8 +891,8 @@ pub(crate) fn dispatch(
                     .read_to_end(&mut body)
                     .context("cannot read stdin")?;
             } else {
-                std::fs::File::open(&args.file)
-                    .and_then(|mut f| f.read_to_end(&mut body))
+                cmd::import::open_file(&args.file)?
+                    .read_to_end(&mut body)
                     .with_context(|| format!("cannot read {}", args.file))?;
             }
             let name = args
@@ -871,15 +900,18 @@ pub(crate) fn dispatch(
                 .clone()
                 .or_else(|| cmd::import::default_name(&args.file));
             let value: Value = client
-                .call(
-                    client
-                        .request(
-                            "POST",
-                            "/v1/import",
-                            &[("format", Some(format.to_owned())), ("name", name)],
-                        )
-                        .send_bytes(&body),
-                )
+                .fits(body.len())
+                .and_then(|()| {
+                    client.call(
+                        client
+                            .request(
+                                "POST",
+                                "/v1/import",
+                                &[("format", Some(format.to_owned())), ("name", name)],
+                            )
+                            .send_bytes(&body),
+                    )
+                })
                 .map_err(|e| {
                     // The name is the command's, not the input's: said as
                     // the command says it without a server.

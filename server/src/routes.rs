@@ -266,6 +266,9 @@ pub(crate) async fn healthz(State(state): State<Shared>) -> Json<Value> {
         "status": "ok",
         "instance": state.instance,
         "version": env!("CARGO_PKG_VERSION"),
+        // A client checks a large body against it before sending: a body
+        // over it is answered 413 while it is still being sent.
+        "max_body_bytes": state.limits.max_body_bytes,
     }))
 }
 

@@ -136,6 +136,15 @@ pub fn get_text(url: &str) -> String {
 }
 
 pub fn cli(db: impl AsRef<OsStr>, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    cli_bytes(db, args, stdin.map(str::as_bytes))
+}
+
+/// `cli` with standard input given as bytes (not necessarily UTF-8).
+pub fn cli_bytes(
+    db: impl AsRef<OsStr>,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> (i32, String, String) {
     let mut child = Command::new(BIN)
         .arg("--db")
         .arg(db.as_ref())
@@ -148,8 +157,8 @@ pub fn cli(db: impl AsRef<OsStr>, args: &[&str], stdin: Option<&str>) -> (i32, S
         .spawn()
         .expect("convstore runs");
     let mut input = child.stdin.take().expect("stdin");
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).expect("stdin written");
+    if let Some(bytes) = stdin {
+        input.write_all(bytes).expect("stdin written");
     }
     drop(input);
     let out = child.wait_with_output().expect("finishes");

@@ -137,12 +137,18 @@ fn open_input(path: &str) -> Result<File> {
         spool.rewind()?;
         Ok(spool)
     } else {
-        let file = File::open(path).with_context(|| format!("cannot open {path}"))?;
-        if file.metadata().is_ok_and(|m| m.is_dir()) {
-            bail!("cannot read {path}: it is a directory");
-        }
-        Ok(file)
+        open_file(path)
     }
+}
+
+/// The input file at `path`, said the same way locally and through a
+/// server where it cannot be opened or is a directory.
+pub(crate) fn open_file(path: &str) -> Result<File> {
+    let file = File::open(path).with_context(|| format!("cannot open {path}"))?;
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        bail!("cannot read {path}: it is a directory");
+    }
+    Ok(file)
 }
 
 /// How errors name the input: its path, or `stdin`.

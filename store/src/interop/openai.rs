@@ -25,20 +25,26 @@ fn field(name: &str, problem: &str) -> EventError {
 }
 
 /// The text of a `content`: a string, the text parts of an array joined with
-/// a newline, or nothing for null. Keeps an array form in `openai`.
+/// a newline, or nothing for null. Keeps an array form in `openai`; each
+/// part that is not text (an image, a file, audio) is reported in `notes`
+/// as `ROLE.content[TYPE]`, since only `meta` keeps it.
 fn content_text(
+    role: &str,
     content: Option<Value>,
     openai: &mut Map<String, Value>,
+    notes: &mut Vec<String>,
 ) -> Result<Option<String>, EventError> {
     match content {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(Value::Array(parts)) => {
-            let texts: Vec<&str> = parts
-                .iter()
-                .filter(|p| p["type"] == "text")
-                .filter_map(|p| p["text"].as_str())
-                .collect();
+            let mut texts = Vec::new();
+            for part in &parts {
+                match (part["type"].as_str(), part["text"].as_str()) {
+                    (Some("text"), Some(text)) => texts.push(text),
+                    (kind, _) => notes.push(format!("{role}.content[{}]", kind.unwrap_or("?"))),
+                }
+            }
             let text = texts.join("\n");
             openai.insert("content".into(), Value::Array(parts.clone()));
             Ok(Some(text))
@@ -85,20 +91,20 @@ pub fn from_message(
             if role == "developer" {
                 openai.insert("role".into(), Value::String(role.clone()));
             }
-            let text = content_text(fields.shift_remove("content"), &mut openai)?
+            let text = content_text(&role, fields.shift_remove("content"), &mut openai, notes)?
                 .ok_or_else(|| field("content", "missing"))?;
             keep_extra(&role, &mut fields, &mut openai, notes);
             events.push(with_meta(timestamp, EventKind::System { text }, openai));
         }
         "user" => {
-            let text = content_text(fields.shift_remove("content"), &mut openai)?
+            let text = content_text(&role, fields.shift_remove("content"), &mut openai, notes)?
                 .ok_or_else(|| field("content", "missing"))?;
             keep_extra(&role, &mut fields, &mut openai, notes);
             events.push(Event::new(timestamp, EventKind::TurnStart));
             events.push(with_meta(timestamp, EventKind::User { text }, openai));
         }
         "assistant" => {
-            let text = content_text(fields.shift_remove("content"), &mut openai)?;
+            let text = content_text(&role, fields.shift_remove("content"), &mut openai, notes)?;
             let calls = match fields.shift_remove("tool_calls") {
                 None | Some(Value::Null) => Vec::new(),
                 Some(Value::Array(calls)) => calls,
@@ -121,7 +127,7 @@ pub fn from_message(
                 Some(_) => return Err(field("tool_call_id", "expected a string")),
                 None => return Err(field("tool_call_id", "missing")),
             };
-            let content = content_text(fields.shift_remove("content"), &mut openai)?
+            let content = content_text(&role, fields.shift_remove("content"), &mut openai, notes)?
                 .ok_or_else(|| field("content", "missing"))?;
             keep_extra(&role, &mut fields, &mut openai, notes);
             events.push(with_meta(
