@@ -1432,6 +1432,7 @@ fn the_cli_through_a_server_takes_what_it_takes_alone() {
         let (code, out, err) = cli(&db, &["--url", &url, "log", "c"], None);
         assert_eq!((code, out.as_str()), (2, ""), "{url}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains("secret"), "the password is echoed: {err}");
     }
     let (code, _, err) = cli(
         &db,

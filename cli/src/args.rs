@@ -550,7 +550,7 @@ pub struct ProjectArgs {
     #[arg(long, value_name = "SEQ|TIME", value_parser = parse_as_of)]
     pub as_of: Option<AsOf>,
     /// Only view events of these turns: `A..B` (inclusive), `A..`, `..B`, `N`.
-    #[arg(long, value_name = "A..B", value_parser = turns)]
+    #[arg(long, value_name = "A..B", value_parser = turns, allow_hyphen_values = true)]
     pub turns: Option<String>,
     /// Write to FILE (atomically: a temporary file renamed over it); `-` for
     /// stdout (the default).
@@ -1055,7 +1055,7 @@ pub struct PinArgs {
     #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// The turns to pin: `A..B` (inclusive), `A..` (from A on, later turns included) or `N`.
-    #[arg(long, value_name = "A..B", required_unless_present = "list", value_parser = turns)]
+    #[arg(long, value_name = "A..B", required_unless_present = "list", value_parser = turns, allow_hyphen_values = true)]
     pub turns: Option<String>,
     /// List the pinned turns instead.
     #[arg(long, conflicts_with = "turns")]
@@ -1073,7 +1073,7 @@ pub struct UnpinArgs {
     #[arg(add = conversations(), value_parser = conversation)]
     pub conversation: String,
     /// The turns to unpin: `A..B` (inclusive), `A..` or `N`.
-    #[arg(long, value_name = "A..B", required_unless_present = "all", value_parser = turns)]
+    #[arg(long, value_name = "A..B", required_unless_present = "all", value_parser = turns, allow_hyphen_values = true)]
     pub turns: Option<String>,
     /// Unpin every turn.
     #[arg(long, conflicts_with = "turns")]

@@ -35,7 +35,19 @@ fn usage(e: &clap::Error) -> ExitCode {
         _ => {
             // clap's message is a paragraph (the error, what it concerns),
             // then the usage and a pointer to --help: one line of each.
-            let text = e.to_string();
+            let mut text = e.to_string();
+            // A URL given as an invalid value is echoed without its
+            // password.
+            if let Some(clap::error::ContextValue::String(value)) =
+                e.get(clap::error::ContextKind::InvalidValue)
+            {
+                if value.contains("://") {
+                    text = text.replace(
+                        value.as_str(),
+                        &convstore_engine::store::backend::postgres::redact(value),
+                    );
+                }
+            }
             let mut paragraphs = text.split("\n\n");
             let message = paragraphs
                 .next()

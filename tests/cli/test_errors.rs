@@ -98,6 +98,19 @@ fn usage_errors_exit_2() {
     let env = TestEnv::new();
     assert_eq!(env.run(&["frobnicate"]).code, 2);
     assert_eq!(env.run(&["append"]).code, 2);
+    // A turn range that starts with `-` is read as one, not as a flag.
+    env.run(&["append", "c", "--user", "hi"]).ok();
+    for args in [
+        &["project", "c", "--turns", "-1"][..],
+        &["pin", "c", "--turns", "-1..3"],
+    ] {
+        let run = env.run(args).usage();
+        assert!(
+            run.stderr.contains("\"-1\" is not a turn number"),
+            "{}",
+            run.stderr
+        );
+    }
 }
 
 #[test]
