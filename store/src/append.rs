@@ -37,7 +37,9 @@ pub struct AppendOptions {
     /// store nothing. [`Address::ROOT`] expects an empty conversation.
     pub expect_head: Option<Address>,
     /// Return before the batch is durable: a crash soon after may lose it
-    /// (but never part of it).
+    /// (but never part of it). Every 256th such write in a row syncs
+    /// the store, so that sled's log does not fall behind (see
+    /// `Store::synced_or_counted`).
     pub no_sync: bool,
     /// Store the append once under this key: an append that repeats a key
     /// already stored with the conversation stores nothing and returns
@@ -241,9 +243,7 @@ impl Store {
                 other => other?,
             }
             drop(guard);
-            if !options.no_sync {
-                self.sync()?;
-            }
+            self.synced_or_counted(options.no_sync)?;
             return Ok(appended);
         }
     }
@@ -288,9 +288,7 @@ impl Store {
             (e, _) => e,
         })?;
         drop(guard);
-        if !options.no_sync {
-            self.sync()?;
-        }
+        self.synced_or_counted(options.no_sync)?;
         Ok((id, appended))
     }
 

@@ -449,9 +449,7 @@ impl Store {
             e => e,
         })?;
         drop(guard);
-        if !update.no_sync {
-            self.sync()?;
-        }
+        self.synced_or_counted(update.no_sync)?;
         Ok(())
     }
 

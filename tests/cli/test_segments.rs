@@ -195,3 +195,31 @@ fn a_missing_segment_file_is_damage_and_an_unreadable_one_an_io_error() {
     std::fs::rename(&kept, &file).unwrap();
     env.run(&["verify"]).ok();
 }
+
+/// A log appended an event at a time without a sync per append (`gen
+/// --batch 1`, 7,000 appends a second) keeps sled's log near its live
+/// data: a sync every 256 unsynced appends lets sled reclaim its log
+/// segments behind it. Without it sled fell 40 MB behind and reclaimed
+/// nothing: 47 MB of log for 4 MB of payload at this length.
+#[test]
+fn unsynced_small_appends_leave_sled_room_to_reclaim_its_log() {
+    let env = TestEnv::new();
+    env.run(&[
+        "gen",
+        "one",
+        "--events",
+        "20000",
+        "--compactions",
+        "200",
+        "--batch",
+        "1",
+    ])
+    .ok();
+    let stats = &env.run(&["stats", "one", "--json"]).ok().lines()[0];
+    let payload = stats["bytes"].as_u64().unwrap();
+    let sled = std::fs::metadata(env.db().join("db")).unwrap().len();
+    assert!(
+        sled < 2 * payload,
+        "sled's log is {sled} bytes for {payload} bytes of payload"
+    );
+}
