@@ -1427,12 +1427,24 @@ fn the_cli_through_a_server_takes_what_it_takes_alone() {
         format!("{}?x=1", server.url),
         format!("{}/#top", server.url),
         server.url.replace("http://", "http://user:secret@"),
+        server.url.replace("http://", "http://user:se/cret@"),
+        "u:secret@127.0.0.1:1".to_owned(),
         "http://".to_owned(),
+        "http://127.0.0.1:99999".to_owned(),
+        "http://[::1".to_owned(),
     ] {
         let (code, out, err) = cli(&db, &["--url", &url, "log", "c"], None);
         assert_eq!((code, out.as_str()), (2, ""), "{url}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(!err.contains("secret"), "the password is echoed: {err}");
+    }
+    for args in [
+        &["list", "postgres://u:secret@h/db"][..],
+        &["--db", "mysql://u:secret@h/db", "list"],
+    ] {
+        let (code, _, err) = cli(&db, args, None);
+        assert!(code == 1 || code == 2, "{args:?}: {err}");
+        assert!(!err.contains("secret") && err.lines().count() == 1, "{err}");
     }
     let (code, _, err) = cli(
         &db,
@@ -1466,7 +1478,7 @@ fn the_cli_through_a_server_takes_what_it_takes_alone() {
         let (code, _, err) = cli(&db, &args, input);
         assert_eq!(code, 1, "{args:?}: {err}");
         assert!(
-            err.contains("larger than the server's request limit of 2000000 bytes")
+            err.contains("larger than the server's limit of 2000000 bytes")
                 && err.lines().count() == 1,
             "{args:?}: {err}"
         );
@@ -1495,6 +1507,95 @@ fn the_cli_through_a_server_takes_what_it_takes_alone() {
     assert_eq!((code, out.lines().count()), (0, 2), "{out}");
     let listed = cli(&db, &["list"], None).1;
     assert!(listed.contains('c') && !listed.contains("big"), "{listed}");
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+}
+
+/// A request the server refuses before reading its body (no token, a
+/// read-only token that writes, a body over `--max-body-bytes`) is read
+/// and discarded up to 4 MiB first, so that the command line, which sends
+/// a whole body before it reads the answer, says why rather than "broken
+/// pipe".
+#[test]
+fn refusals_reach_a_client_still_sending_its_body() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "read-only reader-token-0123456789\nread-write writer-token-0123456789\n",
+    )
+    .expect("token file");
+    let db = dir.path().join("db");
+    let server = Server::start(
+        &db,
+        &[
+            "--token-file",
+            tokens.to_str().expect("utf-8"),
+            "--max-body-bytes",
+            "1000",
+        ],
+    );
+    let line = format!("{{\"type\":\"user\",\"text\":\"{}\"}}\n", "x".repeat(200));
+    let body = line.repeat(4_000); // 0.8 MB: sent without asking /healthz
+    let file = dir.path().join("in.ndjson");
+    std::fs::write(&file, &body).unwrap();
+    let run = |token: &str, args: &[&str], stdin: Option<&str>| {
+        let mut child = std::process::Command::new(BIN)
+            .args(["--url", &server.url])
+            .args(args)
+            .env("CONVSTORE_TOKEN", token)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            let _ = std::io::Write::write_all(&mut input, text.as_bytes());
+        }
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let import = ["import", "--format", "ndjson", file.to_str().unwrap()];
+    for _ in 0..5 {
+        for (token, args, stdin, expected) in [
+            (
+                "",
+                &["append", "c"][..],
+                Some(body.as_str()),
+                "a token is needed",
+            ),
+            (
+                "nonsense-token-0123456789",
+                &import[..],
+                None,
+                "the token is not valid",
+            ),
+            (
+                "reader-token-0123456789",
+                &["append", "c"][..],
+                Some(body.as_str()),
+                "the token is read-only",
+            ),
+            (
+                "writer-token-0123456789",
+                &import[..],
+                None,
+                "larger than the server's limit of 1000 bytes",
+            ),
+        ] {
+            let (code, err) = run(token, args, stdin);
+            assert_eq!(code, Some(1), "{args:?}: {err}");
+            assert!(
+                err.contains(expected) && err.lines().count() == 1,
+                "{args:?} with {token:?}: {err}"
+            );
+        }
+    }
     let (code, _) = server.stop();
     assert_eq!(code, Some(0));
 }

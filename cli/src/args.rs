@@ -814,11 +814,31 @@ fn server_url(text: &str) -> Result<String, String> {
     if rest.contains(['?', '#']) {
         return Err("a server's URL takes no query or fragment".to_owned());
     }
-    if host.contains('@') {
+    // Anywhere before a query: a password may hold `/`.
+    if rest.contains('@') {
         return Err(
             "a server's URL takes no user or password (the command line sends $CONVSTORE_TOKEN)"
                 .to_owned(),
         );
+    }
+    // The host and port, as a URL parser would take them.
+    let (name, port) = match host.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((address, after)) => (address, after.strip_prefix(':')),
+            None => return Err("an IPv6 address without its closing ]".to_owned()),
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        },
+    };
+    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        return Err(
+            "names no server (as `convstore serve` prints it: http://127.0.0.1:7377)".to_owned(),
+        );
+    }
+    if port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return Err("the port is not a number from 0 to 65535".to_owned());
     }
     Ok(format!("{scheme}{rest}"))
 }

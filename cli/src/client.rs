@@ -223,12 +223,18 @@ impl Client {
         if len <= ASK_FROM {
             return Ok(());
         }
-        let limit = self.get_json("/healthz", &[])?["max_body_bytes"].as_u64();
+        let health: Value = self.get("/healthz", &[])?.into_json().with_context(|| {
+            format!(
+                "{}/healthz did not answer a convstore server's JSON",
+                self.base
+            )
+        })?;
+        let limit = health["max_body_bytes"].as_u64();
         match limit {
             Some(limit) if len as u64 > limit => Err(ServerError {
                 code: "body_too_large".to_owned(),
                 message: format!(
-                    "the input is {len} bytes, larger than the server's request limit of {limit} bytes (serve --max-body-bytes); nothing was stored"
+                    "the request body is larger than the server's limit of {limit} bytes (serve --max-body-bytes): the input is {len} bytes; nothing was stored"
                 ),
             }
             .into()),
@@ -393,7 +399,7 @@ pub(crate) fn dispatch(
                     .map(|e| event_json::event_to_string(e) + "\n")
                     .collect()
             };
-            if body.trim().is_empty() {
+            if body.trim_start_matches('\u{feff}').trim().is_empty() {
                 bail!("no events to append: pipe NDJSON on stdin or use --user, --assistant, --system or --turn");
             }
             client.fits(body.len())?;
@@ -407,6 +413,7 @@ pub(crate) fn dispatch(
             let path = format!("{}/events", client.conversation(&args.conversation)?);
             let auto = args.auto.then(|| "true".to_owned());
             let mut attempt = 0;
+            let mut maybe_sent = false;
             let response = loop {
                 let mut request = client
                     .request("POST", &path, &[("auto", auto.clone())])
@@ -416,10 +423,30 @@ pub(crate) fn dispatch(
                     request =
                         request.set("If-Match", &format!("\"{}\"", head.to_ascii_lowercase()));
                 }
-                match request.send_string(&body) {
+                let result = request.send_string(&body);
+                if let Err(ureq::Error::Transport(t)) = &result {
+                    maybe_sent |= !matches!(
+                        t.kind(),
+                        ureq::ErrorKind::ConnectionFailed | ureq::ErrorKind::Dns
+                    );
+                }
+                match result {
                     Err(ureq::Error::Transport(_)) if attempt < 3 => {
                         attempt += 1;
                         std::thread::sleep(Duration::from_millis(200 * attempt));
+                    }
+                    // An attempt that reached the server may have been
+                    // stored before its connection was lost: the outcome
+                    // is unknown, not a failure.
+                    Err(e @ ureq::Error::Transport(_)) if maybe_sent => {
+                        let e = match client.call(Err(e)) {
+                            Err(e) => e,
+                            Ok(_) => anyhow!("the connection was lost"),
+                        };
+                        bail!(
+                            "{e}; the append may have been stored before the connection was lost: `convstore head {}` tells",
+                            args.conversation
+                        );
                     }
                     other => break client.call(other)?,
                 }

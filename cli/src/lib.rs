@@ -35,19 +35,7 @@ fn usage(e: &clap::Error) -> ExitCode {
         _ => {
             // clap's message is a paragraph (the error, what it concerns),
             // then the usage and a pointer to --help: one line of each.
-            let mut text = e.to_string();
-            // A URL given as an invalid value is echoed without its
-            // password.
-            if let Some(clap::error::ContextValue::String(value)) =
-                e.get(clap::error::ContextKind::InvalidValue)
-            {
-                if value.contains("://") {
-                    text = text.replace(
-                        value.as_str(),
-                        &convstore_engine::store::backend::postgres::redact(value),
-                    );
-                }
-            }
+            let text = without_credentials(&e.to_string());
             let mut paragraphs = text.split("\n\n");
             let message = paragraphs
                 .next()
@@ -68,6 +56,37 @@ fn usage(e: &clap::Error) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// A usage error's message with the credentials of every quoted value
+/// hidden: clap echoes the argument it could not take (`invalid value
+/// '…'`, `unexpected argument '…'`), which may be a URL with a password
+/// or a token (`http://user:secret@host`, `u:secret@host`, `TOKEN@host`,
+/// `…?password=…`).
+fn without_credentials(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for (i, piece) in message.split('\'').enumerate() {
+        if i > 0 {
+            out.push('\'');
+        }
+        let credentials =
+            piece.contains("://") || piece.rfind('@').is_some_and(|at| piece[..at].contains(':'));
+        if i % 2 == 1 && credentials {
+            let piece = convstore_engine::store::backend::postgres::redact(piece);
+            let start = piece.find("://").map_or(0, |s| s + 3);
+            match piece[start..].rfind('@') {
+                Some(at) => {
+                    out.push_str(&piece[..start]);
+                    out.push_str("***");
+                    out.push_str(&piece[start + at..]);
+                }
+                None => out.push_str(&piece),
+            }
+        } else {
+            out.push_str(piece);
+        }
+    }
+    out
 }
 
 /// An error and its causes on one line, each cause once: a message that

@@ -15,7 +15,7 @@ pub enum Error {
     /// A location whose kind of database this build cannot open.
     #[error("{location}: a URL, not a directory; this convstore opens a directory or a postgres:// URL (no {scheme}:// backend)")]
     UnsupportedLocation {
-        /// The location as given.
+        /// The location as given, without its password.
         location: String,
         /// Its scheme.
         scheme: String,

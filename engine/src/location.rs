@@ -61,13 +61,16 @@ impl Location {
                 && (lower == "postgres" || lower == "postgresql")
             {
                 return Err(Error::Invalid(format!(
-                    "{text}: a PostgreSQL URL starts with {lower}:// ({lower}:///{rest} names a \
-                     database on this machine's default socket)"
+                    "{}: a PostgreSQL URL starts with {lower}:// ({lower}:///{} names a \
+                     database on this machine's default socket)",
+                    convstore_store::backend::postgres::redact(text),
+                    convstore_store::backend::postgres::redact(rest),
                 )));
             }
             if is_scheme && (rest.starts_with("//") || known) {
                 return Err(Error::UnsupportedLocation {
-                    location: text.to_owned(),
+                    // Said without its password.
+                    location: convstore_store::backend::postgres::redact(text),
                     scheme: scheme.to_owned(),
                 });
             }

@@ -621,10 +621,32 @@ fn cross_site(state: &AppState, request: &Request) -> Option<&'static str> {
     None
 }
 
-/// Tokens and the in-flight limit: runs before every handler.
-async fn admit(State(state): State<Shared>, mut request: Request, next: Next) -> Response {
-    if let Some(why) = cross_site(&state, &request) {
-        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", why).into_response();
+/// Tokens and the in-flight limit: runs before every handler. A request
+/// refused here has its body read and discarded first (up to
+/// `routes::DRAIN_BYTES`), so that a client sending it reads why.
+async fn admit(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    match refusal(&state, request) {
+        Ok(request) => admitted(&state, request, next).await,
+        Err(refused) => {
+            let (response, body) = *refused;
+            routes::drain(body).await;
+            response
+        }
+    }
+}
+
+/// The request, or the answer refusing it and the body to discard.
+fn refusal(
+    state: &Shared,
+    mut request: Request,
+) -> std::result::Result<Request, Box<(Response, axum::body::Body)>> {
+    let refuse =
+        |response: Response, request: Request| Err(Box::new((response, request.into_body())));
+    if let Some(why) = cross_site(state, &request) {
+        return refuse(
+            ApiError::new(StatusCode::FORBIDDEN, "forbidden", why).into_response(),
+            request,
+        );
     }
     let path = request.uri().path();
     let open = path == "/healthz" || inspector::is_page(path);
@@ -636,10 +658,15 @@ async fn admit(State(state): State<Shared>, mut request: Request, next: Next) ->
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
         let scope = match presented {
-            None => return unauthorized("a token is needed: send Authorization: Bearer TOKEN"),
+            None => {
+                return refuse(
+                    unauthorized("a token is needed: send Authorization: Bearer TOKEN"),
+                    request,
+                )
+            }
             Some(token) => match tokens.scope(token) {
                 Some(scope) => scope,
-                None => return unauthorized("the token is not valid"),
+                None => return refuse(unauthorized("the token is not valid"), request),
             },
         };
         // Answering a model's recall tool call is a read sent as a POST;
@@ -648,16 +675,24 @@ async fn admit(State(state): State<Shared>, mut request: Request, next: Next) ->
             || (request.method() == Method::POST && path.ends_with("/recall"))
             || (path == "/mcp" && !state.mcp_allow_write);
         if scope == Scope::ReadOnly && !reads {
-            return ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "the token is read-only; this request writes",
-            )
-            .into_response();
+            return refuse(
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "the token is read-only; this request writes",
+                )
+                .into_response(),
+                request,
+            );
         }
         // For the reads that would write (creating a stored view).
         request.extensions_mut().insert(scope);
     }
+    Ok(request)
+}
+
+/// An admitted request, within the in-flight limit.
+async fn admitted(state: &Shared, request: Request, next: Next) -> Response {
     let Ok(_permit) = Arc::clone(&state.in_flight).try_acquire_owned() else {
         state
             .metrics

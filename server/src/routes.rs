@@ -555,7 +555,9 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
 }
 
 /// Reads a request body of at most `limits.max_body_bytes` bytes, within
-/// `limits.body_timeout`.
+/// `limits.body_timeout`. A body over the limit is still read and
+/// discarded up to [`DRAIN_BYTES`], so that a client still sending it
+/// reads the 413 rather than a connection reset.
 pub(crate) async fn read_body(body: Body, limits: &crate::http::Limits) -> Result<Bytes> {
     let (limit, timeout) = (limits.max_body_bytes, limits.body_timeout);
     let timed_out = |what: String| {
@@ -566,13 +568,16 @@ pub(crate) async fn read_body(body: Body, limits: &crate::http::Limits) -> Resul
         ))
     };
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut limited = http_body_util::Limited::new(body, limit);
+    let mut body = body;
     let mut bytes = bytes::BytesMut::new();
+    let mut over = false;
+    let mut seen = 0usize;
     loop {
         // A body must arrive within `timeout`, and never stall for long:
         // a stalled upload holds a request slot.
         let wait = BODY_STALL.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
-        let frame = match tokio::time::timeout(wait, limited.frame()).await {
+        let frame = match tokio::time::timeout(wait, body.frame()).await {
+            Err(_) | Ok(None) if over => return Err(too_large(limit)),
             Err(_) if tokio::time::Instant::now() >= deadline => {
                 return timed_out(format!(
                     "the request body did not arrive within {} s",
@@ -591,21 +596,47 @@ pub(crate) async fn read_body(body: Body, limits: &crate::http::Limits) -> Resul
         match frame {
             Ok(frame) => {
                 if let Ok(data) = frame.into_data() {
-                    bytes.extend_from_slice(&data);
+                    seen = seen.saturating_add(data.len());
+                    if seen > limit {
+                        over = true;
+                        bytes = bytes::BytesMut::new();
+                        if seen > DRAIN_BYTES.max(limit) {
+                            return Err(too_large(limit));
+                        }
+                    } else {
+                        bytes.extend_from_slice(&data);
+                    }
                 }
             }
+            Err(_) if over => return Err(too_large(limit)),
             Err(e) => {
-                return if e
-                    .downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    Err(too_large(limit))
-                } else {
-                    Err(ApiError::bad_request(format!(
-                        "reading the request body failed: {e}; nothing was stored"
-                    )))
-                };
+                return Err(ApiError::bad_request(format!(
+                    "reading the request body failed: {e}; nothing was stored"
+                )));
             }
+        }
+    }
+}
+
+/// How much of a refused request's body the server reads and discards
+/// before it answers, so that a client that sends its whole body before
+/// reading the answer (as most do) reads the refusal rather than a broken
+/// pipe. Larger bodies are cut off; the command line asks `/healthz`
+/// first for those.
+pub(crate) const DRAIN_BYTES: usize = 4 << 20;
+
+/// Reads and discards up to [`DRAIN_BYTES`] of a refused request's body,
+/// for at most two seconds.
+pub(crate) async fn drain(body: Body) {
+    let mut body = body;
+    let mut seen = 0usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while seen <= DRAIN_BYTES {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                seen += frame.data_ref().map_or(0, bytes::Buf::remaining);
+            }
+            _ => return,
         }
     }
 }
@@ -617,7 +648,7 @@ pub(crate) fn too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "body_too_large",
-        format!("the request body is larger than the limit of {limit} bytes (--max-body-bytes); nothing was stored"),
+        format!("the request body is larger than the server's limit of {limit} bytes (serve --max-body-bytes); nothing was stored"),
     )
 }
 

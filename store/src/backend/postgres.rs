@@ -286,16 +286,16 @@ pub fn redact(url: &str) -> String {
     // `?` or `@`, which the parser accepts. (A query value holding `@`
     // makes more of the URL hidden, never less.)
     let mut out = url.to_owned();
-    let mut rest_from = start;
+    let mut hidden_to = start;
     if let Some(at) = url[start..].rfind('@').map(|i| start + i) {
         if let Some(colon) = url[start..at].find(':') {
             out = format!("{}***{}", &url[..=(start + colon)], &url[at..]);
-            rest_from = start + colon + 1 + 3;
-        } else {
-            rest_from = at;
+            hidden_to = start + colon + 1 + 3;
         }
     }
-    match out[rest_from..].find('?').map(|i| rest_from + i) {
+    // The query starts at the first `?` after the hidden password: a `@`
+    // in a query value (`?password=a@b`) is no end of user information.
+    match out[hidden_to..].find('?').map(|i| hidden_to + i) {
         Some(q) => format!("{}{}", &out[..=q], redact_parameters(&out[q + 1..], '&')),
         None => out,
     }
@@ -1743,6 +1743,14 @@ mod tests {
             "postgres://u:***@h/db?x=1"
         );
         assert!(!redact("postgres://u:pw@h/db?application_name=a@b").contains("pw"));
+        assert_eq!(
+            redact("postgres://h/db?password=sec@ret"),
+            "postgres://h/db?password=***"
+        );
+        assert_eq!(
+            redact("postgres://u@h/db?password=sec@ret&x=1"),
+            "postgres://u@h/db?password=***&x=1"
+        );
         assert_eq!(
             redact("postgres://u@h/db?pass%77ord=x&password=y"),
             "postgres://u@h/db?pass%77ord=***&password=***"
