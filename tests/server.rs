@@ -1438,6 +1438,10 @@ fn the_cli_through_a_server_takes_what_it_takes_alone() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(!err.contains("secret"), "the password is echoed: {err}");
     }
+    // --db on the command line and a server URL: two databases named.
+    let (code, _, err) = cli(&db, &["--url", &server.url, "list"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("both name a database"), "{err}");
     for args in [
         &["list", "postgres://u:secret@h/db"][..],
         &["--db", "mysql://u:secret@h/db", "list"],

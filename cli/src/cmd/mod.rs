@@ -52,6 +52,15 @@ pub(crate) fn dispatch(cli: &Cli, matches: &ArgMatches) -> Result<ExitCode> {
     // server applies its own, but a file that does not parse is a
     // mistake to report before anything is stored.
     if let Some(client) = crate::client::target(cli) {
+        // `--db DIR` on the command line with a server URL: two databases
+        // named, and going through the server would ignore the one typed.
+        if cli.url.is_some()
+            && matches.value_source("db") == Some(clap::parser::ValueSource::CommandLine)
+        {
+            return Err(crate::output::usage(
+                "--db and --url (or $CONVSTORE_URL) both name a database: give one (unset CONVSTORE_URL to use --db)",
+            ));
+        }
         let configured = match &cli.command {
             Command::Append(args) => args.auto,
             Command::Compact(_) => true,
