@@ -9,7 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::server::{agent, answer, cli, cli_bytes, get_text, post, sse_events, Server, BIN};
+use support::server::{
+    agent, answer, cli, cli_bytes, get_text, output, post, sse_events, Server, BIN,
+};
 
 const TURN: &str = "{\"type\":\"turn_start\"}\n{\"type\":\"user\",\"text\":\"hello\"}\n{\"type\":\"reasoning\",\"text\":\"thinking about it\"}\n{\"type\":\"assistant\",\"text\":\"hi\"}\n";
 
@@ -1544,25 +1546,14 @@ fn refusals_reach_a_client_still_sending_its_body() {
     let file = dir.path().join("in.ndjson");
     std::fs::write(&file, &body).unwrap();
     let run = |token: &str, args: &[&str], stdin: Option<&str>| {
-        let mut child = std::process::Command::new(BIN)
-            .args(["--url", &server.url])
-            .args(args)
-            .env("CONVSTORE_TOKEN", token)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut input = child.stdin.take().unwrap();
-        if let Some(text) = stdin {
-            let _ = std::io::Write::write_all(&mut input, text.as_bytes());
-        }
-        drop(input);
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let (code, _, err) = output(
+            Command::new(BIN)
+                .args(["--url", &server.url])
+                .args(args)
+                .env("CONVSTORE_TOKEN", token),
+            stdin.map(str::as_bytes),
+        );
+        (code, err)
     };
     let import = ["import", "--format", "ndjson", file.to_str().unwrap()];
     for _ in 0..5 {
@@ -1593,7 +1584,7 @@ fn refusals_reach_a_client_still_sending_its_body() {
             ),
         ] {
             let (code, err) = run(token, args, stdin);
-            assert_eq!(code, Some(1), "{args:?}: {err}");
+            assert_eq!(code, 1, "{args:?}: {err}");
             assert!(
                 err.contains(expected) && err.lines().count() == 1,
                 "{args:?} with {token:?}: {err}"

@@ -804,12 +804,13 @@ fn server_url(text: &str) -> Result<String, String> {
     else {
         return Err("not an http:// URL (a server, as `convstore serve` prints it)".to_owned());
     };
+    let no_server = || {
+        Err("names no server (as `convstore serve` prints it: http://127.0.0.1:7377)".to_owned())
+    };
     let rest = text[scheme.len()..].trim_end_matches('/');
     let host = rest.split('/').next().unwrap_or_default();
     if host.is_empty() {
-        return Err(
-            "names no server (as `convstore serve` prints it: http://127.0.0.1:7377)".to_owned(),
-        );
+        return no_server();
     }
     if rest.contains(['?', '#']) {
         return Err("a server's URL takes no query or fragment".to_owned());
@@ -833,9 +834,7 @@ fn server_url(text: &str) -> Result<String, String> {
         },
     };
     if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c.is_control()) {
-        return Err(
-            "names no server (as `convstore serve` prints it: http://127.0.0.1:7377)".to_owned(),
-        );
+        return no_server();
     }
     if port.is_some_and(|p| p.parse::<u16>().is_err()) {
         return Err("the port is not a number from 0 to 65535".to_owned());

@@ -207,10 +207,12 @@ impl Client {
                     .to_owned();
                 Err(ServerError { code, message }.into())
             }
-            Err(ureq::Error::Transport(e)) => {
-                Err(anyhow!("cannot reach the server at {}: {e}", self.base))
-            }
+            Err(ureq::Error::Transport(e)) => Err(self.unreachable(&e)),
         }
+    }
+
+    fn unreachable(&self, e: &ureq::Transport) -> anyhow::Error {
+        anyhow!("cannot reach the server at {}: {e}", self.base)
     }
 
     /// Fails as the server would, before sending, where a request body
@@ -229,13 +231,10 @@ impl Client {
                 self.base
             )
         })?;
-        let limit = health["max_body_bytes"].as_u64();
-        match limit {
+        match health["max_body_bytes"].as_u64() {
             Some(limit) if len as u64 > limit => Err(ServerError {
                 code: "body_too_large".to_owned(),
-                message: format!(
-                    "the request body is larger than the server's limit of {limit} bytes (serve --max-body-bytes): the input is {len} bytes; nothing was stored"
-                ),
+                message: convstore_server::body_too_large_message(limit),
             }
             .into()),
             _ => Ok(()),
@@ -423,33 +422,30 @@ pub(crate) fn dispatch(
                     request =
                         request.set("If-Match", &format!("\"{}\"", head.to_ascii_lowercase()));
                 }
-                let result = request.send_string(&body);
-                if let Err(ureq::Error::Transport(t)) = &result {
-                    maybe_sent |= !matches!(
-                        t.kind(),
-                        ureq::ErrorKind::ConnectionFailed | ureq::ErrorKind::Dns
-                    );
+                let lost = match request.send_string(&body) {
+                    Err(ureq::Error::Transport(lost)) => lost,
+                    other => break client.call(other)?,
+                };
+                maybe_sent |= !matches!(
+                    lost.kind(),
+                    ureq::ErrorKind::ConnectionFailed | ureq::ErrorKind::Dns
+                );
+                if attempt < 3 {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(200 * attempt));
+                    continue;
                 }
-                match result {
-                    Err(ureq::Error::Transport(_)) if attempt < 3 => {
-                        attempt += 1;
-                        std::thread::sleep(Duration::from_millis(200 * attempt));
-                    }
+                let e = client.unreachable(&lost);
+                if maybe_sent {
                     // An attempt that reached the server may have been
                     // stored before its connection was lost: the outcome
                     // is unknown, not a failure.
-                    Err(e @ ureq::Error::Transport(_)) if maybe_sent => {
-                        let e = match client.call(Err(e)) {
-                            Err(e) => e,
-                            Ok(_) => anyhow!("the connection was lost"),
-                        };
-                        bail!(
-                            "{e}; the append may have been stored before the connection was lost: `convstore head {}` tells",
-                            args.conversation
-                        );
-                    }
-                    other => break client.call(other)?,
+                    bail!(
+                        "{e}; the append may have been stored before the connection was lost: `convstore head {}` tells",
+                        args.conversation
+                    );
                 }
+                return Err(e);
             };
             let value: Value = response.into_json()?;
             if value["created"].as_bool() == Some(true) {

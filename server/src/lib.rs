@@ -43,5 +43,15 @@ mod state;
 pub use error::{ApiError, ServeError};
 pub use http::{bind, serve, serve_bound, Bound, Limits, ServeOptions};
 
+/// What a request body over `--max-body-bytes` is answered (413), and
+/// what the command line says when it finds an input over the limit
+/// before sending it.
+#[must_use]
+pub fn body_too_large_message(limit: u64) -> String {
+    format!(
+        "the request body is larger than the server's limit of {limit} bytes (serve --max-body-bytes); nothing was stored"
+    )
+}
+
 /// The OpenAPI document of the API, as served at `/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("../openapi.json");

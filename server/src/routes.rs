@@ -555,9 +555,9 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
 }
 
 /// Reads a request body of at most `limits.max_body_bytes` bytes, within
-/// `limits.body_timeout`. A body over the limit is still read and
-/// discarded up to [`DRAIN_BYTES`], so that a client still sending it
-/// reads the 413 rather than a connection reset.
+/// `limits.body_timeout`. The rest of a body over the limit is read and
+/// discarded ([`drain`]), so that a client still sending it reads the 413
+/// rather than a connection reset.
 pub(crate) async fn read_body(body: Body, limits: &crate::http::Limits) -> Result<Bytes> {
     let (limit, timeout) = (limits.max_body_bytes, limits.body_timeout);
     let timed_out = |what: String| {
@@ -570,14 +570,11 @@ pub(crate) async fn read_body(body: Body, limits: &crate::http::Limits) -> Resul
     let deadline = tokio::time::Instant::now() + timeout;
     let mut body = body;
     let mut bytes = bytes::BytesMut::new();
-    let mut over = false;
-    let mut seen = 0usize;
     loop {
         // A body must arrive within `timeout`, and never stall for long:
         // a stalled upload holds a request slot.
         let wait = BODY_STALL.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
         let frame = match tokio::time::timeout(wait, body.frame()).await {
-            Err(_) | Ok(None) if over => return Err(too_large(limit)),
             Err(_) if tokio::time::Instant::now() >= deadline => {
                 return timed_out(format!(
                     "the request body did not arrive within {} s",
@@ -596,19 +593,14 @@ pub(crate) async fn read_body(body: Body, limits: &crate::http::Limits) -> Resul
         match frame {
             Ok(frame) => {
                 if let Ok(data) = frame.into_data() {
-                    seen = seen.saturating_add(data.len());
-                    if seen > limit {
-                        over = true;
-                        bytes = bytes::BytesMut::new();
-                        if seen > DRAIN_BYTES.max(limit) {
-                            return Err(too_large(limit));
-                        }
-                    } else {
-                        bytes.extend_from_slice(&data);
+                    if bytes.len() + data.len() > limit {
+                        drop(bytes);
+                        drain(body).await;
+                        return Err(too_large(limit));
                     }
+                    bytes.extend_from_slice(&data);
                 }
             }
-            Err(_) if over => return Err(too_large(limit)),
             Err(e) => {
                 return Err(ApiError::bad_request(format!(
                     "reading the request body failed: {e}; nothing was stored"
@@ -648,7 +640,7 @@ pub(crate) fn too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "body_too_large",
-        format!("the request body is larger than the server's limit of {limit} bytes (serve --max-body-bytes); nothing was stored"),
+        crate::body_too_large_message(limit as u64),
     )
 }
 

@@ -145,12 +145,20 @@ pub fn cli_bytes(
     args: &[&str],
     stdin: Option<&[u8]>,
 ) -> (i32, String, String) {
-    let mut child = Command::new(BIN)
-        .arg("--db")
-        .arg(db.as_ref())
-        .args(args)
-        .env_remove("CONVSTORE_URL")
-        .env_remove("CONVSTORE_DB")
+    output(
+        Command::new(BIN)
+            .arg("--db")
+            .arg(db.as_ref())
+            .args(args)
+            .env_remove("CONVSTORE_URL")
+            .env_remove("CONVSTORE_DB"),
+        stdin,
+    )
+}
+
+/// The exit code, stdout and stderr of `command` run with `stdin`.
+pub fn output(command: &mut Command, stdin: Option<&[u8]>) -> (i32, String, String) {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
