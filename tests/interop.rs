@@ -158,6 +158,42 @@ fn openai_object_form_and_unparsable_arguments_are_reported() {
 /// Content given as parts: the text parts make the event's text, and a
 /// part with no place in an event (an image) is kept in meta and reported,
 /// so the import says what a view will not show.
+/// Bytes that are not UTF-8 are said to be so in every format, with
+/// where they are, and nothing is stored.
+#[test]
+fn input_that_is_not_utf8_is_said_to_be_so_in_every_format() {
+    let env = TestEnv::new();
+    let cases: [(&str, &[u8], &str); 3] = [
+        (
+            "ndjson",
+            b"{\"type\":\"user\",\"text\":\"h\xffi\"}\n",
+            "line 1: not UTF-8",
+        ),
+        (
+            "jp",
+            b"[{\"type\":\"x\",\"content\":\"h\xffi\"}]",
+            "not UTF-8 at line 1 column 26",
+        ),
+        (
+            "openai",
+            b"[{\"role\":\"user\",\"content\":\"h\xffi\"}]",
+            "not UTF-8 at line 1 column 29",
+        ),
+    ];
+    for (format, bytes, message) in cases {
+        let file = env.path().join(format!("bad.{format}"));
+        std::fs::write(&file, bytes).unwrap();
+        let file = file.to_str().unwrap();
+        let run = env.run(&["import", "--format", format, file]).fails();
+        assert_eq!(
+            run.stderr,
+            format!("error: {file}: {message}\n"),
+            "{format}"
+        );
+    }
+    assert!(conversations(&env).is_empty());
+}
+
 #[test]
 fn openai_content_parts_other_than_text_are_reported() {
     let env = TestEnv::new();

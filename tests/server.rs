@@ -834,6 +834,52 @@ fn every_command_prints_the_same_through_the_server() {
     assert!(out.contains("imp"), "{out}");
 }
 
+/// Warnings and refusals name the place in the input the same way with or
+/// without a server: NDJSON lines from 1 (a blank line counts), JSON
+/// array elements from 0.
+#[test]
+fn warnings_name_the_same_place_through_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let input = "{\"type\":\"user\",\"text\":\"hi\"}\n\n{\"type\":\"tool_result\",\"id\":\"zz\",\"content\":\"x\",\"is_error\":false}\n";
+    let file = dir.path().join("in.ndjson");
+    std::fs::write(&file, input).expect("input");
+    let file = file.to_str().expect("utf-8");
+    let warning = "warning: line 3: tool_result for call id \"zz\", which no tool_call has\n";
+    let runs = |suffix: &str| {
+        let append = cli(&db, &["append", &format!("a{suffix}")], Some(input));
+        let name = format!("i{suffix}");
+        let import = cli(
+            &db,
+            &["import", "--format", "ndjson", file, "--name", &name],
+            None,
+        );
+        [append, import]
+    };
+    let alone = runs("1");
+    let server = Server::start(&db, &[]);
+    let through = runs("2");
+    for (run, label) in alone.iter().chain(&through).zip([
+        "append",
+        "import",
+        "append via server",
+        "import via server",
+    ]) {
+        assert_eq!(run.0, 0, "{label}: {}", run.2);
+        assert!(run.2.starts_with(warning), "{label}: {}", run.2);
+    }
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{}/v1/conversations/a2/events", server.url))
+            .send_json(json!([{"type": "user", "text": "ok"}, {"type": "tool_result", "id": "yy", "content": "x", "is_error": false}])),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["warnings"],
+        json!(["event 1: tool_result for call id \"yy\", which no tool_call has"])
+    );
+}
+
 /// Requests that once took the server down or answered wrongly: a deeply
 /// nested or over-long query, a huge search limit, an overflowing
 /// `Last-Event-ID`, errors of the client's answered 500, a backup into

@@ -476,23 +476,23 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// The largest request body, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024 * 1024)]
+    #[arg(long, value_name = "BYTES", default_value_t = 64 * 1024 * 1024, value_parser = at_least_one::<usize>)]
     pub max_body_bytes: usize,
     /// The largest event an append takes, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES, value_parser = at_least_one::<u64>)]
     pub max_event_bytes: u64,
     /// Open connections at most (more are answered 503).
-    #[arg(long, value_name = "N", default_value_t = 1024)]
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = at_least_one::<usize>)]
     pub max_connections: usize,
     /// Requests handled at once at most (more are answered 503).
-    #[arg(long, value_name = "N", default_value_t = 256)]
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = at_least_one::<usize>)]
     pub max_in_flight: usize,
     /// How long a read may take to answer (408 after it); writes are never
     /// cut short.
-    #[arg(long, value_name = "SECS", default_value_t = 120.0, value_parser = seconds)]
+    #[arg(long, value_name = "SECS", default_value_t = 120.0, value_parser = positive_seconds)]
     pub request_timeout: f64,
     /// A follower this many records behind the log is told so.
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = at_least_one::<u64>)]
     pub follow_behind: u64,
     /// Offer the MCP endpoint's (`/mcp`) `append` and `compact` tools
     /// (read-write tokens then; without it read-only tokens may use it).
@@ -899,6 +899,23 @@ fn seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(secs) if (0.0..=1e9).contains(&secs) => Ok(secs),
         _ => Err(format!("\"{text}\" is not a number of seconds (0 or more)")),
+    }
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match seconds(text) {
+        Ok(secs) if secs > 0.0 => Ok(secs),
+        _ => Err(format!(
+            "\"{text}\" is not a number of seconds (more than 0)"
+        )),
+    }
+}
+
+/// A limit: a whole number of at least 1 (0 would refuse everything).
+fn at_least_one<N: std::str::FromStr + PartialOrd + From<u8>>(text: &str) -> Result<N, String> {
+    match text.parse::<N>() {
+        Ok(n) if n >= N::from(1) => Ok(n),
+        _ => Err(format!("\"{text}\" is not a whole number of at least 1")),
     }
 }
 

@@ -448,6 +448,11 @@ pub(crate) fn dispatch(
                 return Err(e);
             };
             let value: Value = response.into_json()?;
+            // In the order the command prints them without a server: the
+            // call id warnings come before the events are stored.
+            for warning in value["warnings"].as_array().into_iter().flatten() {
+                notes.warn(warning.as_str().unwrap_or_default());
+            }
             if value["created"].as_bool() == Some(true) {
                 notes.say(&format!(
                     "created conversation {} ({})",
@@ -472,9 +477,6 @@ pub(crate) fn dispatch(
                     number(&auto["tokens_before"]),
                     number(&auto["tokens_after"]),
                 ));
-            }
-            for warning in value["warnings"].as_array().into_iter().flatten() {
-                notes.warn(warning.as_str().unwrap_or_default());
             }
             if let Some(warning) = value["warning"].as_str() {
                 notes.warn(warning.trim_start_matches("warning: "));

@@ -35,7 +35,13 @@ fn usage(e: &clap::Error) -> ExitCode {
         _ => {
             // clap's message is a paragraph (the error, what it concerns),
             // then the usage and a pointer to --help: one line of each.
-            let text = without_credentials(&e.to_string());
+            // The standard library's words for a number it cannot read.
+            let text = without_credentials(&e.to_string())
+                .replace(": invalid digit found in string", ": not a whole number")
+                .replace(
+                    ": cannot parse integer from empty string",
+                    ": not a whole number",
+                );
             let mut paragraphs = text.split("\n\n");
             let message = paragraphs
                 .next()
@@ -56,6 +62,23 @@ fn usage(e: &clap::Error) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `cmd` with every option that takes a value taking one that reads as a
+/// negative number (`--turn -1`), so that the value's own check refuses
+/// it (`not a whole number`) instead of clap reading it as an unknown
+/// option.
+fn negative_numbers_are_values(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| {
+        let takes_values = arg.get_action().takes_values()
+            && arg.get_num_args().is_none_or(|n| n.max_values() > 0);
+        if arg.get_long().is_some() && takes_values {
+            arg.allow_negative_numbers(true)
+        } else {
+            arg
+        }
+    })
+    .mut_subcommands(negative_numbers_are_values)
 }
 
 /// A usage error's message with the credentials of every quoted value
@@ -153,7 +176,7 @@ pub fn run() -> ExitCode {
             std::env::remove_var(name);
         }
     }
-    let matches = match Cli::command().try_get_matches() {
+    let matches = match negative_numbers_are_values(Cli::command()).try_get_matches() {
         Ok(matches) => matches,
         Err(e) => return usage(&e),
     };
@@ -220,5 +243,18 @@ pub fn run() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command and option is well formed (clap's own checks, which
+    /// run only for the command a debug build parses), with negative
+    /// numbers taken as values.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        negative_numbers_are_values(Cli::command()).debug_assert();
     }
 }

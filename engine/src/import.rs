@@ -49,6 +49,17 @@ impl ImportFormat {
             _ => None,
         }
     }
+
+    /// What a place in an input of this format counts (`line 3`, `event
+    /// 12`, `message 4`), as errors and warnings name it: NDJSON lines from
+    /// 1, JP events and OpenAI messages from 0.
+    pub fn unit(self) -> &'static str {
+        match self {
+            ImportFormat::Ndjson => "line",
+            ImportFormat::Jp => "event",
+            ImportFormat::Openai => "message",
+        }
+    }
 }
 
 fn input_error(at: String, problem: impl std::fmt::Display) -> Error {
@@ -220,9 +231,10 @@ fn too_large(event: &Event, limit: u64) -> Option<String> {
     })
 }
 
-/// What [`for_each_event`] hands each event to: the event and the fields
-/// kept in `meta`.
-pub type EventSink<'a> = dyn FnMut(Event, Vec<String>) -> Result<()> + 'a;
+/// What [`for_each_event`] hands each event to: its place in the input
+/// (counted as [`ImportFormat::unit`] says), the event and the
+/// fields kept in `meta`.
+pub type EventSink<'a> = dyn FnMut(usize, Event, Vec<String>) -> Result<()> + 'a;
 
 /// Calls `sink` with each event of the input, in order, and the fields the
 /// format had that no event field holds (kept in `meta`). An error names
@@ -246,22 +258,22 @@ pub fn for_each_event(
         }
     };
     match format {
-        ImportFormat::Ndjson => {
-            for_each_ndjson_event(reader, limit, now, |_, event| sink(event, Vec::new()))
-        }
+        ImportFormat::Ndjson => for_each_ndjson_event(reader, limit, now, |line, event| {
+            sink(line, event, Vec::new())
+        }),
         ImportFormat::Jp => each_element(reader, &mut |index, value| {
             let at = format!("event {index}");
             let mut kept = Vec::new();
             let event = jp::from_jp(value, &mut kept).map_err(|e| input_error(at.clone(), e))?;
             fits(&event, &at)?;
-            sink(event, kept)
+            sink(index, event, kept)
         }),
         ImportFormat::Openai => {
             let mut de = serde_json::Deserializer::from_reader(reader);
             let value: Value = StrictValue
                 .deserialize(&mut de)
                 .and_then(|v| de.end().map(|()| v))
-                .map_err(|e| Error::Invalid(format!("invalid JSON: {e}")))?;
+                .map_err(|e| json_error(&e))?;
             let mut ignored = Vec::new();
             let shape = || {
                 Error::Invalid(
@@ -291,7 +303,7 @@ pub fn for_each_event(
                 let mut kept = Some(kept);
                 for event in events {
                     fits(&event, &at)?;
-                    sink(event, kept.take().unwrap_or_default())?;
+                    sink(index, event, kept.take().unwrap_or_default())?;
                 }
             }
             Ok(())
@@ -340,9 +352,20 @@ fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
     if let Some(e) = failed {
         return Err(e);
     }
-    read.map_err(|e| Error::Invalid(e.to_string()))?;
-    de.end().map_err(|e| Error::Invalid(e.to_string()))?;
+    read.map_err(|e| json_error(&e))?;
+    de.end().map_err(|e| json_error(&e))?;
     Ok(())
+}
+
+/// A JSON document's syntax error, said as the NDJSON reader says it:
+/// bytes that are not UTF-8 (serde_json calls them an "invalid unicode
+/// code point") as such.
+fn json_error(e: &serde_json::Error) -> Error {
+    let message = e.to_string();
+    match message.strip_prefix("invalid unicode code point") {
+        Some(at) if e.is_syntax() => Error::Invalid(format!("not UTF-8{at}")),
+        _ => Error::Invalid(format!("invalid JSON: {message}")),
+    }
 }
 
 /// What [`import`] found in a sound input.
@@ -382,8 +405,8 @@ pub fn import(
         let mut checked = Checked::default();
         let mut turns = TurnTracker::new();
         let mut calls = CallCheck::default();
-        for_each_event(format, input, now, limit, &mut |event, kept| {
-            calls.observe(checked.events as usize, &event);
+        for_each_event(format, input, now, limit, &mut |at, event, kept| {
+            calls.observe(at, &event);
             tick();
             checked.kinds[event.kind.event_type().index()] += 1;
             turns.next(event.kind.event_type());
@@ -401,7 +424,7 @@ pub fn import(
             return Err(Error::Invalid("no events to import".to_owned()));
         }
         checked.turns = turns.turn_count(checked.events);
-        checked.warnings = calls.warnings(None, "event");
+        checked.warnings = calls.warnings(None, format.unit());
         push(batch)?;
         Ok(checked)
     })?;

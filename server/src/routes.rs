@@ -504,9 +504,17 @@ fn names_an_id(query: &str) -> bool {
         || (query.len() == 32 && query.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// An append body's events, and the NDJSON line each was on (from 1;
+/// `None` for a JSON array, whose elements count from 0), so that errors
+/// and warnings name places as the command line does.
+pub(crate) struct BodyEvents {
+    events: Vec<Event>,
+    lines: Option<Vec<usize>>,
+}
+
 /// The events of an append body: a JSON array of events, or NDJSON (one
 /// event a line). An error names the element or line.
-fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result<Vec<Event>> {
+fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result<BodyEvents> {
     let text = std::str::from_utf8(body).map_err(|e| {
         ApiError::bad_request(format!(
             "the body is not UTF-8 (at byte {})",
@@ -519,6 +527,7 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
         // command line's NDJSON reader skips it.
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut events = Vec::new();
+        let mut lines = Vec::new();
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -534,8 +543,12 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
                 event_json::parse_event(line, now)
                     .map_err(|e| input(format!("line {}", i + 1), e.to_string()))?,
             );
+            lines.push(i + 1);
         }
-        return Ok(events);
+        return Ok(BodyEvents {
+            events,
+            lines: Some(lines),
+        });
     }
     let value = convstore_engine::store::strict::from_str(text)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON: {e}")))?;
@@ -544,14 +557,18 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
             "the body is neither a JSON array of events nor NDJSON (send Content-Type: application/x-ndjson for one event a line)",
         ));
     };
-    items
+    let events = items
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
             event_json::event_from_value(item, now)
                 .map_err(|e| input(format!("event {i}"), e.to_string()))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok(BodyEvents {
+        events,
+        lines: None,
+    })
 }
 
 /// Reads a request body of at most `limits.max_body_bytes` bytes, within
@@ -712,18 +729,23 @@ pub(crate) struct Appended {
     warnings: Vec<String>,
 }
 
-/// The call id warnings of appending `events` to the first `len` records
-/// of `id` (`None`: a new conversation).
+/// The call id warnings of appending `body`'s events to the first `len`
+/// records of `id` (`None`: a new conversation).
 fn call_warnings(
     store: &Store,
     log: Option<(&ConversationId, u64)>,
-    events: &[Event],
+    body: &BodyEvents,
 ) -> Result<Vec<String>> {
     let mut check = convstore_engine::calls::CallCheck::default();
-    for (i, event) in events.iter().enumerate() {
-        check.observe(i + 1, event);
+    for (i, event) in body.events.iter().enumerate() {
+        check.observe(body.lines.as_ref().map_or(i, |lines| lines[i]), event);
     }
-    Ok(check.against(store, log, "event")?)
+    let what = if body.lines.is_some() {
+        "line"
+    } else {
+        "event"
+    };
+    Ok(check.against(store, log, what)?)
 }
 
 /// An append as a request asks it: to the conversation `conv` names
@@ -733,7 +755,7 @@ fn call_warnings(
 /// and that append is its answer.
 pub(crate) struct AppendRequest {
     conv: String,
-    events: Vec<Event>,
+    body: BodyEvents,
     expected_seq: Option<u64>,
     expect_head: Option<Address>,
     must_exist: bool,
@@ -766,7 +788,7 @@ impl AppendRequest {
 
     /// The events to append.
     pub(crate) fn events(&self) -> &[Event] {
-        &self.events
+        &self.body.events
     }
 
     /// Reads what the append needs: an existing conversation's name,
@@ -783,7 +805,7 @@ impl AppendRequest {
     fn prepare_or_fail(&self, engine: &Engine) -> Result<Prepared> {
         let store = engine.store();
         let conv = self.conv.as_str();
-        let events = &self.events[..];
+        let events = &self.body.events[..];
         for attempt in 0..2 {
             if let Some(id) = store.find_exact(conv)? {
                 let info = store.info(&id)?;
@@ -805,7 +827,7 @@ impl AppendRequest {
                         warnings: Vec::new(),
                     })));
                 }
-                let warnings = call_warnings(store, Some((&id, info.len)), events)?;
+                let warnings = call_warnings(store, Some((&id, info.len)), &self.body)?;
                 let mut expect = self.expect_head;
                 if let Some(seq) = self.expected_seq {
                     if info.len != seq {
@@ -861,7 +883,7 @@ impl AppendRequest {
                         head: appended.head,
                         created: true,
                         replayed: false,
-                        warnings: call_warnings(store, None, events)?,
+                        warnings: call_warnings(store, None, &self.body)?,
                     })))
                 }
                 // Another request created it first: append to it.
@@ -913,9 +935,10 @@ impl AppendRequest {
         match self.prepare(engine) {
             Prepared::Done(answer) => answer,
             Prepared::Append(planned) => {
-                let stored = engine
-                    .store()
-                    .append(&planned.id, &self.events, &planned.options);
+                let stored =
+                    engine
+                        .store()
+                        .append(&planned.id, &self.body.events, &planned.options);
                 self.finish(engine, planned, stored)
             }
         }
@@ -1040,9 +1063,9 @@ pub(crate) async fn append(
         let small = body.len() <= SMALL_APPEND && !server_backend;
         let conv2 = conv.clone();
         let expected_seq = q.expected_seq;
-        let parse = move || -> Result<Vec<Event>> {
+        let parse = move || -> Result<BodyEvents> {
             let events = parse_events(&body, ndjson, max_event, now)?;
-            if events.is_empty() {
+            if events.events.is_empty() {
                 return Err(ApiError::new(
                     StatusCode::BAD_REQUEST,
                     "empty",
@@ -1051,9 +1074,9 @@ pub(crate) async fn append(
             }
             Ok(events)
         };
-        let request = move |events| AppendRequest {
+        let request = move |body| AppendRequest {
             conv: conv2,
-            events,
+            body,
             expected_seq,
             expect_head,
             must_exist,

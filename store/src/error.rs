@@ -64,7 +64,7 @@ pub enum StoreError {
         what: String,
     },
     /// No conversation has this name, id or id prefix.
-    #[error("no conversation named \"{query}\"{}", hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
+    #[error("{}{}", no_conversation(query), hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
     NoSuchConversation {
         /// What was looked for.
         query: String,
@@ -306,6 +306,18 @@ fn describe_io(error: &std::io::Error) -> String {
 /// Results of store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What a query that names no conversation was taken for: an id prefix
+/// (`id:PREFIX`), a full id (32 hex digits) or a name.
+fn no_conversation(query: &str) -> String {
+    if let Some(prefix) = query.strip_prefix(crate::store::ID_MARKER) {
+        format!("no conversation's id starts with \"{prefix}\"")
+    } else if query.len() == 32 && query.bytes().all(|b| b.is_ascii_hexdigit()) {
+        format!("no conversation has the id {query}")
+    } else {
+        format!("no conversation named \"{query}\"")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::StoreError;
@@ -326,3 +338,4 @@ mod tests {
         );
     }
 }
+

@@ -111,6 +111,64 @@ fn usage_errors_exit_2() {
             run.stderr
         );
     }
+    // A negative number given to an option that takes a number is refused
+    // as that option's value, not read as an unknown option.
+    for (args, option) in [
+        (&["explain", "c", "--turn", "-1"][..], "--turn <T>"),
+        (&["fork", "c", "--at-turn", "-1"], "--at-turn <T>"),
+        (
+            &["append", "c", "--max-event-bytes", "-5", "--user", "x"],
+            "--max-event-bytes <BYTES>",
+        ),
+        (&["explain", "c", "--turn", "x"], "--turn <T>"),
+    ] {
+        let run = env.run(args).usage();
+        assert!(
+            run.stderr.starts_with("error: invalid value '")
+                && run
+                    .stderr
+                    .contains(&format!("for '{option}': not a whole number")),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    // The server's limits are at least 1: 0 would refuse every request.
+    for option in [
+        "--max-body-bytes",
+        "--max-event-bytes",
+        "--max-connections",
+        "--max-in-flight",
+        "--follow-behind",
+    ] {
+        let run = env.run(&["serve", option, "0"]).usage();
+        assert!(
+            run.stderr.contains("is not a whole number of at least 1"),
+            "{option}: {}",
+            run.stderr
+        );
+    }
+    let run = env.run(&["serve", "--request-timeout", "0"]).usage();
+    assert!(run.stderr.contains("more than 0"), "{}", run.stderr);
+}
+
+#[test]
+fn a_missing_conversation_is_named_as_it_was_asked_for() {
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "x"]).ok();
+    for (query, message) in [
+        ("nope", "error: no conversation named \"nope\"\n"),
+        (
+            "id:0123",
+            "error: no conversation's id starts with \"0123\"\n",
+        ),
+        (
+            "0123456789abcdef0123456789abcdef",
+            "error: no conversation has the id 0123456789abcdef0123456789abcdef\n",
+        ),
+    ] {
+        let run = env.run(&["project", query]).fails();
+        assert_eq!(run.stderr, message);
+    }
 }
 
 #[test]

@@ -135,7 +135,7 @@ pub(crate) fn render(value: &Value, json: bool) -> Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "bytes: stored size (record + texts kept as blobs); ~tokens: {}",
+        "bytes: size as appended (record + texts; texts gc or redact dropped still count); ~tokens: {}",
         match value["tokenizer"].as_str() {
             Some("chars4") | None => "characters a model reads / 4".to_owned(),
             Some(exact) => format!("counted with {exact}"),
