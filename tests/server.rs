@@ -5,12 +5,13 @@
 mod support;
 
 use std::io::{BufReader, Read};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::server::{
-    agent, answer, cli, cli_bytes, get_text, output, post, sse_events, Server, BIN,
+    agent, answer, cli, cli_bytes, get_text, output, post, sse_events, unsafe_free_kill, Server,
+    BIN,
 };
 
 const TURN: &str = "{\"type\":\"turn_start\"}\n{\"type\":\"user\",\"text\":\"hello\"}\n{\"type\":\"reasoning\",\"text\":\"thinking about it\"}\n{\"type\":\"assistant\",\"text\":\"hi\"}\n";
@@ -1639,4 +1640,59 @@ fn refusals_reach_a_client_still_sending_its_body() {
     }
     let (code, _) = server.stop();
     assert_eq!(code, Some(0));
+}
+
+/// A command interrupted while the server handles what it sent says that
+/// the server may carry it out all the same. The server is stopped
+/// (SIGSTOP) while the command sends, so that the command is interrupted
+/// mid-request; what the server does once it goes on is whole or nothing.
+#[test]
+fn an_interrupted_write_through_a_server_says_the_server_may_finish_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let file = dir.path().join("in.ndjson");
+    let line = format!(
+        "{{\"type\":\"user\",\"text\":\"{}\"}}\n",
+        "words and more words ".repeat(20)
+    );
+    // Under 1 MiB: sent without asking the server's limit first.
+    std::fs::write(&file, line.repeat(2_000)).expect("input");
+    let server = Server::start(&db, &[]);
+    unsafe_free_kill(server.pid(), 19);
+    let child = Command::new(BIN)
+        .args([
+            "--url",
+            &server.url,
+            "import",
+            "--format",
+            "ndjson",
+            "--name",
+            "big",
+        ])
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("convstore import starts");
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe_free_kill(i32::try_from(child.id()).expect("pid"), 2);
+    let out = child.wait_with_output().expect("import ends");
+    unsafe_free_kill(server.pid(), 18);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.starts_with("interrupted: the server at ")
+            && err.contains("may carry out the request all the same"),
+        "{err}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let list: Value =
+        serde_json::from_str(&get_text(&format!("{}/v1/conversations", server.url))).expect("JSON");
+    let stored: Vec<u64> = list["conversations"]
+        .as_array()
+        .expect("conversations")
+        .iter()
+        .map(|c| c["events"].as_u64().expect("events"))
+        .collect();
+    assert!(stored.is_empty() || stored == [2_000], "{stored:?}");
 }

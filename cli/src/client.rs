@@ -179,6 +179,14 @@ impl Client {
         if let Some(token) = &self.token {
             request = request.set("Authorization", &format!("Bearer {token}"));
         }
+        // A request that may write goes on at the server if the command is
+        // interrupted: say so then.
+        if method != "GET" {
+            crate::interrupt::note_on_interrupt(Some(format!(
+                "interrupted: the server at {} may carry out the request all the same (it was sent, or being sent); the command's reads tell whether it did",
+                self.base
+            )));
+        }
         // Uncompressed: a server that fails part way through a compressed
         // answer cuts it without the line that says why.
         request.set("Accept-Encoding", "identity")
@@ -186,6 +194,7 @@ impl Client {
 
     /// The answer of a request, or its error as one line.
     fn call(&self, result: Result<ureq::Response, ureq::Error>) -> Result<ureq::Response> {
+        crate::interrupt::note_on_interrupt(None);
         match result {
             Ok(response) => Ok(response),
             Err(ureq::Error::Status(status, response)) => {

@@ -11,6 +11,10 @@ use std::sync::{Mutex, PoisonError};
 /// Temporary files to remove on an interrupt.
 static TEMPORARY: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
+/// What to say on an interrupt, if anything: a request that a server may
+/// carry out all the same.
+static NOTE: Mutex<Option<String>> = Mutex::new(None);
+
 /// Starts watching for interrupts (once, at the start of a command).
 pub(crate) fn install() {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -25,6 +29,9 @@ pub(crate) fn install() {
                 .drain(..)
             {
                 let _ = std::fs::remove_file(path);
+            }
+            if let Some(note) = NOTE.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                eprintln!("{note}");
             }
             std::process::exit(128 + signal);
         }
@@ -45,4 +52,9 @@ pub(crate) fn forget(path: &Path) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .retain(|p| p != path);
+}
+
+/// Says `note` if the command is interrupted from now on (`None`: nothing).
+pub(crate) fn note_on_interrupt(note: Option<String>) {
+    *NOTE.lock().unwrap_or_else(PoisonError::into_inner) = note;
 }
