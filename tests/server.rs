@@ -1638,6 +1638,25 @@ fn refusals_reach_a_client_still_sending_its_body() {
             );
         }
     }
+    // Bodies over the 4 MiB the server discards: the command line asks
+    // `/healthz` what its token may do before sending them.
+    let big = line.repeat(30_000); // 6 MB
+    let big_file = dir.path().join("big.ndjson");
+    std::fs::write(&big_file, &big).unwrap();
+    let import = ["import", "--format", "ndjson", big_file.to_str().unwrap()];
+    for (token, args, stdin, expected) in [
+        ("", &["append", "c"][..], Some(big.as_str()), "a token is needed: send Authorization: Bearer TOKEN (the command line sends $CONVSTORE_TOKEN"),
+        ("nonsense-token-0123456789", &import[..], None, "the token is not valid (the command line sends $CONVSTORE_TOKEN"),
+        ("reader-token-0123456789", &import[..], None, "the token is read-only; this request writes\n"),
+        ("writer-token-0123456789", &["append", "c"][..], Some(big.as_str()), "the request body is larger than the server's limit of 1000 bytes"),
+    ] {
+        let (code, err) = run(token, args, stdin);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(expected) && err.lines().count() == 1,
+            "{args:?} with {token:?}: {err}"
+        );
+    }
     let (code, _) = server.stop();
     assert_eq!(code, Some(0));
 }

@@ -205,10 +205,7 @@ impl Client {
                     .and_then(|e| e["message"].as_str().map(flags_for_fields))
                     .unwrap_or_else(|| format!("the server answered {status}: {}", text.trim()));
                 if status == 401 {
-                    // The command line's way to send a token.
-                    return Err(anyhow!(
-                        "{message} (the command line sends $CONVSTORE_TOKEN: set it to a token of the server's --token-file)"
-                    ));
+                    return Err(Self::token_refused(&message));
                 }
                 let code = error
                     .and_then(|e| e["code"].as_str())
@@ -220,15 +217,24 @@ impl Client {
         }
     }
 
+    /// What the command line says of a request the server refuses for its
+    /// token (401): with how the command line sends one.
+    fn token_refused(message: &str) -> anyhow::Error {
+        anyhow!(
+            "{message} (the command line sends $CONVSTORE_TOKEN: set it to a token of the server's --token-file)"
+        )
+    }
+
     fn unreachable(&self, e: &ureq::Transport) -> anyhow::Error {
         anyhow!("cannot reach the server at {}: {e}", self.base)
     }
 
-    /// Fails as the server would, before sending, where a request body
-    /// of `len` bytes is over the server's `--max-body-bytes`: the server
-    /// answers such a body 413 and closes the connection while the body
-    /// is still being sent, so the client would see only a broken pipe.
-    /// Bodies up to 1 MiB are sent without asking.
+    /// Fails as the server would, before sending, where a request that
+    /// writes a body of `len` bytes is over the server's
+    /// `--max-body-bytes` or is refused for its token: the server answers
+    /// such a request and closes the connection while the body is still
+    /// being sent (it discards only the first 4 MiB), so the client would
+    /// see only a broken pipe. Bodies up to 1 MiB are sent without asking.
     fn fits(&self, len: usize) -> Result<()> {
         const ASK_FROM: usize = 1 << 20;
         if len <= ASK_FROM {
@@ -240,6 +246,20 @@ impl Client {
                 self.base
             )
         })?;
+        match health["token"].as_str() {
+            Some("missing") => return Err(Self::token_refused(convstore_server::TOKEN_NEEDED)),
+            Some("not valid") => {
+                return Err(Self::token_refused(convstore_server::TOKEN_NOT_VALID))
+            }
+            Some("read-only") => {
+                return Err(ServerError {
+                    code: "forbidden".to_owned(),
+                    message: convstore_server::TOKEN_READ_ONLY.to_owned(),
+                }
+                .into())
+            }
+            _ => {}
+        }
         match health["max_body_bytes"].as_u64() {
             Some(limit) if len as u64 > limit => Err(ServerError {
                 code: "body_too_large".to_owned(),

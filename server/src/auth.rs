@@ -79,6 +79,18 @@ impl Tokens {
         Ok(Tokens { hashes })
     }
 
+    /// The scope of the token a request presents (`Authorization: Bearer
+    /// TOKEN`), or why it has none: no token, or one not valid.
+    pub fn presented(&self, headers: &axum::http::HeaderMap) -> Result<Scope, &'static str> {
+        let token = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(crate::TOKEN_NEEDED)?;
+        self.scope(token).ok_or(crate::TOKEN_NOT_VALID)
+    }
+
     /// The scope of a presented token, if it is one of ours.
     pub fn scope(&self, token: &str) -> Option<Scope> {
         let presented = blake3::hash(token.as_bytes());

@@ -651,23 +651,9 @@ fn refusal(
     let path = request.uri().path();
     let open = path == "/healthz" || inspector::is_page(path);
     if let (Some(tokens), false) = (&state.tokens, open) {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        let scope = match presented {
-            None => {
-                return refuse(
-                    unauthorized("a token is needed: send Authorization: Bearer TOKEN"),
-                    request,
-                )
-            }
-            Some(token) => match tokens.scope(token) {
-                Some(scope) => scope,
-                None => return refuse(unauthorized("the token is not valid"), request),
-            },
+        let scope = match tokens.presented(request.headers()) {
+            Ok(scope) => scope,
+            Err(why) => return refuse(unauthorized(why), request),
         };
         // Answering a model's recall tool call is a read sent as a POST;
         // so is every MCP request while its tools cannot write.
@@ -676,12 +662,8 @@ fn refusal(
             || (path == "/mcp" && !state.mcp_allow_write);
         if scope == Scope::ReadOnly && !reads {
             return refuse(
-                ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    "the token is read-only; this request writes",
-                )
-                .into_response(),
+                ApiError::new(StatusCode::FORBIDDEN, "forbidden", crate::TOKEN_READ_ONLY)
+                    .into_response(),
                 request,
             );
         }

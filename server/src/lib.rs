@@ -53,5 +53,12 @@ pub fn body_too_large_message(limit: u64) -> String {
     )
 }
 
+/// The refusal of a request without a token, by a server with tokens.
+pub const TOKEN_NEEDED: &str = "a token is needed: send Authorization: Bearer TOKEN";
+/// The refusal of a token the server does not know.
+pub const TOKEN_NOT_VALID: &str = "the token is not valid";
+/// The refusal of a write with a read-only token.
+pub const TOKEN_READ_ONLY: &str = "the token is read-only; this request writes";
+
 /// The OpenAPI document of the API, as served at `/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("../openapi.json");

@@ -261,15 +261,27 @@ fn io_error(e: &std::io::Error) -> ApiError {
 
 // ----------------------------------------------------------- server-wide
 
-pub(crate) async fn healthz(State(state): State<Shared>) -> Json<Value> {
-    Json(json!({
+pub(crate) async fn healthz(State(state): State<Shared>, headers: HeaderMap) -> Json<Value> {
+    let mut health = json!({
         "status": "ok",
         "instance": state.instance,
         "version": env!("CARGO_PKG_VERSION"),
         // A client checks a large body against it before sending: a body
         // over it is answered 413 while it is still being sent.
         "max_body_bytes": state.limits.max_body_bytes,
-    }))
+    });
+    // And, where the server has tokens, what the token it presents may
+    // do: a request refused for its token is answered while its body is
+    // still being sent too.
+    if let Some(tokens) = &state.tokens {
+        health["token"] = json!(match tokens.presented(&headers) {
+            Ok(crate::auth::Scope::ReadWrite) => "read-write",
+            Ok(crate::auth::Scope::ReadOnly) => "read-only",
+            Err(why) if why == crate::TOKEN_NEEDED => "missing",
+            Err(_) => "not valid",
+        });
+    }
+    Json(health)
 }
 
 pub(crate) async fn metrics(State(state): State<Shared>) -> Response {
