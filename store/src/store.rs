@@ -1065,12 +1065,15 @@ fn conversation_id_of(key: &[u8]) -> StoreResult<ConversationId> {
 
 /// Conversation names are 1 to 200 bytes of printable text without
 /// surrounding spaces, and read as names, never as ids: not 32 hex digits
-/// (a full id) and not starting with `id:`.
+/// (a full id) and not starting with `id:`; nor `.` or `..` (steps in a
+/// URL path) or `-` (stdin or stdout, and no name in `list`).
 pub(crate) fn validate_name(name: &str) -> StoreResult<()> {
     let reason = if let Err(reason) = printable(name) {
         Some(reason)
     } else if name == "." || name == ".." {
         Some("a URL path reads it as a step, so no server could name it")
+    } else if name == "-" {
+        Some("- stands for stdin or stdout, and for no name in listings")
     } else if name.starts_with(ID_MARKER) {
         Some("id: marks an id prefix")
     } else if name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()) {

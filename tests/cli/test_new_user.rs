@@ -89,6 +89,20 @@ fn append_to_a_hex_looking_name_never_falls_back_to_an_id_prefix() {
         "{}",
         run.stderr
     );
+    // Nor names a URL path or a listing would misread.
+    for (name, why) in [
+        (".", "a URL path reads it as a step"),
+        ("..", "a URL path reads it as a step"),
+        ("-", "- stands for stdin or stdout, and for no name in listings"),
+    ] {
+        let run = env.run(&["append", name, "--user", "x"]).usage();
+        assert!(
+            run.stderr.contains("invalid conversation name") && run.stderr.contains(why),
+            "{name}: {}",
+            run.stderr
+        );
+    }
+    assert_eq!(conversations(&env).len(), 2);
 }
 
 // 2. Databases are created only by commands that create, only where
