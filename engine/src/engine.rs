@@ -935,6 +935,22 @@ pub fn deletion_json(deletion: &Deletion) -> serde_json::Value {
     })
 }
 
+/// The events of a JSON array of events (as the HTTP API and MCP take
+/// them), in order; events without a timestamp get `now`. An error names
+/// the element (`event 0`, from 0).
+pub fn parse_event_array(items: Vec<serde_json::Value>, now: Timestamp) -> Result<Vec<Event>> {
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            json::event_from_value(item, now).map_err(|e| Error::Input {
+                at: format!("event {i}"),
+                problem: e.to_string(),
+            })
+        })
+        .collect()
+}
+
 /// Parses NDJSON text into events (blank lines skipped); events without a
 /// timestamp get the current time. An error names the line.
 pub fn parse_ndjson(text: &str) -> Result<Vec<Event>> {

@@ -57,8 +57,8 @@ pub mod turns;
 pub mod views;
 
 pub use engine::{
-    deletion_json, keyless_verification_json, parse_ndjson, redaction_json, verification_json,
-    Engine, Verification,
+    deletion_json, keyless_verification_json, parse_event_array, parse_ndjson, redaction_json,
+    verification_json, Engine, Verification,
 };
 pub use error::{Error, Result};
 pub use location::Location;

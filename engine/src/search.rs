@@ -153,6 +153,33 @@ struct Payload {
     conversations: BTreeMap<String, Marker>,
 }
 
+/// A search's `since` (`--since`): a time (RFC 3339, or JP's `YYYY-MM-DD HH:MM:SS`) or a
+/// duration back from now (`90m`, `5h`, `2d`).
+pub fn parse_since(text: &str) -> Result<Timestamp, String> {
+    let units = [
+        ('s', 1i64),
+        ('m', 60),
+        ('h', 3600),
+        ('d', 86_400),
+        ('w', 604_800),
+    ];
+    if let Some((unit, secs)) = units.iter().find(|(u, _)| text.ends_with(*u)) {
+        if let Ok(n) = text.trim_end_matches(*unit).parse::<i64>() {
+            let now = Timestamp::now().as_micros();
+            return n
+                .checked_mul(secs * 1_000_000)
+                .and_then(|back| Timestamp::from_micros(now - back))
+                .ok_or_else(|| format!("\"{text}\" is too far back"));
+        }
+    }
+    match crate::AsOf::parse(text) {
+        Some(crate::AsOf::Time(time)) => Ok(time),
+        _ => Err(format!(
+            "\"{text}\" is neither a time (2026-03-01T12:00:00Z) nor a duration back from now (90m, 5h, 2d)"
+        )),
+    }
+}
+
 /// The text a record is indexed by, if any. A text removed by a
 /// redaction (or `gc`) is not: its placeholder would match every such
 /// record.

@@ -281,7 +281,7 @@ impl Service {
                     "query": {"type": "string"},
                     "conversation": conversation,
                     "kind": {"type": "array", "items": {"type": "string", "enum": ["user", "assistant", "reasoning", "tool_call", "tool_result", "system", "config", "extension", "compaction"]}},
-                    "since": {"type": "string", "description": "Only records at or after this RFC 3339 time."},
+                    "since": {"type": "string", "description": "Only records at or after this time (RFC 3339), or this long ago (90m, 5h, 2d, 1w)."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10}
                 }, "required": ["query"]})),
             ),
@@ -394,10 +394,10 @@ impl Service {
                     _ => Vec::new(),
                 };
                 let since = match text("since") {
-                    Some(t) => match AsOf::parse(&t) {
-                        Some(AsOf::Time(time)) => Some(time),
-                        _ => return Err(format!("`since`: \"{t}\" is not an RFC 3339 time")),
-                    },
+                    Some(t) => Some(
+                        convstore_engine::search::parse_since(&t)
+                            .map_err(|e| format!("`since`: {e}"))?,
+                    ),
                     None => None,
                 };
                 let limit = usize::try_from(number("limit").unwrap_or(10).clamp(1, 1000)).unwrap_or(10);
@@ -449,11 +449,7 @@ impl Service {
             "append" if self.allow_write => {
                 let conv = need_conv()?;
                 let events = match args.get("events") {
-                    Some(Value::Array(events)) => events
-                        .iter()
-                        .map(Value::to_string)
-                        .collect::<Vec<_>>()
-                        .join("\n"),
+                    Some(Value::Array(events)) => events.clone(),
                     _ => return Err("`events` must be an array of events".to_owned()),
                 };
                 let expect = match text("expect_head") {
@@ -465,7 +461,10 @@ impl Service {
                 };
                 let (id, head) = self
                     .blocking(move |engine| {
-                        let events = convstore_engine::parse_ndjson(&events)?;
+                        let events = convstore_engine::parse_event_array(
+                            events,
+                            convstore_engine::store::Timestamp::now(),
+                        )?;
                         if events.is_empty() {
                             return Err(convstore_engine::Error::Invalid("no events to append".to_owned()));
                         }
@@ -530,6 +529,115 @@ impl Service {
             other => Err(format!("no tool named `{other}`")),
         }
     }
+}
+
+/// Checks a tool's arguments against its input schema, as far as the
+/// schemas of these tools go (`type`, `enum`, `minimum`, `maximum`, array
+/// `items`, `required`, and no argument it does not name): an argument of
+/// the wrong type is refused, never taken for an absent one (a
+/// `dry_run` of `"yes"` must not store). `null` stands for an argument
+/// not given, and is removed.
+fn check_arguments(
+    schema: &Map<String, Value>,
+    args: &mut Map<String, Value>,
+) -> Result<(), String> {
+    args.retain(|_, value| !value.is_null());
+    let properties = schema.get("properties").and_then(Value::as_object);
+    for (key, value) in args.iter() {
+        let Some(property) = properties.and_then(|p| p.get(key)) else {
+            let known: Vec<String> = properties
+                .into_iter()
+                .flat_map(|p| p.keys())
+                .map(|k| format!("`{k}`"))
+                .collect();
+            return Err(format!(
+                "unknown argument `{key}` (this tool takes {})",
+                known.join(", ")
+            ));
+        };
+        check_value(key, property, value)?;
+    }
+    for key in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !args.contains_key(key) {
+            return Err(format!("`{key}` is required"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one argument (named `path`) against its schema.
+fn check_value(path: &str, schema: &Value, value: &Value) -> Result<(), String> {
+    let kind = schema.get("type").and_then(Value::as_str);
+    let fits = match kind {
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        Some("array") => value.is_array(),
+        Some("object") => value.is_object(),
+        _ => true,
+    };
+    if !fits {
+        let got = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(n) if n.is_f64() => "a fractional number",
+            Value::Number(_) => "an integer",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        };
+        let wanted = match kind {
+            Some("integer") => "an integer",
+            Some("array") => "an array",
+            Some("object") => "an object",
+            Some(other) => other,
+            None => "something else",
+        };
+        let wanted = match wanted {
+            "string" => "a string",
+            "boolean" => "a boolean",
+            "number" => "a number",
+            other => other,
+        };
+        return Err(format!("`{path}` must be {wanted}, not {got} ({value})"));
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
+        if !allowed.contains(value) {
+            let allowed: Vec<String> = allowed.iter().map(Value::to_string).collect();
+            return Err(format!(
+                "`{path}`: {value} is not one of {}",
+                allowed.join(", ")
+            ));
+        }
+    }
+    let number = value
+        .as_i64()
+        .map(i128::from)
+        .or_else(|| value.as_u64().map(i128::from));
+    let bound = |key: &str| schema.get(key).and_then(Value::as_i64).map(i128::from);
+    if let (Some(n), Some(least)) = (number, bound("minimum")) {
+        if n < least {
+            return Err(format!("`{path}` must be at least {least}, not {n}"));
+        }
+    }
+    if let (Some(n), Some(most)) = (number, bound("maximum")) {
+        if n > most {
+            return Err(format!("`{path}` must be at most {most}, not {n}"));
+        }
+    }
+    if let (Some(items), Some(values)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in values.iter().enumerate() {
+            check_value(&format!("{path}[{i}]"), items, item)?;
+        }
+    }
+    Ok(())
 }
 
 /// A conversation's view as text in `format`.
@@ -690,7 +798,14 @@ impl ServerHandler for Service {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let args = request.arguments.unwrap_or_default();
+        let mut args = request.arguments.unwrap_or_default();
+        let checked = match self.tools().iter().find(|t| t.name == request.name) {
+            Some(tool) => check_arguments(&tool.input_schema, &mut args),
+            None => Ok(()),
+        };
+        if let Err(problem) = checked {
+            return Ok(error_result(problem));
+        }
         Ok(match self.call(&request.name, args).await {
             Ok(text) => text_result(text),
             Err(problem) => error_result(problem),

@@ -529,6 +529,9 @@ pub(crate) fn router(state: Shared) -> Router {
         state.mcp_allow_write,
         state.tokens.is_some(),
     );
+    let mcp = Router::new()
+        .route_service("/mcp", mcp)
+        .layer(middleware::from_fn(session_ended));
     Router::new()
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
@@ -537,7 +540,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/c/{conv}", get(inspector::conversation_page))
         .route("/assets/inspector.js", get(inspector::script))
         .route("/assets/inspector.css", get(inspector::style))
-        .route_service("/mcp", mcp)
+        .merge(mcp)
         .merge(reads)
         .merge(writes)
         .merge(follows)
@@ -550,6 +553,18 @@ pub(crate) fn router(state: Shared) -> Router {
         .layer(middleware::from_fn_with_state(Arc::clone(&state), observe))
         .layer(CompressionLayer::new().compress_when(compressed_answers()))
         .with_state(state)
+}
+
+/// An MCP session ended by its client (`DELETE /mcp`) is answered 204 No
+/// Content, not 202 Accepted (rmcp's answer), which MCP clients (the
+/// official Python SDK among them) take for a failure to end it.
+async fn session_ended(request: Request, next: Next) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// The answers worth compressing for a client that accepts gzip: a

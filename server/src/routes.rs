@@ -569,14 +569,7 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
             "the body is neither a JSON array of events nor NDJSON (send Content-Type: application/x-ndjson for one event a line)",
         ));
     };
-    let events = items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| {
-            event_json::event_from_value(item, now)
-                .map_err(|e| input(format!("event {i}"), e.to_string()))
-        })
-        .collect::<Result<_>>()?;
+    let events = convstore_engine::parse_event_array(items, now)?;
     Ok(BodyEvents {
         events,
         lines: None,

@@ -81,6 +81,8 @@ fn the_python_sdk_over_streamable_http_from_serve() {
         output.status.success() && stdout.trim_end().ends_with("ok"),
         "the MCP client failed over HTTP:\n{stdout}\n{stderr}"
     );
+    // Each session the client ends (DELETE /mcp) is ended as it expects.
+    assert!(!stderr.contains("Session termination failed"), "{stderr}");
 }
 
 #[test]

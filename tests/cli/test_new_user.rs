@@ -93,7 +93,10 @@ fn append_to_a_hex_looking_name_never_falls_back_to_an_id_prefix() {
     for (name, why) in [
         (".", "a URL path reads it as a step"),
         ("..", "a URL path reads it as a step"),
-        ("-", "- stands for stdin or stdout, and for no name in listings"),
+        (
+            "-",
+            "- stands for stdin or stdout, and for no name in listings",
+        ),
     ] {
         let run = env.run(&["append", name, "--user", "x"]).usage();
         assert!(

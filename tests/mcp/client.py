@@ -132,9 +132,41 @@ async def tools_and_resources() -> None:
         # Errors are tool errors, and the server goes on.
         assert "nosuch" in await tool_error(client, "get_view", conversation="nosuch")
         assert "999" in await tool_error(client, "recall", conversation="chat", handle="999")
-        await tool_error(client, "append", conversation="chat", events=[{"type": "bogus"}])
+        bogus = await tool_error(client, "append", conversation="chat", events=[{"type": "bogus"}])
+        assert bogus.startswith("event 0: "), bogus
+        # An argument of the wrong type is refused, never taken for an
+        # absent one: a dry run of "yes" stores nothing.
+        for name, arguments, said in [
+            ("compact", {"conversation": "chat", "tool_calls": "strip", "dry_run": "yes"},
+             "`dry_run` must be a boolean, not a string"),
+            ("compact", {"conversation": "chat", "tool_calls": "strip", "from_turn": "4"},
+             "`from_turn` must be an integer"),
+            ("compact", {"conversation": "chat", "tool_calls": "strip", "from_turn": -1},
+             "`from_turn` must be at least 0"),
+            ("compact", {"conversation": "chat", "tool_calls": "strip", "to_turn": 4.5},
+             "`to_turn` must be an integer, not a fractional number"),
+            ("compact", {"conversation": "chat", "tool_calls": "shred"},
+             "`tool_calls`: \"shred\" is not one of"),
+            ("append", {"conversation": "chat", "events": EVENTS[:1], "expect_head": 12345},
+             "`expect_head` must be a string"),
+            ("append", {"conversation": 123, "events": EVENTS[:1]},
+             "`conversation` must be a string"),
+            ("get_view", {"conversation": "chat", "as_of": 5}, "`as_of` must be a string"),
+            ("get_view", {"conversation": "chat", "colour": "red"}, "unknown argument `colour`"),
+            ("search", {"query": "quokkafrobnicate", "kind": "user"}, "`kind` must be an array"),
+            ("search", {"query": "quokkafrobnicate", "kind": ["nope"]}, "`kind[0]`"),
+            ("search", {"query": "quokkafrobnicate", "limit": 0}, "`limit` must be at least 1"),
+            ("search", {"query": "quokkafrobnicate", "limit": 100000}, "at most 1000"),
+            ("recall", {"conversation": "chat", "handle": "3", "max_tokens": "abc"},
+             "`max_tokens` must be an integer"),
+        ]:
+            message = await tool_error(client, name, **arguments)
+            assert said in message, (name, arguments, message)
         after = json.loads(await tool(client, "list_conversations"))
         assert [c["records"] for c in after if c["name"] == "chat"] == [len(EVENTS) + 1], after
+        # null is an argument not given; since takes what --since takes.
+        await tool(client, "get_view", conversation="chat", profile=None)
+        assert "quokkafrobnicate" in await tool(client, "search", query="quokkafrobnicate", since="1w")
 
         # A subscriber hears of a write made by another process, even one
         # made the moment the subscription is answered, under the URI it

@@ -21,7 +21,7 @@ pub(crate) mod redact;
 pub(crate) mod search;
 mod serve;
 
-pub(crate) use search::parse_since;
+pub(crate) use convstore_engine::search::parse_since;
 pub(crate) mod stats;
 pub(crate) mod verify;
 mod view;

@@ -7,39 +7,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use convstore_engine::search::{Hit, SearchQuery, Visibility};
-use convstore_engine::store::{EventType, Timestamp};
-use convstore_engine::{AsOf, Engine};
+use convstore_engine::store::EventType;
+use convstore_engine::Engine;
 use serde_json::json;
 
 use crate::args::{ReindexArgs, SearchArgs};
 use crate::output::{self, Notes};
-
-/// `--since`: a time (RFC 3339, or JP's `YYYY-MM-DD HH:MM:SS`) or a
-/// duration back from now (`90m`, `5h`, `2d`).
-pub(crate) fn parse_since(text: &str) -> Result<Timestamp, String> {
-    let units = [
-        ('s', 1i64),
-        ('m', 60),
-        ('h', 3600),
-        ('d', 86_400),
-        ('w', 604_800),
-    ];
-    if let Some((unit, secs)) = units.iter().find(|(u, _)| text.ends_with(*u)) {
-        if let Ok(n) = text.trim_end_matches(*unit).parse::<i64>() {
-            let now = Timestamp::now().as_micros();
-            return n
-                .checked_mul(secs * 1_000_000)
-                .and_then(|back| Timestamp::from_micros(now - back))
-                .ok_or_else(|| format!("\"{text}\" is too far back"));
-        }
-    }
-    match AsOf::parse(text) {
-        Some(AsOf::Time(time)) => Ok(time),
-        _ => Err(format!(
-            "\"{text}\" is neither a time (2026-03-01T12:00:00Z) nor a duration back from now (90m, 5h, 2d)"
-        )),
-    }
-}
 
 pub(crate) fn run(engine: &Engine, args: &SearchArgs, notes: &Notes) -> Result<ExitCode> {
     let store = engine.store();
