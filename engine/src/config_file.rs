@@ -50,6 +50,15 @@ pub fn keyring_for(
     explicit: Option<&Path>,
     db: &Path,
 ) -> Result<Option<std::sync::Arc<convstore_store::Keyring>>> {
+    keyring(&encryption_for(explicit, db)?)
+}
+
+/// The `[encryption]` of the configuration file `explicit`, else of the
+/// one beside `db` (defaults without one), with a relative key file made
+/// relative to that file: a configuration holding only that, for
+/// [`keyring`]. An error if the file cannot be read or is not TOML, or
+/// `[encryption]` is wrong.
+pub fn encryption_for(explicit: Option<&Path>, db: &Path) -> Result<Config> {
     let (path, text) = read(explicit, db)?;
     let encryption =
         Config::parse_encryption(text.as_deref().unwrap_or_default()).map_err(|source| {
@@ -63,7 +72,7 @@ pub fn keyring_for(
         ..Config::default()
     };
     anchor_commands(&mut config, &path);
-    keyring(&config)
+    Ok(config)
 }
 
 /// The master key and keyring of `config` (`[encryption] key_file`), else

@@ -324,6 +324,30 @@ fn an_empty_key_setting_is_a_mistake_not_plain_text() {
     assert!(!env.db().exists());
 }
 
+/// A key file named but missing fails every command on a database that is
+/// not encrypted, as a key that is there does: nothing is stored in clear
+/// while encryption is meant.
+#[test]
+fn a_missing_key_file_is_never_taken_for_no_encryption() {
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "plain"]).ok();
+    configure(&env, "[encryption]\nkey_file = \"gone.key\"\n");
+    for args in [
+        &["append", "c", "--user", "in clear?"][..],
+        &["project", "c"],
+        &["list"],
+    ] {
+        let refused = env.run(args).fails().stderr;
+        assert!(
+            refused.starts_with("error: key file or keyring ") && refused.contains("gone.key"),
+            "{args:?}: {refused}"
+        );
+    }
+    without_key(&env);
+    let log = env.run(&["log", "c"]).ok().stdout;
+    assert_eq!(log.lines().count(), 1, "{log}");
+}
+
 #[test]
 fn a_deletion_whose_key_cannot_be_deleted_yet_is_finished_later() {
     let env = TestEnv::new();

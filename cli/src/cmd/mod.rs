@@ -268,12 +268,16 @@ pub(crate) fn open(cli: &Cli, create: bool) -> Result<Engine> {
     // `$CONVSTORE_KEY_FILE`. A configuration that cannot be read for it
     // fails a command that would create a database (it might have been
     // meant encrypted) or opens an encrypted one; it does not fail every
-    // other command.
-    let (keyring, unread) = match config_file::keyring_for(cli.config.as_deref(), &beside_db(cli)) {
-        Ok(keyring) => (keyring, None),
-        Err(e) if create && Creating::look(cli).is_some() => return Err(e.into()),
-        Err(e) => (config_file::keyring(&Config::default())?, Some(e)),
-    };
+    // other command. A key file named but missing or unreadable fails
+    // every command, as a key configured for a database that is not
+    // encrypted does: encryption was meant, and nothing may be stored in
+    // clear meanwhile.
+    let (keyring, unread) =
+        match config_file::encryption_for(cli.config.as_deref(), &beside_db(cli)) {
+            Ok(config) => (config_file::keyring(&config)?, None),
+            Err(e) if create && Creating::look(cli).is_some() => return Err(e.into()),
+            Err(e) => (config_file::keyring(&Config::default())?, Some(e)),
+        };
     let options = if create {
         OpenOptions::create()
     } else {
