@@ -881,6 +881,81 @@ fn warnings_name_the_same_place_through_the_server() {
     );
 }
 
+/// What a command says on stderr, and its exit code, are the same through
+/// a server as without one, for notes and refusals as well as answers:
+/// what an openai array left out, an inflated compaction's token table,
+/// an inverted range (a usage error), a view's profile, a tool call that
+/// does not parse, a file name that cannot be a name, a dry run's words.
+#[test]
+fn notes_and_refusals_read_the_same_through_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let events = "{\"type\":\"turn_start\"}\n{\"type\":\"user\",\"text\":\"hi\"}\n{\"type\":\"reasoning\",\"text\":\"hmm\"}\n{\"type\":\"tool_call\",\"id\":\"c1\",\"name\":\"ls\",\"arguments\":{}}\n{\"type\":\"assistant\",\"text\":\"hello there\"}\n{\"type\":\"turn_start\"}\n{\"type\":\"user\",\"text\":\"more\"}\n{\"type\":\"assistant\",\"text\":\"ok\"}\n";
+    for (args, stdin) in [
+        (&["append", "chat"][..], Some(events)),
+        (
+            &["view", "chat", "--name", "v1", "--profile", "light"],
+            None,
+        ),
+    ] {
+        let (code, _, err) = cli(&db, args, stdin);
+        assert_eq!(code, 0, "{args:?}: {err}");
+    }
+    let empty_name = dir.path().join(".ndjson");
+    std::fs::write(&empty_name, "{\"type\":\"user\",\"text\":\"x\"}\n").expect("input");
+    let empty_name = empty_name.to_str().expect("utf-8");
+    let copy = dir.path().join("copy");
+    assert!(Command::new("cp")
+        .args(["-r"])
+        .arg(&db)
+        .arg(&copy)
+        .status()
+        .expect("cp")
+        .success());
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["project", "chat", "--format", "openai"],
+        vec!["export", "chat", "--format", "openai"],
+        vec!["view", "chat", "--name", "v1", "--format", "openai"],
+        vec![
+            "compact",
+            "chat",
+            "--profile",
+            "heavy",
+            "--from",
+            "0",
+            "--to",
+            "1",
+        ],
+        vec![
+            "compact",
+            "chat",
+            "--from",
+            "3",
+            "--to",
+            "1",
+            "--reasoning",
+            "strip",
+        ],
+        vec!["view", "chat", "--name", "v1", "--profile", "default"],
+        vec!["recall", "chat", "--tool-call", "nope"],
+        vec!["import", "--format", "ndjson", empty_name],
+        vec!["gc", "--all-payloads", "--older-than", "0s", "--dry-run"],
+    ];
+    let local: Vec<_> = commands.iter().map(|args| cli(&copy, args, None)).collect();
+    let server = Server::start(&db, &[]);
+    for (args, alone) in commands.iter().zip(&local) {
+        let through = cli(&db, args, None);
+        assert_eq!(&through, alone, "{args:?} through the server");
+    }
+    assert!(
+        local[0].2.contains("openai: left out"),
+        "the openai note: {:?}",
+        local[0]
+    );
+    assert_eq!(local[4].0, 2, "an inverted range is a usage error");
+    drop(server);
+}
+
 /// Requests that once took the server down or answered wrongly: a deeply
 /// nested or over-long query, a huge search limit, an overflowing
 /// `Last-Event-ID`, errors of the client's answered 500, a backup into

@@ -25,12 +25,13 @@ use crate::args::{Cli, Command, Format};
 use crate::cmd;
 use crate::output::{self, Notes};
 
-/// A server's error answer: its code (`name_taken`, ...) and its message
-/// as the command line prints it.
+/// A server's error answer: its code (`name_taken`, ...), its message as
+/// the command line prints it, and the error object's other fields.
 #[derive(Debug)]
 struct ServerError {
     code: String,
     message: String,
+    extra: Value,
 }
 
 impl std::fmt::Display for ServerError {
@@ -122,8 +123,10 @@ fn flags_for_fields(message: &str) -> String {
             return format!("{flag}{rest}");
         }
     }
-    // A query parameter named inside the sentence.
-    message.replace("(with_forks=true)", "(--with-forks)")
+    // A query parameter, or a request, named inside the sentence.
+    message
+        .replace("(with_forks=true)", "(--with-forks)")
+        .replace("drop it (DELETE the view)", "drop it (view --drop)")
 }
 
 /// Pinned ranges from a server's JSON (`[[A, B|null], ...]`).
@@ -211,7 +214,13 @@ impl Client {
                     .and_then(|e| e["code"].as_str())
                     .unwrap_or_default()
                     .to_owned();
-                Err(ServerError { code, message }.into())
+                let extra = error.cloned().unwrap_or(Value::Null);
+                Err(ServerError {
+                    code,
+                    message,
+                    extra,
+                }
+                .into())
             }
             Err(ureq::Error::Transport(e)) => Err(self.unreachable(&e)),
         }
@@ -255,6 +264,7 @@ impl Client {
                 return Err(ServerError {
                     code: "forbidden".to_owned(),
                     message: convstore_server::TOKEN_READ_ONLY.to_owned(),
+                    extra: Value::Null,
                 }
                 .into())
             }
@@ -264,6 +274,7 @@ impl Client {
             Some(limit) if len as u64 > limit => Err(ServerError {
                 code: "body_too_large".to_owned(),
                 message: convstore_server::body_too_large_message(limit),
+                extra: Value::Null,
             }
             .into()),
             _ => Ok(()),
@@ -313,7 +324,16 @@ fn output_file(output: Option<&str>) -> Result<Option<output::OutputFile>> {
     }
 }
 
-fn copy_out(response: ureq::Response, file: Option<output::OutputFile>) -> Result<()> {
+/// Copies an answer to stdout or `file`; then says what an `openai`
+/// answer left out, as the command says it without a server.
+fn copy_out(
+    response: ureq::Response,
+    file: Option<output::OutputFile>,
+    notes: &Notes,
+) -> Result<()> {
+    let left_out: Option<Vec<u64>> = response
+        .header(convstore_server::OPENAI_LEFT_OUT)
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
     let mut reader = response.into_reader();
     let mut copy = |out: &mut dyn Write| copy_answer(&mut reader, out);
     match file {
@@ -323,6 +343,14 @@ fn copy_out(response: ureq::Response, file: Option<output::OutputFile>) -> Resul
             out.flush()?;
         }
         Some(file) => file.write_with(&mut copy)?,
+    }
+    if let Some(&[calls, results, other]) = left_out.as_deref() {
+        let dropped = convstore_engine::format::Dropped {
+            calls,
+            results,
+            other,
+        };
+        cmd::project::note_dropped(dropped, notes);
     }
     Ok(())
 }
@@ -540,7 +568,7 @@ pub(crate) fn dispatch(
                     &[("as_of", as_of_text(args.as_of))],
                 )?;
                 drop(out);
-                return copy_out(response, None).map(|()| ExitCode::SUCCESS);
+                return copy_out(response, None, notes).map(|()| ExitCode::SUCCESS);
             }
         }
         Command::Project(args) => {
@@ -554,7 +582,7 @@ pub(crate) fn dispatch(
                 ],
             )?;
             drop(out);
-            return copy_out(response, file).map(|()| ExitCode::SUCCESS);
+            return copy_out(response, file, notes).map(|()| ExitCode::SUCCESS);
         }
         Command::View(args) => {
             let path = client.conversation(&args.conversation)?;
@@ -643,7 +671,7 @@ pub(crate) fn dispatch(
                     }
                 }
                 drop(out);
-                return copy_out(response, file).map(|()| ExitCode::SUCCESS);
+                return copy_out(response, file, notes).map(|()| ExitCode::SUCCESS);
             }
         }
         Command::List(args) => {
@@ -731,6 +759,7 @@ pub(crate) fn dispatch(
             }
         }
         Command::Compact(args) => {
+            cmd::compact::check_order(args)?;
             let body = json!({
                 "profile": args.profile,
                 "reasoning": args.reasoning.map(|r| match r {
@@ -756,10 +785,22 @@ pub(crate) fn dispatch(
                 "dry_run": args.dry_run,
                 "recall_hints": args.recall_hints.then_some(true),
             });
-            let report = client.post_json(
+            let report = match client.post_json(
                 &format!("{}/compact", client.conversation(&args.conversation)?),
                 &body,
-            )?;
+            ) {
+                Ok(report) => report,
+                // An inflated compaction's report, printed as the command
+                // prints it without a server before it fails.
+                Err(e) => match e.downcast_ref::<ServerError>() {
+                    Some(refused)
+                        if refused.code == "inflated" && refused.extra["report"].is_object() =>
+                    {
+                        refused.extra["report"].clone()
+                    }
+                    _ => return Err(e),
+                },
+            };
             let counted = match args.tokenizer.as_str() {
                 "chars4" => "4 characters a token".to_owned(),
                 exact => format!(
@@ -841,6 +882,9 @@ pub(crate) fn dispatch(
                 } else {
                     call.clone()
                 };
+                // Read here first: a call that does not parse is refused as
+                // the command refuses it without a server.
+                convstore_engine::recall::parse_tool_call(&text).context("--tool-call")?;
                 let answer: Value = client
                     .call(
                         client
@@ -870,7 +914,7 @@ pub(crate) fn dispatch(
                     ],
                 )?;
                 drop(out);
-                return copy_out(response, None).map(|()| ExitCode::SUCCESS);
+                return copy_out(response, None, notes).map(|()| ExitCode::SUCCESS);
             }
         }
         Command::Search(args) => {
@@ -930,7 +974,7 @@ pub(crate) fn dispatch(
                 ],
             )?;
             drop(out);
-            return copy_out(response, file).map(|()| ExitCode::SUCCESS);
+            return copy_out(response, file, notes).map(|()| ExitCode::SUCCESS);
         }
         Command::Import(args) => {
             server_limits_events(args.max_event_bytes, &client.base)?;
@@ -949,10 +993,7 @@ pub(crate) fn dispatch(
                     .read_to_end(&mut body)
                     .with_context(|| format!("cannot read {}", args.file))?;
             }
-            let name = args
-                .name
-                .clone()
-                .or_else(|| cmd::import::default_name(&args.file));
+            let name = cmd::import::name(args)?;
             let value: Value = client
                 .fits(body.len())
                 .and_then(|()| {
@@ -985,12 +1026,13 @@ pub(crate) fn dispatch(
             return cmd::import::report(&value, args.json, notes);
         }
         Command::Reindex(args) => {
+            let started = std::time::Instant::now();
             let value = client.post_json("/v1/reindex", &json!({}))?;
             drop(out);
             return cmd::search::reindexed(
                 value["conversations"].as_u64().unwrap_or(0),
                 value["records"].as_u64().unwrap_or(0),
-                None,
+                started.elapsed(),
                 args.json,
             );
         }

@@ -19,14 +19,14 @@ use convstore_engine::recall::{self, Target};
 use convstore_engine::search::{Hit, SearchQuery, LIMIT_MAX};
 use convstore_engine::store::json::write_log_record;
 use convstore_engine::store::{EventType, Timestamp};
-use convstore_engine::{stats, turns, views, AsOf, Scope};
+use convstore_engine::{stats, turns, views, AsOf, Engine, Scope};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::routes::{
-    internal, nfc, parse_as_of, parse_json_body, read_body, resolve_read, resolve_write, stream,
-    streamed, write_permit,
+    internal, left_out_header, nfc, openai_first, parse_as_of, parse_json_body, read_body,
+    resolve_read, resolve_write, stream, streamed, write_permit,
 };
 use crate::state::Shared;
 
@@ -352,33 +352,38 @@ pub(crate) async fn export(
     })?;
     let as_of = parse_as_of(q.as_of.as_deref())?;
     let projected = q.projected;
+    let (left_out, rendered) = tokio::sync::oneshot::channel();
+    let write = move |engine: &Engine, (id, scope), out: &mut dyn Write| {
+        Ok(export::export(
+            engine.store(),
+            &id,
+            scope,
+            projected,
+            format,
+            out,
+            &mut |_| {},
+        )?)
+    };
     let (body, _) = stream(
         &state,
         move |engine| {
             let store = engine.store();
             let id = resolve_read(store, &conv)?;
             let scope = Scope::as_of(store, &id, as_of)?;
-            Ok((id, scope))
+            let openai = format == ExportFormat::Openai;
+            openai_first(openai, (id, scope), left_out, |p, out| {
+                write(engine, p, out)
+            })
         },
-        move |engine, (id, scope), out| {
-            export::export(
-                engine.store(),
-                &id,
-                scope,
-                projected,
-                format,
-                out,
-                &mut |_| {},
-            )?;
-            Ok(())
-        },
+        move |engine, prepared, out| prepared.write(out, |p, out| write(engine, p, out)),
     )
     .await?;
     let content = match format {
         ExportFormat::Ndjson => "application/x-ndjson",
         ExportFormat::Jp | ExportFormat::Openai => "application/json",
     };
-    Ok(streamed(body, content, &[]))
+    let headers = left_out_header(rendered).await;
+    Ok(streamed(body, content, &headers))
 }
 
 #[derive(Deserialize)]

@@ -53,6 +53,12 @@ pub fn body_too_large_message(limit: u64) -> String {
     )
 }
 
+/// The header of an `openai` answer (a view, a materialized view, an
+/// export) that says what the `messages` array left out:
+/// `CALLS,RESULTS,OTHER` (tool calls without a result, results without a
+/// call, events no message holds), as the command line says it.
+pub const OPENAI_LEFT_OUT: &str = "convstore-openai-left-out";
+
 /// The refusal of a request without a token, by a server with tokens.
 pub const TOKEN_NEEDED: &str = "a token is needed: send Authorization: Bearer TOKEN";
 /// The refusal of a token the server does not know.

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use convstore_engine::compact::{CompactRequest, Status};
 use convstore_engine::error::turns_note;
 use convstore_engine::fork::ForkAt;
-use convstore_engine::format::{self, text_line, write_view_event, Format};
+use convstore_engine::format::{self, text_line, write_view_event, Dropped, Format};
 use convstore_engine::pipeline::{self, AsOf, Scope};
 use convstore_engine::projection::bounds::{Bound, RangeError};
 use convstore_engine::projection::{Tokenizer, ViewEvent};
@@ -1457,6 +1457,7 @@ pub(crate) async fn project(
     let turns = q.turns.as_deref().map(parse_turns).transpose()?;
     let turns_text = q.turns.clone();
     let profile = q.profile.clone();
+    let (left_out, rendered) = oneshot::channel();
     let (body, _) = stream(
         &state,
         move |engine| {
@@ -1476,66 +1477,155 @@ pub(crate) async fn project(
             }
             let projector = views::projector(store, &id, scope.end, profile.as_deref())
                 .map_err(|e| ApiError::from(e).context("profile"))?;
-            Ok((id, scope, projector, turns))
+            let prepared = ProjectAnswer {
+                id,
+                scope,
+                projector,
+                turns,
+            };
+            openai_first(format == Format::Openai, prepared, left_out, |p, out| {
+                write_projection(engine, p, format, out)
+            })
         },
-        move |engine, (id, scope, projector, turns), out| {
-            let store = engine.store();
-            let wanted = |v: &ViewEvent| turns.as_ref().is_none_or(|r| r.contains(&v.turn));
-            let io = |e: std::io::Error| io_error(&e);
-            match format {
-                Format::Ndjson | Format::Json => {
-                    let json = format == Format::Json;
-                    let mut first = true;
-                    if json {
-                        out.write_all(b"[").map_err(io)?;
-                    }
-                    let format = |view: Vec<ViewEvent>| {
-                        let mut bytes = Vec::with_capacity(view.len() * 256);
-                        for v in view.iter().filter(|v| wanted(v)) {
-                            if json {
-                                bytes.push(b',');
-                            }
-                            write_view_event(v, &mut bytes);
-                            if !json {
-                                bytes.push(b'\n');
-                            }
-                        }
-                        bytes
-                    };
-                    pipeline::stream_map(store, &id, scope, &projector, format, |bytes| {
-                        let skip = usize::from(json && first && !bytes.is_empty());
-                        first &= bytes.is_empty();
-                        out.write_all(&bytes[skip..])?;
-                        Ok(())
-                    })?;
-                    if json {
-                        out.write_all(b"]\n").map_err(io)?;
-                    }
-                }
-                Format::Openai => {
-                    let mut events = Vec::new();
-                    pipeline::stream(store, &id, scope, &projector, |v| {
-                        if wanted(v) {
-                            events.push(v.clone());
-                        }
-                        Ok(())
-                    })?;
-                    format::write_openai(out, &events)?;
-                }
-                Format::Text => {
-                    pipeline::stream(store, &id, scope, &projector, |v| {
-                        if wanted(v) {
-                            writeln!(out, "{}", text_line(v))?;
-                        }
-                        Ok(())
-                    })?;
-                }
-            }
-            Ok(())
+        move |engine, prepared, out| {
+            prepared.write(out, |p, out| write_projection(engine, p, format, out))
         },
     )
     .await?;
-    Ok(streamed(body, content_type(format), &[]))
+    let headers = left_out_header(rendered).await;
+    Ok(streamed(body, content_type(format), &headers))
+}
+
+/// A projection to answer, resolved.
+pub(crate) struct ProjectAnswer {
+    id: ConversationId,
+    scope: Scope,
+    projector: convstore_engine::projection::Projector,
+    turns: Option<std::ops::RangeInclusive<u64>>,
+}
+
+/// Writes a projection in `format`: what an `openai` array left out.
+fn write_projection(
+    engine: &Engine,
+    answer: ProjectAnswer,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<Dropped> {
+    let ProjectAnswer {
+        id,
+        scope,
+        projector,
+        turns,
+    } = answer;
+    let store = engine.store();
+    let wanted = |v: &ViewEvent| turns.as_ref().is_none_or(|r| r.contains(&v.turn));
+    let io = |e: std::io::Error| io_error(&e);
+    match format {
+        Format::Ndjson | Format::Json => {
+            let json = format == Format::Json;
+            let mut first = true;
+            if json {
+                out.write_all(b"[").map_err(io)?;
+            }
+            let format = |view: Vec<ViewEvent>| {
+                let mut bytes = Vec::with_capacity(view.len() * 256);
+                for v in view.iter().filter(|v| wanted(v)) {
+                    if json {
+                        bytes.push(b',');
+                    }
+                    write_view_event(v, &mut bytes);
+                    if !json {
+                        bytes.push(b'\n');
+                    }
+                }
+                bytes
+            };
+            pipeline::stream_map(store, &id, scope, &projector, format, |bytes| {
+                let skip = usize::from(json && first && !bytes.is_empty());
+                first &= bytes.is_empty();
+                out.write_all(&bytes[skip..])?;
+                Ok(())
+            })?;
+            if json {
+                out.write_all(b"]\n").map_err(io)?;
+            }
+        }
+        Format::Openai => {
+            let mut events = Vec::new();
+            pipeline::stream(store, &id, scope, &projector, |v| {
+                if wanted(v) {
+                    events.push(v.clone());
+                }
+                Ok(())
+            })?;
+            return Ok(format::write_openai(out, &events)?);
+        }
+        Format::Text => {
+            pipeline::stream(store, &id, scope, &projector, |v| {
+                if wanted(v) {
+                    writeln!(out, "{}", text_line(v))?;
+                }
+                Ok(())
+            })?;
+        }
+    }
+    Ok(Dropped::default())
+}
+
+/// An answer prepared: rendered whole already (an `openai` one), or to
+/// stream.
+pub(crate) enum Rendered<P> {
+    /// The whole answer.
+    Whole(Vec<u8>),
+    /// What streaming it needs.
+    Streamed(P),
+}
+
+impl<P> Rendered<P> {
+    /// Writes the answer: the bytes rendered, or what `stream` writes.
+    pub(crate) fn write(
+        self,
+        out: &mut dyn Write,
+        stream: impl FnOnce(P, &mut dyn Write) -> Result<Dropped>,
+    ) -> Result<()> {
+        match self {
+            Rendered::Whole(bytes) => out.write_all(&bytes).map_err(|e| io_error(&e)),
+            Rendered::Streamed(prepared) => stream(prepared, out).map(|_| ()),
+        }
+    }
+}
+
+/// For an `openai` answer: renders it whole with `render` before the
+/// answer starts (a `messages` array is built whole anyway) and sends
+/// what it left out on `left_out`, for [`left_out_header`]. Answers in
+/// other formats are left to stream.
+pub(crate) fn openai_first<P>(
+    openai: bool,
+    prepared: P,
+    left_out: oneshot::Sender<Dropped>,
+    render: impl FnOnce(P, &mut dyn Write) -> Result<Dropped>,
+) -> Result<Rendered<P>> {
+    if !openai {
+        return Ok(Rendered::Streamed(prepared));
+    }
+    let mut bytes = Vec::new();
+    let dropped = render(prepared, &mut bytes)?;
+    let _ = left_out.send(dropped);
+    Ok(Rendered::Whole(bytes))
+}
+
+/// The [`crate::OPENAI_LEFT_OUT`] header of an answer [`openai_first`]
+/// rendered; none for one it left to stream.
+pub(crate) async fn left_out_header(
+    rendered: oneshot::Receiver<Dropped>,
+) -> Vec<(&'static str, String)> {
+    match rendered.await {
+        Ok(d) => vec![(
+            crate::OPENAI_LEFT_OUT,
+            format!("{},{},{}", d.calls, d.results, d.other),
+        )],
+        Err(_) => Vec::new(),
+    }
 }
 
 fn view_error(e: Error) -> ApiError {
@@ -1593,6 +1683,7 @@ pub(crate) async fn read_view(
     // any read does) but does not create one: that would store data.
     let read_only = scope.is_some_and(|s| s.0 == crate::auth::Scope::ReadOnly);
     let (tx_meta, rx_meta) = oneshot::channel();
+    let (left_out, rendered) = oneshot::channel();
     let (body, _) = stream(
         &state,
         move |engine| {
@@ -1610,16 +1701,16 @@ pub(crate) async fn read_view(
                 .refresh_view(&id, &name, q.profile.as_deref())
                 .map_err(view_error)?;
             let _ = tx_meta.send((view.clone(), refresh));
-            Ok((id, view.name))
+            openai_first(format == Format::Openai, (id, view.name), left_out, |p, out| {
+                write_view(engine, p, format, out)
+            })
         },
-        move |engine, (id, name), out| {
-            format::write_events(out, format, &mut |sink| {
-                views::read(engine.store(), &id, &name, sink)
-            })?;
-            Ok(())
+        move |engine, prepared, out| {
+            prepared.write(out, |p, out| write_view(engine, p, format, out))
         },
     )
     .await?;
+    let mut headers = left_out_header(rendered).await;
     let (view, refresh) = rx_meta.await.map_err(|_| internal("the worker stopped"))?;
     let refresh = match refresh {
         Refresh::Current => "current".to_owned(),
@@ -1633,15 +1724,25 @@ pub(crate) async fn read_view(
                 .join(",")
         ),
     };
-    Ok(streamed(
-        body,
-        content_type(format),
-        &[
-            ("convstore-view-refresh", refresh),
-            ("convstore-view-records", view.len.to_string()),
-            ("convstore-view-events", view.events.to_string()),
-        ],
-    ))
+    headers.extend([
+        ("convstore-view-refresh", refresh),
+        ("convstore-view-records", view.len.to_string()),
+        ("convstore-view-events", view.events.to_string()),
+    ]);
+    Ok(streamed(body, content_type(format), &headers))
+}
+
+/// Writes materialized view `name` of conversation `id` in `format`: what
+/// an `openai` array left out.
+fn write_view(
+    engine: &Engine,
+    (id, name): (ConversationId, String),
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<Dropped> {
+    Ok(format::write_events(out, format, &mut |sink| {
+        views::read(engine.store(), &id, &name, sink)
+    })?)
 }
 
 pub(crate) async fn drop_view(
@@ -1939,7 +2040,8 @@ pub(crate) async fn compact(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "inflated",
                     format!("inflated: the compaction would not shrink the view ({tokens_before} -> {tokens_after} tokens); nothing was stored (force stores it anyway)"),
-                ));
+                )
+                .with("report", report.to_json()));
             }
             let value = report.to_json();
             Ok((value, id, store.info(&id)?.len))

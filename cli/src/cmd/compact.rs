@@ -16,8 +16,9 @@ use serde_json::Value;
 use crate::args::{CompactArgs, ReasoningArg, ToolCallsArg};
 use crate::output::{self, Notes};
 
-pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<ExitCode> {
-    // Two turn numbers in the wrong order are wrong whatever the log.
+/// Two turn numbers in the wrong order are wrong whatever the log: a
+/// usage error, with or without a server.
+pub(crate) fn check_order(args: &CompactArgs) -> Result<()> {
     if let (Some(from), Some(to)) = (args.from.as_deref(), args.to.as_deref()) {
         if let (Ok(Bound::Turn(a)), Ok(Bound::Turn(b))) = (Bound::parse(from), Bound::parse(to)) {
             if a > b {
@@ -27,6 +28,11 @@ pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<
             }
         }
     }
+    Ok(())
+}
+
+pub(crate) fn run(engine: &Engine, args: &CompactArgs, notes: &Notes) -> Result<ExitCode> {
+    check_order(args)?;
     let store = engine.store();
     let id = store.resolve_exact(&args.conversation)?;
     let info = store.info(&id)?;

@@ -91,7 +91,11 @@ pub(crate) fn print(value: &Value, json: bool) -> Result<()> {
         convstore_store::one_line(value["reason"].as_str().unwrap_or("")),
     );
     if count(value, "blobs_removed") > 0 {
-        total.push_str("; removed ");
+        total.push_str(if value["dry_run"].as_bool() == Some(true) {
+            "; would remove "
+        } else {
+            "; removed "
+        });
         total.push_str(&output::plural(count(value, "blobs_removed"), "long text"));
     }
     writeln!(out, "{total}")?;

@@ -27,18 +27,7 @@ pub(crate) fn run(cli: &Cli, args: &ImportArgs, notes: &Notes) -> Result<ExitCod
         InteropFormat::Jp => ImportFormat::Jp,
         InteropFormat::Openai => ImportFormat::Openai,
     };
-    let name = match &args.name {
-        Some(name) => Some(name.clone()),
-        None => default_name(&args.file),
-    };
-    if let Some(name) = &name {
-        if let Err(e) = convstore_store::validate_conversation_name(name) {
-            if args.name.is_none() {
-                bail!("{e} (the name comes from the file's; choose one with --name)");
-            }
-            return Err(e.into());
-        }
-    }
+    let name = name(args)?;
     let creating = cmd::Creating::look(cli);
     let engine = cmd::open(cli, true)?;
     let stored = (|| -> Result<Value> {
@@ -161,6 +150,24 @@ pub(crate) fn shown(path: &str) -> String {
 }
 
 /// `17648402467-title.events.json` → `17648402467-title`.
+/// The new conversation's name: `--name`, else the file's
+/// ([`default_name`]); an error if it cannot be a name.
+pub(crate) fn name(args: &ImportArgs) -> Result<Option<String>> {
+    let name = match &args.name {
+        Some(name) => Some(name.clone()),
+        None => default_name(&args.file),
+    };
+    if let Some(name) = &name {
+        if let Err(e) = convstore_store::validate_conversation_name(name) {
+            if args.name.is_none() {
+                bail!("{e} (the name comes from the file's; choose one with --name)");
+            }
+            return Err(e.into());
+        }
+    }
+    Ok(name)
+}
+
 pub(crate) fn default_name(path: &str) -> Option<String> {
     use unicode_normalization::UnicodeNormalization as _;
     if path == "-" {

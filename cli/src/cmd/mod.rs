@@ -15,7 +15,7 @@ pub(crate) mod import;
 mod log;
 mod mcp;
 pub(crate) mod pin;
-mod project;
+pub(crate) mod project;
 pub(crate) mod recall;
 pub(crate) mod redact;
 pub(crate) mod search;

@@ -113,7 +113,7 @@ pub(crate) fn reindex(engine: &Engine, args: &ReindexArgs, _notes: &Notes) -> Re
     reindexed(
         done.conversations,
         done.records,
-        Some(started.elapsed()),
+        started.elapsed(),
         args.json,
     )
 }
@@ -122,7 +122,7 @@ pub(crate) fn reindex(engine: &Engine, args: &ReindexArgs, _notes: &Notes) -> Re
 pub(crate) fn reindexed(
     conversations: u64,
     records: u64,
-    took: Option<std::time::Duration>,
+    took: std::time::Duration,
     json: bool,
 ) -> Result<ExitCode> {
     let mut out = output::stdout();
@@ -133,7 +133,7 @@ pub(crate) fn reindexed(
             json!({ "conversations": conversations, "records": records })
         )?;
     } else {
-        let took = took.map_or(String::new(), |t| format!(" in {:.1} s", t.as_secs_f64()));
+        let took = format!(" in {:.1} s", took.as_secs_f64());
         writeln!(
             out,
             "indexed {} of {}{took}",
