@@ -204,14 +204,21 @@ impl Summarizer for CommandSummarizer {
 
     fn summarize(&self, events: &[LogEvent]) -> Result<String, SummarizeError> {
         let program = &self.argv[0];
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(&self.argv[1..])
             .env(INSTRUCTIONS_ENV, &self.instructions)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::piped());
+        // A process group of its own, so that what it starts (a script's
+        // commands) is ended with it on a timeout or an interrupt.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command
             .spawn()
             .map_err(|e| SummarizeError::Unavailable(format!("cannot run {program}: {e}")))?;
+        let group = Running::group(&child);
         // Feed stdin and drain the pipes on threads, so a program that
         // writes before it has read everything cannot block us.
         let input = ndjson(events);
@@ -242,6 +249,7 @@ impl Summarizer for CommandSummarizer {
                 break status;
             }
             if started.elapsed() > self.timeout {
+                group.end();
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(SummarizeError::Timeout {
@@ -331,5 +339,62 @@ impl Summarizer for OpenAiSummarizer {
                     "{url}: the answer has no choices[0].message.content"
                 ))
             })
+    }
+}
+
+/// The process groups of the summarizer programs running, for
+/// [`end_running`].
+static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// A summarizer program's process group while it runs (its id is the
+/// program's): ended by [`Running::end`], forgotten when dropped.
+struct Running(u32);
+
+impl Running {
+    fn group(child: &std::process::Child) -> Running {
+        RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(child.id());
+        Running(child.id())
+    }
+
+    /// Kills every process of the group.
+    fn end(&self) {
+        kill_group(self.0);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|&g| g != self.0);
+    }
+}
+
+fn kill_group(group: u32) {
+    #[cfg(unix)]
+    if let Some(pid) = i32::try_from(group)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    #[cfg(not(unix))]
+    let _ = group;
+}
+
+/// Ends every summarizer program running, and what each started: for a
+/// command interrupted while one runs (the programs run in process groups
+/// of their own, which an interrupt at the terminal does not reach).
+pub fn end_running() {
+    for group in RUNNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .drain(..)
+    {
+        kill_group(group);
     }
 }

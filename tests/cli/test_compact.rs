@@ -388,7 +388,7 @@ fn command_summarizer_reads_raw_events_and_instructions() {
     );
 
     let failing = script(&env, "fail.sh", "echo 'model unavailable' >&2; exit 3");
-    let slow = script(&env, "slow.sh", "sleep 5; echo late");
+    let slow = script(&env, "slow.sh", "sleep 7.31; echo late");
     for (program, expected) in [
         (failing.as_str(), "model unavailable"),
         (slow.as_str(), "did not finish within 1 s"),
@@ -404,6 +404,13 @@ fn command_summarizer_reads_raw_events_and_instructions() {
         assert!(err.stderr.contains(expected), "{}", err.stderr);
         assert_eq!(compactions(&env).len(), before);
     }
+    // What the program started ended with it: no `sleep 7.31` is left.
+    let left: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .filter(|cmdline| cmdline == b"sleep\x007.31\x00")
+        .collect();
+    assert!(left.is_empty(), "a summarizer's child outlived its timeout");
 }
 
 /// Serves `answers` in order, one connection each, and hands back each
