@@ -32,6 +32,13 @@ fn usage(e: &clap::Error) -> ExitCode {
             let _ = e.print();
             ExitCode::from(2)
         }
+        // No command, but an option (`-q`) or an environment variable
+        // (`$CONVSTORE_DB`) given: the help, as for `convstore` alone (only
+        // the top level has subcommands).
+        ErrorKind::MissingSubcommand => {
+            eprint!("{}", Cli::command().render_help());
+            ExitCode::from(2)
+        }
         _ => {
             // clap's message is a paragraph (the error, what it concerns),
             // then the usage and a pointer to --help: one line of each.

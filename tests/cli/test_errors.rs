@@ -98,6 +98,16 @@ fn usage_errors_exit_2() {
     let env = TestEnv::new();
     assert_eq!(env.run(&["frobnicate"]).code, 2);
     assert_eq!(env.run(&["append"]).code, 2);
+    // No command, with a global option or $CONVSTORE_DB: the help.
+    for args in [&[][..], &["-q"]] {
+        let run = env.run(args);
+        assert_eq!(run.code, 2);
+        assert!(
+            run.stderr.contains("\nCommands:\n"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
     // A turn range that starts with `-` is read as one, not as a flag.
     env.run(&["append", "c", "--user", "hi"]).ok();
     for args in [
