@@ -1228,7 +1228,8 @@ pub struct RecallArgs {
     #[arg(long, value_name = "JSON")]
     pub tool_call: Option<String>,
     /// The answer's budget with --tool-call, in tokens (four characters a
-    /// token): what does not fit is cut, and the answer says how to get it.
+    /// token; 120 at least, a smaller one is raised to it): what does not
+    /// fit is cut, and the answer says how to get it.
     #[arg(long, value_name = "N", default_value_t = convstore_engine::recall::DEFAULT_MAX_TOKENS, requires = "tool_call", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: u64,
     /// Output format (not with --tool-call).

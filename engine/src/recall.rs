@@ -269,12 +269,18 @@ fn budget_chars(tokens: u64) -> usize {
 /// Room kept in a budget for the note saying what was cut.
 const NOTE_ROOM: usize = 240;
 
+/// The least budget an answer is given, in tokens: room for the note
+/// saying what was cut and as much text beside it. A smaller budget is
+/// raised to it (and the note names it).
+pub const MIN_TOKENS: u64 = (NOTE_ROOM * 2 / 4) as u64;
+
 /// The records as text within `max_tokens` (four characters a token),
 /// starting `offset` characters into the first record's text. What does
 /// not fit is cut, and a last line says what was cut and how to ask for
 /// the rest (the handle, and an offset when a record was cut part-way).
 pub fn bounded_text(records: &[LogRecord], offset: usize, max_tokens: u64) -> (String, bool) {
-    let budget = budget_chars(max_tokens).max(NOTE_ROOM * 2);
+    let max_tokens = max_tokens.max(MIN_TOKENS);
+    let budget = budget_chars(max_tokens);
     let room = budget - NOTE_ROOM;
     let mut out = String::new();
     let mut used = 0usize;

@@ -269,7 +269,7 @@ impl Service {
                 schema({
                     let mut params = recall::tool_parameters();
                     params["properties"]["conversation"] = conversation.clone();
-                    params["properties"]["max_tokens"] = json!({"type": "integer", "minimum": 1, "default": 4000, "description": "The answer's budget (four characters a token)."});
+                    params["properties"]["max_tokens"] = json!({"type": "integer", "minimum": 1, "default": 4000, "description": "The answer's budget (four characters a token; 120 at least, a smaller one is raised to it)."});
                     params["required"] = json!(["conversation"]);
                     params
                 }),

@@ -88,18 +88,38 @@ fn recall_through_the_binary_gives_back_stripped_results_of_a_real_conversation(
     let call =
         format!(r#"{{"type":"tool_use","id":"t1","name":"recall","input":{{"handle":"{seq}"}}}}"#);
     let answer = json_of(
-        &env.run(&["recall", "chat", "--tool-call", &call, "--max-tokens", "50"])
-            .ok()
-            .stdout,
+        &env.run(&[
+            "recall",
+            "chat",
+            "--tool-call",
+            &call,
+            "--max-tokens",
+            "150",
+        ])
+        .ok()
+        .stdout,
     );
     assert_eq!(answer["tool_use_id"], "t1");
     assert!(
         answer["content"]
             .as_str()
             .unwrap()
-            .contains("cut at the budget of 50 tokens"),
+            .contains("cut at the budget of 150 tokens"),
         "{answer}"
     );
+    // A budget under the least an answer takes is raised to it, and the
+    // note names the budget the answer had.
+    let answer = json_of(
+        &env.run(&["recall", "chat", "--tool-call", &call, "--max-tokens", "1"])
+            .ok()
+            .stdout,
+    );
+    let content = answer["content"].as_str().unwrap();
+    assert!(
+        content.contains("cut at the budget of 120 tokens"),
+        "{answer}"
+    );
+    assert!(content.chars().count() <= 120 * 4, "{answer}");
 }
 
 #[test]
