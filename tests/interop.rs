@@ -191,7 +191,29 @@ fn input_that_is_not_utf8_is_said_to_be_so_in_every_format() {
             "{format}"
         );
     }
+    // A UTF-16 byte order mark is said to be one; a UTF-8 one is skipped,
+    // in every format.
+    let file = env.path().join("utf16.json");
+    std::fs::write(&file, b"\xFF\xFE[\x00]\x00").unwrap();
+    let run = env
+        .run(&["import", "--format", "jp", file.to_str().unwrap()])
+        .fails();
+    assert!(
+        run.stderr
+            .contains("not UTF-8: the input starts with a UTF-16 byte order mark"),
+        "{}",
+        run.stderr
+    );
     assert!(conversations(&env).is_empty());
+    let file = env.path().join("bom.json");
+    std::fs::write(
+        &file,
+        b"\xEF\xBB\xBF[{\"role\":\"user\",\"content\":\"hi\"}]",
+    )
+    .unwrap();
+    env.run(&["import", "--format", "openai", file.to_str().unwrap()])
+        .ok();
+    assert_eq!(conversations(&env).len(), 1);
 }
 
 #[test]

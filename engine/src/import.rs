@@ -247,7 +247,10 @@ pub fn for_each_event(
     limit: u64,
     sink: &mut EventSink<'_>,
 ) -> Result<()> {
-    let reader = BufReader::with_capacity(1 << 20, input);
+    let mut reader = BufReader::with_capacity(1 << 20, input);
+    if format != ImportFormat::Ndjson {
+        json_start(&mut reader)?;
+    }
     // The store refuses an event over the limit when it is appended; here
     // it is refused where it is read, with its position (NDJSON lines as
     // they are parsed).
@@ -354,6 +357,24 @@ fn each_element(reader: impl Read, sink: &mut ElementSink<'_>) -> Result<()> {
     }
     read.map_err(|e| json_error(&e))?;
     de.end().map_err(|e| json_error(&e))?;
+    Ok(())
+}
+
+/// Skips a UTF-8 byte order mark at the start of a JSON document (as the
+/// NDJSON reader skips one); refuses a UTF-16 or UTF-32 one, which
+/// serde_json would report as a value missing at line 1 column 1.
+fn json_start(reader: &mut impl BufRead) -> Result<()> {
+    let head = reader
+        .fill_buf()
+        .map_err(|e| Error::Invalid(format!("cannot read: {e}")))?;
+    if head.starts_with(b"\xEF\xBB\xBF") {
+        reader.consume(3);
+    } else if head.starts_with(b"\xFF\xFE") || head.starts_with(b"\xFE\xFF") {
+        return Err(Error::Invalid(
+            "not UTF-8: the input starts with a UTF-16 byte order mark (convert it to UTF-8)"
+                .to_owned(),
+        ));
+    }
     Ok(())
 }
 

@@ -164,7 +164,7 @@ pub(crate) fn retention_warning(engine: &Engine, notes: &Notes) {
 pub(crate) fn index_warning(engine: &Engine, notes: &Notes) {
     if let Some(error) = engine.take_index_error() {
         notes.warn(&format!(
-            "the write was stored, but the search index was not updated ({error}); the next write or search catches it up, `convstore reindex` rebuilds it"
+            "the write was stored, but the search index was not updated ({error}); the next search catches it up, `convstore reindex` rebuilds it"
         ));
     }
 }

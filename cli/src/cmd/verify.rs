@@ -92,7 +92,7 @@ fn note_behind(value: &Value, notes: &Notes) {
     let behind = index["behind_conversations"].as_u64().unwrap_or(0);
     if behind > 0 {
         notes.say(&format!(
-            "note: the search index is behind the log in {} ({}): the next write or search catches it up",
+            "note: the search index is behind the log in {} ({}): the next search catches it up",
             output::plural(behind, "conversation"),
             output::plural(index["behind"].as_u64().unwrap_or(0), "record")
         ));
