@@ -63,7 +63,10 @@ fn usage(e: &clap::Error) -> ExitCode {
                 .find_map(|l| l.trim().strip_prefix("Usage: "))
                 // A global option given by the environment is no part of
                 // the usage.
-                .map(|u| format!(" (usage: {})", u.replace("--db <DIR|URL> ", "")))
+                .map(|u| {
+                    let u = u.replace("--db <DIR|URL> ", "").replace("--url <URL> ", "");
+                    format!(" (usage: {u})")
+                })
                 .unwrap_or_default();
             output::line_to_stderr(&format!("{message}{usage}"));
             ExitCode::from(2)

@@ -136,9 +136,15 @@ impl Store {
             let label = |id: &ConversationId| -> StoreResult<String> {
                 Ok(self.meta(id)?.name.unwrap_or_else(|| id.hex()))
             };
+            // Named in one order whatever order they were found in.
+            let mut forks = doomed[1..]
+                .iter()
+                .map(label)
+                .collect::<StoreResult<Vec<_>>>()?;
+            forks.sort();
             return Err(StoreError::HasForks {
                 conversation: label(id)?,
-                forks: doomed[1..].iter().map(label).collect::<StoreResult<_>>()?,
+                forks,
             });
         }
         let mut batch = Batch::new();
