@@ -366,13 +366,19 @@ fn tokens_scopes_and_limits() {
         answer(with("writer-token-0123456789").send_string(TURN)).0,
         201
     );
-    let (status, _) = answer(
-        agent()
-            .get(&url)
-            .set("Authorization", "Bearer reader-token-0123456789")
-            .call(),
-    );
-    assert_eq!(status, 200);
+    // The scheme's name is case-insensitive (RFC 7235).
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let (status, _) = answer(
+            agent()
+                .get(&url)
+                .set(
+                    "Authorization",
+                    &format!("{scheme} reader-token-0123456789"),
+                )
+                .call(),
+        );
+        assert_eq!(status, 200, "{scheme}");
+    }
     // /healthz needs no token; /metrics does.
     assert_eq!(
         answer(agent().get(&format!("{}/healthz", server.url)).call()).0,
@@ -954,6 +960,75 @@ fn notes_and_refusals_read_the_same_through_the_server() {
     );
     assert_eq!(local[4].0, 2, "an inverted range is a usage error");
     drop(server);
+}
+
+/// Appends, reads and deletes of one conversation at once: an append by
+/// name always stores (creating the conversation anew if a delete took
+/// it), a read of a conversation deleted under it answers 404 (never a
+/// corrupt database), and afterwards `verify` passes: the search index
+/// holds no deleted conversation.
+#[test]
+fn deletes_racing_appends_and_reads_leave_a_sound_database() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let (code, _, err) = cli(&db, &["append", "keep", "--user", "x"], None);
+    assert_eq!(code, 0, "{err}");
+    let server = Server::start(&db, &[]);
+    let url = format!("{}/v1/conversations/d", server.url);
+    let body: Vec<Value> = (0..500)
+        .map(|i| json!({"type": "user", "text": format!("words {i}")}))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let rounds = 60;
+    std::thread::scope(|scope| {
+        let appends = scope.spawn(|| {
+            for _ in 0..rounds {
+                if Instant::now() > deadline {
+                    break;
+                }
+                let (status, answer) =
+                    answer(agent().post(&format!("{url}/events")).send_json(&body));
+                assert!(status == 200 || status == 201, "{status} {answer}");
+            }
+        });
+        let deletes = scope.spawn(|| {
+            for _ in 0..rounds {
+                if Instant::now() > deadline {
+                    break;
+                }
+                let (status, answer) = answer(agent().delete(&url).call());
+                assert!(status == 200 || status == 404, "{status} {answer}");
+            }
+        });
+        let reads = scope.spawn(|| {
+            for _ in 0..rounds {
+                if Instant::now() > deadline {
+                    break;
+                }
+                for path in ["events", "view"] {
+                    match agent().get(&format!("{url}/{path}")).call() {
+                        Ok(response) => {
+                            // Cut short by a delete: the last line says why.
+                            let text = response.into_string().unwrap_or_default();
+                            assert!(!text.contains("\"corrupt\""), "{path}: {text}");
+                        }
+                        Err(ureq::Error::Status(status, response)) => {
+                            let text = response.into_string().unwrap_or_default();
+                            assert_eq!(status, 404, "{path}: {text}");
+                        }
+                        Err(e) => panic!("{path}: {e}"),
+                    }
+                }
+            }
+        });
+        for thread in [appends, deletes, reads] {
+            thread.join().expect("no failure");
+        }
+    });
+    let (code, _) = server.stop();
+    assert_eq!(code, Some(0));
+    let (code, out, err) = cli(&db, &["verify"], None);
+    assert_eq!(code, 0, "{out}{err}");
 }
 
 /// Requests that once took the server down or answered wrongly: a deeply

@@ -678,12 +678,10 @@ impl Engine {
             }
             let index = self.search_index()?;
             if only_indexed {
-                let markers = index.markers()?;
-                if !ids.iter().any(|id| markers.contains_key(id)) {
-                    return Ok(true);
-                }
+                index.forget_indexed(ids)
+            } else {
+                index.forget(ids)
             }
-            index.forget(ids)
         }))
         .unwrap_or_else(|_| Err(Error::Search("the index library panicked".to_owned())));
         let note = match forgotten {

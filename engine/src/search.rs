@@ -586,8 +586,26 @@ impl SearchIndex {
     /// until a merge). `false` if another process kept the writer busy
     /// (the next catch-up of every conversation drops them).
     pub fn forget(&self, ids: &[ConversationId]) -> Result<bool> {
+        self.forget_where(ids, false)
+    }
+
+    /// [`SearchIndex::forget`] if the index has a marker of one of `ids`
+    /// (it indexed some of it), looked at while no catch-up of this
+    /// process runs: one under way when `ids` were deleted commits their
+    /// documents, and its marker, before this looks.
+    pub fn forget_indexed(&self, ids: &[ConversationId]) -> Result<bool> {
+        self.forget_where(ids, true)
+    }
+
+    fn forget_where(&self, ids: &[ConversationId], only_indexed: bool) -> Result<bool> {
         guarded(|| {
             let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
+            if only_indexed {
+                let markers = self.markers()?;
+                if !ids.iter().any(|id| markers.contains_key(id)) {
+                    return Ok(true);
+                }
+            }
             let Some(mut writer) = self.writer(false, WRITER_WAIT)? else {
                 return Ok(false);
             };

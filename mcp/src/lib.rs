@@ -505,6 +505,13 @@ impl Service {
                     };
                 }
                 request.summary = text("summary");
+                if let (Some(from), Some(to)) = (number("from_turn"), number("to_turn")) {
+                    if from > to {
+                        return Err(format!(
+                            "`from_turn` {from} `to_turn` {to}: the range is inverted (from comes after to)"
+                        ));
+                    }
+                }
                 request.from = number("from_turn").map(convstore_engine::projection::bounds::Bound::Turn);
                 request.to = number("to_turn").map(convstore_engine::projection::bounds::Bound::Turn);
                 request.recall_hints = args.get("recall_hints").and_then(Value::as_bool);

@@ -82,11 +82,13 @@ impl Tokens {
     /// The scope of the token a request presents (`Authorization: Bearer
     /// TOKEN`), or why it has none: no token, or one not valid.
     pub fn presented(&self, headers: &axum::http::HeaderMap) -> Result<Scope, &'static str> {
+        // The scheme's name is case-insensitive (RFC 7235).
         let token = headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .ok_or(crate::TOKEN_NEEDED)?;
         self.scope(token).ok_or(crate::TOKEN_NOT_VALID)
     }

@@ -112,7 +112,7 @@ impl From<Error> for ApiError {
             | Error::EmptyFork => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             Error::Inflated { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "inflated"),
             Error::ViewProfile { .. } => (StatusCode::CONFLICT, "view_profile"),
-            Error::ViewBusy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+            Error::ViewBusy(_) | Error::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             Error::ViewVanished(_) => (StatusCode::CONFLICT, "view_vanished"),
             Error::NoSuchCall(_) => (StatusCode::NOT_FOUND, "no_such_call"),
             Error::NotSummarized { .. } => (StatusCode::NOT_FOUND, "not_summarized"),

@@ -866,9 +866,7 @@ impl AppendRequest {
                     format!("If-Match: * and no conversation named \"{conv}\"; nothing was stored"),
                 ));
             }
-            let expects_records = self.expected_seq.is_some_and(|s| s > 0)
-                || self.expect_head.is_some_and(|h| h != Address::ROOT);
-            if names_an_id(conv) || expects_records {
+            if !self.may_create() {
                 return Err(StoreError::NoSuchConversation {
                     query: conv.to_owned(),
                     hint: None,
@@ -931,8 +929,33 @@ impl AppendRequest {
                 };
                 Err(conflict(message, now.head, now.len))
             }
+            // Deleted between the look and the append: a request that would
+            // have created it (by name, expecting nothing of it) creates it
+            // now, once.
+            Err(StoreError::NoSuchConversation { .. }) if self.may_create() => {
+                match self.prepare(engine) {
+                    Prepared::Done(answer) => answer,
+                    Prepared::Append(planned) => {
+                        let stored =
+                            engine
+                                .store()
+                                .append(&planned.id, &self.body.events, &planned.options);
+                        stored
+                            .map_err(ApiError::from)
+                            .and_then(|stored| self.finish(engine, planned, Ok(stored)))
+                    }
+                }
+            }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Whether the request creates the conversation it names if there is
+    /// none: named by a name, with no condition on what it holds.
+    fn may_create(&self) -> bool {
+        let expects_records = self.expected_seq.is_some_and(|s| s > 0)
+            || self.expect_head.is_some_and(|h| h != Address::ROOT);
+        !self.must_exist && !names_an_id(&self.conv) && !expects_records
     }
 
     /// Applies the append on its own (without a sync).

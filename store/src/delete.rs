@@ -136,15 +136,9 @@ impl Store {
             let label = |id: &ConversationId| -> StoreResult<String> {
                 Ok(self.meta(id)?.name.unwrap_or_else(|| id.hex()))
             };
-            // Named in one order whatever order they were found in.
-            let mut forks = doomed[1..]
-                .iter()
-                .map(label)
-                .collect::<StoreResult<Vec<_>>>()?;
-            forks.sort();
             return Err(StoreError::HasForks {
                 conversation: label(id)?,
-                forks,
+                forks: doomed[1..].iter().map(label).collect::<StoreResult<_>>()?,
             });
         }
         let mut batch = Batch::new();
@@ -200,6 +194,12 @@ impl Store {
             let point: ForkPoint = decode(&value, &format!("lineage of conversation {child}"))?;
             children.push((point.parent, child));
         }
+        // Siblings in the order they were made (their ids are random).
+        let mut made = std::collections::HashMap::new();
+        for (_, child) in &children {
+            made.insert(*child, self.meta(child).ok().map(|m| m.created));
+        }
+        children.sort_by_key(|(_, child)| (made[child], *child));
         let mut out: Vec<ConversationId> = Vec::new();
         let mut next = 0;
         let mut parents = vec![*id];

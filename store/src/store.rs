@@ -900,6 +900,19 @@ impl Store {
         Ok((id, meta))
     }
 
+    /// `error`, met reading `id`, unless `id` was deleted meanwhile (its
+    /// records and segment files went with it): then that it is gone, not
+    /// that the database is damaged.
+    pub(crate) fn unless_deleted(&self, id: &ConversationId, error: StoreError) -> StoreError {
+        match error {
+            StoreError::Corrupt { .. } => match self.meta(id) {
+                Err(gone @ StoreError::NoSuchConversation { .. }) => gone,
+                _ => error,
+            },
+            other => other,
+        }
+    }
+
     pub(crate) fn meta(&self, id: &ConversationId) -> StoreResult<ConversationMeta> {
         Ok(self.meta_and_bytes(id)?.0)
     }

@@ -145,6 +145,8 @@ async def tools_and_resources() -> None:
              "`from_turn` must be at least 0"),
             ("compact", {"conversation": "chat", "tool_calls": "strip", "to_turn": 4.5},
              "`to_turn` must be an integer, not a fractional number"),
+            ("compact", {"conversation": "chat", "tool_calls": "strip", "from_turn": 1, "to_turn": 0},
+             "the range is inverted"),
             ("compact", {"conversation": "chat", "tool_calls": "shred"},
              "`tool_calls`: \"shred\" is not one of"),
             ("append", {"conversation": "chat", "events": EVENTS[:1], "expect_head": 12345},

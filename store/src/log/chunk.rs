@@ -170,7 +170,8 @@ fn read_segment_chunk(
                 what()
             ),
         })?
-        .read(at, &what)?;
+        .read(at, &what)
+        .map_err(|e| store.unless_deleted(id, e))?;
     let chunk = LoadedChunk::parse(id, first_seq, ChunkBytes::Owned(bytes))?;
     if chunk.layout.entries.len() as u64 != records {
         return Err(StoreError::Corrupt {

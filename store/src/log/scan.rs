@@ -304,7 +304,10 @@ impl Iterator for LogIter<'_> {
         if self.failed {
             return None;
         }
-        let item = self.step().transpose();
+        let item = self
+            .step()
+            .map_err(|e| self.store.unless_deleted(&self.id, e))
+            .transpose();
         if matches!(item, Some(Err(_))) {
             self.failed = true;
         }

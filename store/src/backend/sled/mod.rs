@@ -472,6 +472,18 @@ impl From<sled::Error> for StoreError {
     fn from(error: sled::Error) -> Self {
         match error {
             sled::Error::Io(e) => StoreError::Io(e),
+            // Said in one line, as damaged data is (sled's own text ends
+            // with an empty backtrace).
+            sled::Error::Corruption { at, .. } => StoreError::Corrupt {
+                what: format!(
+                    "sled's files are damaged ({}); `convstore salvage` recovers every conversation that still verifies",
+                    match at {
+                        Some(sled::DiskPtr::Inline(offset)) => format!("at offset {offset} of its file `db`"),
+                        Some(sled::DiskPtr::Blob(_, blob)) => format!("its blob file `blobs/{blob}`"),
+                        None => "where is not known".to_owned(),
+                    }
+                ),
+            },
             other => StoreError::Backend(Box::new(other)),
         }
     }
