@@ -104,6 +104,24 @@ impl Store {
         Ok(report)
     }
 
+    /// [`Store::copy_into`] a new database at `dest` (a path where nothing
+    /// is, or an empty directory), encrypted with `encryption` if given,
+    /// with data keys of its own: written in a temporary directory beside
+    /// it and moved there once complete, so that a copy that fails or is
+    /// killed leaves nothing at `dest`.
+    pub fn copy_into_new(
+        &self,
+        dest: &std::path::Path,
+        encryption: Option<std::sync::Arc<crate::crypto::Keyring>>,
+        only: Option<&[ConversationId]>,
+    ) -> StoreResult<BackupReport> {
+        let (destination, out) = Destination::create(dest, encryption, None)?;
+        let report = self.copy_into(&out, only)?;
+        out.flush()?;
+        destination.publish(out)?;
+        Ok(report)
+    }
+
     /// Copies conversations, as of one moment, into `out` (another
     /// database, on any backend), record byte for record byte with their
     /// ids, names, creation times, fork points, pins and stored views:

@@ -411,3 +411,52 @@ fn backup_destinations_are_checked_and_abandoned_copies_removed() {
     env.run(&["backup", dest.to_str().unwrap()]).ok();
     assert!(!abandoned.exists());
 }
+
+/// A `copy` into a new directory killed part-way leaves nothing there (it
+/// writes beside it and moves the copy in once complete); run again, it
+/// copies everything.
+#[test]
+fn a_copy_killed_part_way_leaves_no_partial_database() {
+    let env = TestEnv::new();
+    for i in 0..6 {
+        env.run(&["gen", &format!("g{i}"), "--events", "4000", "-q"])
+            .ok();
+    }
+    let source = env.db();
+    let dest = env.path().join("copied");
+    let (source, dest) = (source.to_str().unwrap(), dest.to_str().unwrap());
+    for delay in [30, 120, 300] {
+        let mut child = env.command(&["copy", source, dest]).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let _ = child.kill();
+        let finished = child.wait().unwrap().success();
+        if finished {
+            // Done before the kill: whole.
+            assert_eq!(
+                env.run(&["--db", dest, "list", "--json"]).ok().lines()[0]
+                    .as_array()
+                    .unwrap()
+                    .len(),
+                6
+            );
+            std::fs::remove_dir_all(dest).unwrap();
+        } else {
+            assert!(
+                !std::path::Path::new(dest).exists(),
+                "killed after {delay} ms"
+            );
+        }
+    }
+    env.run(&["copy", source, dest]).ok();
+    env.run(&["--db", dest, "verify"]).ok();
+    let left: Vec<_> = std::fs::read_dir(env.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(".convstore-copy")
+        })
+        .collect();
+    assert!(left.is_empty(), "abandoned copies are removed");
+}

@@ -240,10 +240,21 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
              import the conversations instead)"
         );
     }
-    let target = Engine::open(&to, &OpenOptions::create().encryption(target_keyring))?;
-    let report = store.copy_into(target.store(), only.as_deref())?;
-    // The copy's search index catches up at its first search.
-    drop(target);
+    // Into a new directory: whole or not at all (written beside it, then
+    // moved there). Into an existing database: conversation by
+    // conversation, each whole or absent, and a copy run again completes
+    // one that was cut short. The copy's search index catches up at its
+    // first search.
+    let new_dir = to.path().filter(|path| {
+        !path.exists() || std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none())
+    });
+    let report = match new_dir {
+        Some(path) => store.copy_into_new(path, target_keyring, only.as_deref())?,
+        None => {
+            let target = Engine::open(&to, &OpenOptions::create().encryption(target_keyring))?;
+            store.copy_into(target.store(), only.as_deref())?
+        }
+    };
     let mut out = output::stdout();
     if args.json {
         let value = json!({
