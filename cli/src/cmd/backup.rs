@@ -248,12 +248,11 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
     let new_dir = to.path().filter(|path| {
         !path.exists() || std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none())
     });
-    let report = match new_dir {
-        Some(path) => store.copy_into_new(path, target_keyring, only.as_deref())?,
-        None => {
-            let target = Engine::open(&to, &OpenOptions::create().encryption(target_keyring))?;
-            store.copy_into(target.store(), only.as_deref())?
-        }
+    let report = if let Some(path) = new_dir {
+        store.copy_into_new(path, target_keyring, only.as_deref())?
+    } else {
+        let target = Engine::open(&to, &OpenOptions::create().encryption(target_keyring))?;
+        store.copy_into(target.store(), only.as_deref())?
     };
     let mut out = output::stdout();
     if args.json {
