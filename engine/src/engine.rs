@@ -810,10 +810,15 @@ pub fn verification_json(
         return Ok(serde_json::json!({
             "ok": false,
             "search_index": problem,
-            "message": format!(
-                "verification failed: search index: {problem}; \
-                 `convstore reindex` rebuilds it from the logs"
-            ),
+            "message": if problem.contains("convstore reindex") {
+                // Already said as the index's own error.
+                format!("verification failed: {problem}")
+            } else {
+                format!(
+                    "verification failed: search index: {problem}; \
+                     `convstore reindex` rebuilds it from the logs"
+                )
+            },
         }));
     }
     value["search_index"] = index.map_or(serde_json::Value::Null, |index| {

@@ -79,6 +79,25 @@ fn err(e: impl std::fmt::Display) -> Error {
     Error::Search(e.to_string())
 }
 
+/// A tantivy error in words: an I/O error on one of the index's files as
+/// that file and the system's message (tantivy's own text shows the
+/// error's structure).
+fn plain(e: &tantivy::TantivyError) -> String {
+    use tantivy::directory::error::{OpenDirectoryError, OpenReadError, OpenWriteError};
+    use tantivy::TantivyError as T;
+    let io = |path: &Path, e: &std::io::Error| format!("{}: {e}", path.display());
+    match e {
+        T::OpenReadError(OpenReadError::IoError { io_error, filepath }) => io(filepath, io_error),
+        T::OpenWriteError(OpenWriteError::IoError { io_error, filepath }) => io(filepath, io_error),
+        T::OpenDirectoryError(OpenDirectoryError::IoError {
+            io_error,
+            directory_path,
+        }) => io(directory_path, io_error),
+        T::IoError(e) => e.to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// Runs `f`, a panic in it (tantivy panics on some damaged files rather
 /// than failing) becoming an error naming `convstore reindex`: the index is
 /// derived data, and a damaged one must not take a command or a server
@@ -274,15 +293,15 @@ impl SearchIndex {
                 "{shown} cannot be read ({e}); `convstore reindex` builds it anew"
             ))
         };
-        let fresh = dir.as_ref().is_none_or(|d| !d.join("meta.json").exists());
+        let fresh = dir.as_ref().is_none_or(|d| !SearchIndex::exists(d));
         let index = match &dir {
             None => Index::create_in_ram(schema.clone()),
             Some(dir) if fresh => {
                 std::fs::create_dir_all(dir)?;
-                Index::create_in_dir(dir, schema.clone()).map_err(|e| broken(&e))?
+                Index::create_in_dir(dir, schema.clone()).map_err(|e| broken(&plain(&e)))?
             }
             Some(dir) => {
-                let index = Index::open_in_dir(dir).map_err(|e| broken(&e))?;
+                let index = Index::open_in_dir(dir).map_err(|e| broken(&plain(&e)))?;
                 if index.schema() != schema {
                     return Err(broken(&"it was built by another version"));
                 }
@@ -319,7 +338,9 @@ impl SearchIndex {
 
     /// Whether directory `dir` holds an index.
     pub fn exists(dir: &Path) -> bool {
-        dir.join("meta.json").exists()
+        // One that cannot be looked into (no permission) is there, and
+        // fails to open saying why, rather than being passed over.
+        dir.join("meta.json").try_exists().unwrap_or(true)
     }
 
     fn payload(&self) -> Result<Payload> {
