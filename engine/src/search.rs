@@ -87,12 +87,12 @@ fn plain(e: &tantivy::TantivyError) -> String {
     use tantivy::TantivyError as T;
     let io = |path: &Path, e: &std::io::Error| format!("{}: {e}", path.display());
     match e {
-        T::OpenReadError(OpenReadError::IoError { io_error, filepath }) => io(filepath, io_error),
-        T::OpenWriteError(OpenWriteError::IoError { io_error, filepath }) => io(filepath, io_error),
-        T::OpenDirectoryError(OpenDirectoryError::IoError {
+        T::OpenReadError(OpenReadError::IoError { io_error, filepath })
+        | T::OpenWriteError(OpenWriteError::IoError { io_error, filepath })
+        | T::OpenDirectoryError(OpenDirectoryError::IoError {
             io_error,
-            directory_path,
-        }) => io(directory_path, io_error),
+            directory_path: filepath,
+        }) => io(filepath, io_error),
         T::IoError(e) => e.to_string(),
         other => other.to_string(),
     }
