@@ -120,6 +120,11 @@ fn flags_for_fields(message: &str) -> String {
     ];
     for (field, flag) in FIELDS {
         if let Some(rest) = message.strip_prefix(field) {
+            // `from A to B: ...` names both bounds.
+            let rest = match (*field, rest.split_once(" to ")) {
+                ("from ", Some((a, b))) if !a.contains(':') => format!("{a} --to {b}"),
+                _ => rest.to_owned(),
+            };
             return format!("{flag}{rest}");
         }
     }
@@ -918,16 +923,22 @@ pub(crate) fn dispatch(
             }
         }
         Command::Search(args) => {
-            let value = client.get_json(
-                "/v1/search",
-                &[
-                    ("q", Some(args.query.clone())),
-                    ("conv", args.conv.clone()),
-                    ("kind", (!args.kind.is_empty()).then(|| args.kind.join(","))),
-                    ("since", args.since.map(|t| t.to_string())),
-                    ("limit", Some(args.limit.to_string())),
-                ],
-            )?;
+            let value = client
+                .get_json(
+                    "/v1/search",
+                    &[
+                        ("q", Some(args.query.clone())),
+                        ("conv", args.conv.clone()),
+                        ("kind", (!args.kind.is_empty()).then(|| args.kind.join(","))),
+                        ("since", args.since.map(|t| t.to_string())),
+                        ("limit", Some(args.limit.to_string())),
+                    ],
+                )
+                .map_err(|e| match e.downcast_ref::<ServerError>() {
+                    // The conversation --conv names, said as without a server.
+                    Some(refused) if refused.code == "not_found" => e.context("--conv"),
+                    _ => e,
+                })?;
             let hits = value
                 .as_array()
                 .and_then(|hits| {
@@ -944,15 +955,27 @@ pub(crate) fn dispatch(
                 .subcommand_matches("diff")
                 .context("diff: arguments missing")?;
             let [a_profile, b_profile] = cmd::diff::sides(args, sub)?;
-            let value = client.get_json(
-                "/v1/diff",
-                &[
-                    ("a", Some(args.sides[0].clone())),
-                    ("b", Some(args.sides[1].clone())),
-                    ("a_profile", a_profile),
-                    ("b_profile", b_profile),
-                ],
-            )?;
+            let value = client
+                .get_json(
+                    "/v1/diff",
+                    &[
+                        ("a", Some(args.sides[0].clone())),
+                        ("b", Some(args.sides[1].clone())),
+                        ("a_profile", a_profile),
+                        ("b_profile", b_profile),
+                    ],
+                )
+                .map_err(|e| match e.downcast_ref::<ServerError>() {
+                    // A side that cannot be read is a usage error, as without
+                    // a server.
+                    Some(refused)
+                        if refused.code == "bad_request"
+                            && refused.message.starts_with("side ") =>
+                    {
+                        crate::output::usage(refused.message.clone())
+                    }
+                    _ => e,
+                })?;
             let diff: convstore_engine::diff::Diff =
                 serde_json::from_value(value).context("the server's diff")?;
             drop(out);

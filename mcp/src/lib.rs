@@ -505,6 +505,9 @@ impl Service {
                     };
                 }
                 request.summary = text("summary");
+                if request.summary.as_deref().is_some_and(|s| s.trim().is_empty()) {
+                    return Err("`summary`: an empty text".to_owned());
+                }
                 if let (Some(from), Some(to)) = (number("from_turn"), number("to_turn")) {
                     if from > to {
                         return Err(format!(

@@ -811,9 +811,19 @@ impl AppendRequest {
         let store = engine.store();
         let conv = self.conv.as_str();
         let events = &self.body.events[..];
-        for attempt in 0..2 {
+        // A conversation deleted between the look and the use is looked
+        // for again (an append by name then creates it); so is one another
+        // request created meanwhile.
+        let retry = |e: &StoreError| {
+            matches!(e, StoreError::NoSuchConversation { .. }) && self.may_create()
+        };
+        for attempt in 0..4 {
             if let Some(id) = store.find_exact(conv)? {
-                let info = store.info(&id)?;
+                let info = match store.info(&id) {
+                    Ok(info) => info,
+                    Err(e) if retry(&e) => continue,
+                    Err(e) => return Err(e.into()),
+                };
                 let earlier = match &self.idempotency {
                     Some(key) => store
                         .idempotent_append(&id, key)
@@ -832,7 +842,13 @@ impl AppendRequest {
                         warnings: Vec::new(),
                     })));
                 }
-                let warnings = call_warnings(store, Some((&id, info.len)), &self.body)?;
+                let warnings = match call_warnings(store, Some((&id, info.len)), &self.body) {
+                    Ok(warnings) => warnings,
+                    Err(ApiError {
+                        code: "not_found", ..
+                    }) if self.may_create() => continue,
+                    Err(e) => return Err(e),
+                };
                 let mut expect = self.expect_head;
                 if let Some(seq) = self.expected_seq {
                     if info.len != seq {
@@ -890,12 +906,14 @@ impl AppendRequest {
                     })))
                 }
                 // Another request created it first: append to it.
-                Err(StoreError::NameTaken { .. }) if attempt == 0 => {}
+                Err(StoreError::NameTaken { .. }) if attempt < 3 => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(internal(
-            "the conversation was created and removed meanwhile",
+        Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "the conversation kept being created and deleted meanwhile; nothing was stored; try again",
         ))
     }
 
@@ -931,20 +949,29 @@ impl AppendRequest {
             }
             // Deleted between the look and the append: a request that would
             // have created it (by name, expecting nothing of it) creates it
-            // now, once.
+            // now, trying again a few times while deletes go on.
             Err(StoreError::NoSuchConversation { .. }) if self.may_create() => {
-                match self.prepare(engine) {
-                    Prepared::Done(answer) => answer,
-                    Prepared::Append(planned) => {
-                        let stored =
-                            engine
-                                .store()
-                                .append(&planned.id, &self.body.events, &planned.options);
-                        stored
-                            .map_err(ApiError::from)
-                            .and_then(|stored| self.finish(engine, planned, Ok(stored)))
-                    }
+                let mut answer = Err(ApiError::from(StoreError::NoSuchConversation {
+                    query: self.conv.clone(),
+                    hint: None,
+                }));
+                for _ in 0..3 {
+                    answer = match self.prepare(engine) {
+                        Prepared::Done(answer) => return answer,
+                        Prepared::Append(planned) => {
+                            match engine.store().append(
+                                &planned.id,
+                                &self.body.events,
+                                &planned.options,
+                            ) {
+                                Err(StoreError::NoSuchConversation { .. }) => continue,
+                                stored => self.finish(engine, planned, stored),
+                            }
+                        }
+                    };
+                    break;
                 }
+                answer
             }
             Err(e) => Err(e.into()),
         }

@@ -147,6 +147,8 @@ async def tools_and_resources() -> None:
              "`to_turn` must be an integer, not a fractional number"),
             ("compact", {"conversation": "chat", "tool_calls": "strip", "from_turn": 1, "to_turn": 0},
              "the range is inverted"),
+            ("compact", {"conversation": "chat", "summary": " ", "from_turn": 0, "to_turn": 0},
+             "`summary`: an empty text"),
             ("compact", {"conversation": "chat", "tool_calls": "shred"},
              "`tool_calls`: \"shred\" is not one of"),
             ("append", {"conversation": "chat", "events": EVENTS[:1], "expect_head": 12345},

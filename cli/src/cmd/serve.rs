@@ -81,7 +81,7 @@ pub(crate) fn run(cli: &Cli, args: &ServeArgs, notes: &Notes) -> Result<ExitCode
     engine.store().set_max_event_bytes(args.max_event_bytes);
     // As messages show a location: a URL without its password.
     let db = cmd::location(cli)?.to_string();
-    convstore_server::serve_bound(engine, bound, &options, |addr| {
+    let served = convstore_server::serve_bound(engine, bound, &options, |addr| {
         // The URL on stdout (for scripts: `--listen 127.0.0.1:0` picks a
         // port), the rest on stderr.
         let mut out = std::io::stdout();
@@ -90,7 +90,11 @@ pub(crate) fn run(cli: &Cli, args: &ServeArgs, notes: &Notes) -> Result<ExitCode
         notes.say(&format!(
             "convstore serve: listening on http://{addr} (database {db}); SIGINT or SIGTERM stops it"
         ));
-    })?;
+    });
+    // A summarizer a request left running (its client gone) ends with the
+    // server.
+    convstore_engine::summarizers::end_running();
+    served?;
     notes.say("convstore serve: stopped; every acknowledged append is durable");
     Ok(ExitCode::SUCCESS)
 }

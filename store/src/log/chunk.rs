@@ -403,8 +403,9 @@ impl RawChunk {
                 Reading::Whole => true,
                 Reading::WithoutPayload => false,
             };
-            let event = record_to_event_with(&record, &mut |blob| store.load_blob(blob), payload)
-                .map_err(|e| in_record(&self.id, seq, &e))?;
+            let event =
+                record_to_event_with(&record, &mut |blob| store.load_blob(blob), payload)
+                    .map_err(|e| store.unless_deleted(&self.id, in_record(&self.id, seq, &e)))?;
             out.push((seq, entry.turn, event));
         }
         Ok(out)

@@ -30,7 +30,8 @@ pub(crate) fn event_of(
     bytes: &[u8],
 ) -> StoreResult<Event> {
     let record = decode_record(bytes).map_err(|e| in_record(id, seq, &e))?;
-    record_to_event(&record, &mut |blob| store.load_blob(blob)).map_err(|e| in_record(id, seq, &e))
+    record_to_event(&record, &mut |blob| store.load_blob(blob))
+        .map_err(|e| store.unless_deleted(id, in_record(id, seq, &e)))
 }
 
 /// An error met reading record `seq` of `id`, naming them: damage stays
