@@ -205,6 +205,16 @@ fn input_that_is_not_utf8_is_said_to_be_so_in_every_format() {
         run.stderr
     );
     assert!(conversations(&env).is_empty());
+    let file = env.path().join("utf32.json");
+    std::fs::write(&file, b"\xFF\xFE\x00\x00[\x00\x00\x00").unwrap();
+    let run = env
+        .run(&["import", "--format", "openai", file.to_str().unwrap()])
+        .fails();
+    assert!(
+        run.stderr.contains("a UTF-32 byte order mark"),
+        "{}",
+        run.stderr
+    );
     let file = env.path().join("bom.json");
     std::fs::write(
         &file,

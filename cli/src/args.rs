@@ -904,9 +904,9 @@ fn seconds(text: &str) -> Result<f64, String> {
 
 fn positive_seconds(text: &str) -> Result<f64, String> {
     match seconds(text) {
-        Ok(secs) if secs > 0.0 => Ok(secs),
+        Ok(secs) if secs >= 0.01 => Ok(secs),
         _ => Err(format!(
-            "\"{text}\" is not a number of seconds (more than 0)"
+            "\"{text}\" is not a number of seconds (0.01 or more)"
         )),
     }
 }
@@ -1230,7 +1230,7 @@ pub struct RecallArgs {
     /// The answer's budget with --tool-call, in tokens (four characters a
     /// token; 120 at least, a smaller one is raised to it): what does not
     /// fit is cut, and the answer says how to get it.
-    #[arg(long, value_name = "N", default_value_t = convstore_engine::recall::DEFAULT_MAX_TOKENS, requires = "tool_call", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = convstore_engine::recall::DEFAULT_MAX_TOKENS, requires = "tool_call", value_parser = at_least_one::<u64>)]
     pub max_tokens: u64,
     /// Output format (not with --tool-call).
     #[arg(long, value_enum, default_value_t = RecallFormat::Ndjson, conflicts_with = "tool_call")]

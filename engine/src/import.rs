@@ -367,15 +367,19 @@ fn json_start(reader: &mut impl BufRead) -> Result<()> {
     let head = reader
         .fill_buf()
         .map_err(|e| Error::Invalid(format!("cannot read: {e}")))?;
-    if head.starts_with(b"\xEF\xBB\xBF") {
+    let utf = if head.starts_with(b"\xEF\xBB\xBF") {
         reader.consume(3);
+        return Ok(());
+    } else if head.starts_with(b"\xFF\xFE\x00\x00") || head.starts_with(b"\x00\x00\xFE\xFF") {
+        "UTF-32"
     } else if head.starts_with(b"\xFF\xFE") || head.starts_with(b"\xFE\xFF") {
-        return Err(Error::Invalid(
-            "not UTF-8: the input starts with a UTF-16 byte order mark (convert it to UTF-8)"
-                .to_owned(),
-        ));
-    }
-    Ok(())
+        "UTF-16"
+    } else {
+        return Ok(());
+    };
+    Err(Error::Invalid(format!(
+        "not UTF-8: the input starts with a {utf} byte order mark (convert it to UTF-8)"
+    )))
 }
 
 /// A JSON document's syntax error, said as the NDJSON reader says it:

@@ -183,9 +183,9 @@ pub fn parse_since(text: &str) -> Result<Timestamp, String> {
         ('w', 604_800),
     ];
     if let Some((unit, secs)) = units.iter().find(|(u, _)| text.ends_with(*u)) {
-        if let Ok(n) = text.trim_end_matches(*unit).parse::<i64>() {
+        if let Ok(n) = text.trim_end_matches(*unit).parse::<u32>() {
             let now = Timestamp::now().as_micros();
-            return n
+            return i64::from(n)
                 .checked_mul(secs * 1_000_000)
                 .and_then(|back| Timestamp::from_micros(now - back))
                 .ok_or_else(|| format!("\"{text}\" is too far back"));

@@ -519,12 +519,21 @@ impl Service {
                 request.to = number("to_turn").map(convstore_engine::projection::bounds::Bound::Turn);
                 request.recall_hints = args.get("recall_hints").and_then(Value::as_bool);
                 request.dry_run = args.get("dry_run").and_then(Value::as_bool).unwrap_or(false);
+                let dry_run = request.dry_run;
                 let (_, report) = self
                     .blocking(move |engine| {
                         let id = engine.store().resolve_exact(&conv)?;
                         Ok((id, engine.compact(&id, &request, &Tokenizer::Chars4)?))
                     })
                     .await?;
+                // Refused, as the command line and the HTTP API refuse it.
+                if report.status == convstore_engine::compact::Status::Inflated && !dry_run {
+                    return Err(format!(
+                        "inflated: the compaction would not shrink the view ({} -> {} tokens); nothing was stored",
+                        report.before.total_tokens(),
+                        report.after.total_tokens()
+                    ));
+                }
                 Ok(json!({
                     "status": report.status.as_str(),
                     "from_turn": report.from_turn,
@@ -560,9 +569,13 @@ fn check_arguments(
                 .flat_map(|p| p.keys())
                 .map(|k| format!("`{k}`"))
                 .collect();
-            return Err(format!(
-                "unknown argument `{key}` (this tool takes {})",
+            let takes = if known.is_empty() {
+                "none".to_owned()
+            } else {
                 known.join(", ")
+            };
+            return Err(format!(
+                "unknown argument `{key}` (this tool takes {takes})"
             ));
         };
         check_value(key, property, value)?;
@@ -598,7 +611,8 @@ fn check_value(path: &str, schema: &Value, value: &Value) -> Result<(), String> 
             Value::Null => "null",
             Value::Bool(_) => "a boolean",
             Value::Number(n) if n.is_f64() => "a fractional number",
-            Value::Number(_) => "an integer",
+            Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
+            Value::Number(_) => "a number out of range",
             Value::String(_) => "a string",
             Value::Array(_) => "an array",
             Value::Object(_) => "an object",

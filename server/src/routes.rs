@@ -534,10 +534,9 @@ fn parse_events(body: &[u8], ndjson: bool, limit: u64, now: Timestamp) -> Result
         ))
     })?;
     let input = |at: String, problem: String| ApiError::from(Error::Input { at, problem });
+    // A byte order mark is skipped, as the command line's readers skip it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if ndjson {
-        // A byte order mark before the first line is skipped, as the
-        // command line's NDJSON reader skips it.
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut events = Vec::new();
         let mut lines = Vec::new();
         for (i, line) in text.lines().enumerate() {

@@ -158,7 +158,7 @@ fn usage_errors_exit_2() {
         );
     }
     let run = env.run(&["serve", "--request-timeout", "0"]).usage();
-    assert!(run.stderr.contains("more than 0"), "{}", run.stderr);
+    assert!(run.stderr.contains("0.01 or more"), "{}", run.stderr);
 }
 
 #[test]
