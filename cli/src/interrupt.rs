@@ -31,6 +31,7 @@ pub(crate) fn install() {
                 let _ = std::fs::remove_file(path);
             }
             convstore_engine::summarizers::end_running();
+            convstore_engine::store::remove_unfinished_copies();
             if let Some(note) = NOTE.lock().unwrap_or_else(PoisonError::into_inner).take() {
                 eprintln!("{note}");
             }

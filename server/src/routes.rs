@@ -1748,7 +1748,16 @@ pub(crate) async fn read_view(
             }
             let (view, refresh) = engine
                 .refresh_view(&id, &name, q.profile.as_deref())
-                .map_err(view_error)?;
+                .map_err(|e| match e {
+                    // It went with its conversation, deleted meanwhile.
+                    Error::ViewVanished(_) if engine.store().info(&id).is_err() => {
+                        ApiError::from(StoreError::NoSuchConversation {
+                            query: conv.clone(),
+                            hint: None,
+                        })
+                    }
+                    e => view_error(e),
+                })?;
             let _ = tx_meta.send((view.clone(), refresh));
             openai_first(format == Format::Openai, (id, view.name), left_out, |p, out| {
                 write_view(engine, p, format, out)

@@ -233,6 +233,24 @@ fn remove_abandoned_copies(parent: &std::path::Path) {
     }
 }
 
+/// The temporary directories of the copies this process is writing, for
+/// [`remove_unfinished_copies`].
+static WRITING: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes the temporary directories of the copies (`backup`, `copy`)
+/// this process is writing: for a command interrupted part-way, which
+/// ends without running their destructors.
+pub fn remove_unfinished_copies() {
+    let writing = std::mem::take(
+        &mut *WRITING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    for dir in writing {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// A new database being written for `dest`: in a temporary directory
 /// beside it until complete, then moved there, so that `dest` never holds
 /// half a copy (a failed copy leaves nothing).
@@ -276,6 +294,10 @@ impl Destination {
             .prefix(&format!("{COPY_PREFIX}{}-", std::process::id()))
             .tempdir_in(parent)
             .map_err(|e| refuse(e.to_string()))?;
+        WRITING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(temp.path().to_path_buf());
         let mut options = crate::OpenOptions::create().encryption(encryption);
         options.key_scope = key_scope;
         let store = Store::open_with(temp.path().join("db"), &options)?;

@@ -73,6 +73,7 @@ pub use backend::sled::salvage::{salvage, SalvageReport, SalvagedConversation};
 pub use backup::BackupReport;
 pub use bulk::{BulkAppend, BulkTarget, MEMORY_COMPACTIONS as BULK_MEMORY_COMPACTIONS};
 pub use codec::{BlobRef, INLINE_MAX, REDACTED_JSON, REDACTED_TEXT};
+pub use copy::remove_unfinished_copies;
 pub use crypto::Keyring;
 pub use delete::{Deleted, Deletion};
 pub use error::{one_line, StoreError, StoreResult};

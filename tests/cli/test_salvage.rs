@@ -447,6 +447,31 @@ fn a_copy_killed_part_way_leaves_no_partial_database() {
             );
         }
     }
+    // Interrupted (Ctrl-C), it leaves not even its temporary directory.
+    let child = env.command(&["copy", source, dest]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let interrupted = child.wait_with_output().unwrap();
+    if interrupted.status.success() {
+        // Done before the interrupt: whole.
+        std::fs::remove_dir_all(dest).unwrap();
+    } else {
+        assert_eq!(interrupted.status.code(), Some(130));
+        assert!(!std::path::Path::new(dest).exists());
+        let left = std::fs::read_dir(env.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".convstore-copy")
+            })
+            .count();
+        assert_eq!(left, 0, "an interrupted copy's directory is removed");
+    }
     env.run(&["copy", source, dest]).ok();
     env.run(&["--db", dest, "verify"]).ok();
     let left: Vec<_> = std::fs::read_dir(env.path())
