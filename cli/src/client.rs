@@ -42,6 +42,13 @@ impl std::fmt::Display for ServerError {
 
 impl std::error::Error for ServerError {}
 
+/// `error` if it is a server's error answer with code `code`.
+fn refused<'e>(error: &'e anyhow::Error, code: &str) -> Option<&'e ServerError> {
+    error
+        .downcast_ref::<ServerError>()
+        .filter(|refused| refused.code == code)
+}
+
 /// Through a server, the server's own limit on an event's size applies
 /// (`serve --max-event-bytes`): a `--max-event-bytes` of the command's is
 /// refused rather than passed over, so that nothing it would refuse is
@@ -336,9 +343,9 @@ fn copy_out(
     file: Option<output::OutputFile>,
     notes: &Notes,
 ) -> Result<()> {
-    let left_out: Option<Vec<u64>> = response
+    let left_out = response
         .header(convstore_server::OPENAI_LEFT_OUT)
-        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
+        .and_then(convstore_server::parse_openai_left_out);
     let mut reader = response.into_reader();
     let mut copy = |out: &mut dyn Write| copy_answer(&mut reader, out);
     match file {
@@ -349,12 +356,7 @@ fn copy_out(
         }
         Some(file) => file.write_with(&mut copy)?,
     }
-    if let Some(&[calls, results, other]) = left_out.as_deref() {
-        let dropped = convstore_engine::format::Dropped {
-            calls,
-            results,
-            other,
-        };
+    if let Some(dropped) = left_out {
         cmd::project::note_dropped(dropped, notes);
     }
     Ok(())
@@ -797,11 +799,9 @@ pub(crate) fn dispatch(
                 Ok(report) => report,
                 // An inflated compaction's report, printed as the command
                 // prints it without a server before it fails.
-                Err(e) => match e.downcast_ref::<ServerError>() {
-                    Some(refused)
-                        if refused.code == "inflated" && refused.extra["report"].is_object() =>
-                    {
-                        refused.extra["report"].clone()
+                Err(e) => match refused(&e, "inflated") {
+                    Some(inflated) if inflated.extra["report"].is_object() => {
+                        inflated.extra["report"].clone()
                     }
                     _ => return Err(e),
                 },
@@ -934,10 +934,13 @@ pub(crate) fn dispatch(
                         ("limit", Some(args.limit.to_string())),
                     ],
                 )
-                .map_err(|e| match e.downcast_ref::<ServerError>() {
+                .map_err(|e| {
                     // The conversation --conv names, said as without a server.
-                    Some(refused) if refused.code == "not_found" => e.context("--conv"),
-                    _ => e,
+                    if refused(&e, "not_found").is_some() {
+                        e.context("--conv")
+                    } else {
+                        e
+                    }
                 })?;
             let hits = value
                 .as_array()
@@ -965,14 +968,11 @@ pub(crate) fn dispatch(
                         ("b_profile", b_profile),
                     ],
                 )
-                .map_err(|e| match e.downcast_ref::<ServerError>() {
+                .map_err(|e| match refused(&e, "bad_request") {
                     // A side that cannot be read is a usage error, as without
                     // a server.
-                    Some(refused)
-                        if refused.code == "bad_request"
-                            && refused.message.starts_with("side ") =>
-                    {
-                        crate::output::usage(refused.message.clone())
+                    Some(bad) if bad.message.starts_with("side ") => {
+                        crate::output::usage(bad.message.clone())
                     }
                     _ => e,
                 })?;
@@ -1033,9 +1033,7 @@ pub(crate) fn dispatch(
                 .map_err(|e| {
                     // The name is the command's, not the input's: said as
                     // the command says it without a server.
-                    if e.downcast_ref::<ServerError>()
-                        .is_some_and(|s| s.code == "name_taken")
-                    {
+                    if refused(&e, "name_taken").is_some() {
                         anyhow!("{e} (choose another with --name)")
                     } else {
                         e.context(cmd::import::shown(&args.file))

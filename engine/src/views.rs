@@ -257,9 +257,12 @@ fn try_refresh(
 }
 
 fn stored_state(store: &Store, id: &ConversationId, name: &str) -> Result<ViewState> {
-    store
-        .view_state(id, name)?
-        .ok_or_else(|| Error::ViewVanished(name.to_owned()))
+    if let Some(state) = store.view_state(id, name)? {
+        return Ok(state);
+    }
+    // Gone with its conversation, deleted meanwhile: not found.
+    store.info(id)?;
+    Err(Error::ViewVanished(name.to_owned()))
 }
 
 /// Inclusive turn ranges.

@@ -528,11 +528,11 @@ impl Service {
                     .await?;
                 // Refused, as the command line and the HTTP API refuse it.
                 if report.status == convstore_engine::compact::Status::Inflated && !dry_run {
-                    return Err(format!(
-                        "inflated: the compaction would not shrink the view ({} -> {} tokens); nothing was stored",
-                        report.before.total_tokens(),
-                        report.after.total_tokens()
-                    ));
+                    return Err(convstore_engine::Error::Inflated {
+                        before: report.before.total_tokens(),
+                        after: report.after.total_tokens(),
+                    }
+                    .to_string());
                 }
                 Ok(json!({
                     "status": report.status.as_str(),
@@ -618,17 +618,12 @@ fn check_value(path: &str, schema: &Value, value: &Value) -> Result<(), String> 
             Value::Object(_) => "an object",
         };
         let wanted = match kind {
+            Some("string") => "a string",
             Some("integer") => "an integer",
+            Some("number") => "a number",
+            Some("boolean") => "a boolean",
             Some("array") => "an array",
-            Some("object") => "an object",
-            Some(other) => other,
-            None => "something else",
-        };
-        let wanted = match wanted {
-            "string" => "a string",
-            "boolean" => "a boolean",
-            "number" => "a number",
-            other => other,
+            _ => "an object",
         };
         return Err(format!("`{path}` must be {wanted}, not {got} ({value})"));
     }

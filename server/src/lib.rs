@@ -59,6 +59,27 @@ pub fn body_too_large_message(limit: u64) -> String {
 /// call, events no message holds), as the command line says it.
 pub const OPENAI_LEFT_OUT: &str = "convstore-openai-left-out";
 
+/// The value of [`OPENAI_LEFT_OUT`] for `dropped`.
+#[must_use]
+pub fn openai_left_out(dropped: &convstore_engine::format::Dropped) -> String {
+    format!("{},{},{}", dropped.calls, dropped.results, dropped.other)
+}
+
+/// What a value of [`OPENAI_LEFT_OUT`] says was left out.
+#[must_use]
+pub fn parse_openai_left_out(value: &str) -> Option<convstore_engine::format::Dropped> {
+    let mut counts = value.split(',').map(|n| n.trim().parse::<u64>().ok());
+    let (calls, results, other) = (counts.next()??, counts.next()??, counts.next()??);
+    counts
+        .next()
+        .is_none()
+        .then_some(convstore_engine::format::Dropped {
+            calls,
+            results,
+            other,
+        })
+}
+
 /// The refusal of a request without a token, by a server with tokens.
 pub const TOKEN_NEEDED: &str = "a token is needed: send Authorization: Bearer TOKEN";
 /// The refusal of a token the server does not know.

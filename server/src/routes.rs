@@ -739,7 +739,7 @@ fn call_warnings(
     store: &Store,
     log: Option<(&ConversationId, u64)>,
     body: &BodyEvents,
-) -> Result<Vec<String>> {
+) -> convstore_engine::Result<Vec<String>> {
     let mut check = convstore_engine::calls::CallCheck::default();
     for (i, event) in body.events.iter().enumerate() {
         check.observe(body.lines.as_ref().map_or(i, |lines| lines[i]), event);
@@ -749,8 +749,12 @@ fn call_warnings(
     } else {
         "event"
     };
-    Ok(check.against(store, log, what)?)
+    check.against(store, log, what)
 }
+
+/// How many times an append looks for its conversation again when
+/// deletes and creations by other requests race it.
+const RETRIES: u8 = 3;
 
 /// An append as a request asks it: to the conversation `conv` names
 /// exactly, or to a new one named so. With an idempotency key that an
@@ -816,7 +820,7 @@ impl AppendRequest {
         let retry = |e: &StoreError| {
             matches!(e, StoreError::NoSuchConversation { .. }) && self.may_create()
         };
-        for attempt in 0..4 {
+        for attempt in 0..=RETRIES {
             if let Some(id) = store.find_exact(conv)? {
                 let info = match store.info(&id) {
                     Ok(info) => info,
@@ -843,10 +847,8 @@ impl AppendRequest {
                 }
                 let warnings = match call_warnings(store, Some((&id, info.len)), &self.body) {
                     Ok(warnings) => warnings,
-                    Err(ApiError {
-                        code: "not_found", ..
-                    }) if self.may_create() => continue,
-                    Err(e) => return Err(e),
+                    Err(Error::Store(e)) if retry(&e) => continue,
+                    Err(e) => return Err(e.into()),
                 };
                 let mut expect = self.expect_head;
                 if let Some(seq) = self.expected_seq {
@@ -905,7 +907,7 @@ impl AppendRequest {
                     })))
                 }
                 // Another request created it first: append to it.
-                Err(StoreError::NameTaken { .. }) if attempt < 3 => {}
+                Err(StoreError::NameTaken { .. }) if attempt < RETRIES => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -922,6 +924,18 @@ impl AppendRequest {
         engine: &Engine,
         planned: PlannedAppend,
         stored: std::result::Result<convstore_engine::store::Appended, StoreError>,
+    ) -> Result<Appended> {
+        self.finish_trying(engine, planned, stored, RETRIES)
+    }
+
+    /// [`AppendRequest::finish`], applying the request anew at most
+    /// `retries` times where the conversation was deleted under it.
+    fn finish_trying(
+        &self,
+        engine: &Engine,
+        planned: PlannedAppend,
+        stored: std::result::Result<convstore_engine::store::Appended, StoreError>,
+        retries: u8,
     ) -> Result<Appended> {
         match stored {
             Ok(appended) => Ok(Appended {
@@ -949,28 +963,8 @@ impl AppendRequest {
             // Deleted between the look and the append: a request that would
             // have created it (by name, expecting nothing of it) creates it
             // now, trying again a few times while deletes go on.
-            Err(StoreError::NoSuchConversation { .. }) if self.may_create() => {
-                let mut answer = Err(ApiError::from(StoreError::NoSuchConversation {
-                    query: self.conv.clone(),
-                    hint: None,
-                }));
-                for _ in 0..3 {
-                    answer = match self.prepare(engine) {
-                        Prepared::Done(answer) => return answer,
-                        Prepared::Append(planned) => {
-                            match engine.store().append(
-                                &planned.id,
-                                &self.body.events,
-                                &planned.options,
-                            ) {
-                                Err(StoreError::NoSuchConversation { .. }) => continue,
-                                stored => self.finish(engine, planned, stored),
-                            }
-                        }
-                    };
-                    break;
-                }
-                answer
+            Err(StoreError::NoSuchConversation { .. }) if self.may_create() && retries > 0 => {
+                self.apply_trying(engine, retries - 1)
             }
             Err(e) => Err(e.into()),
         }
@@ -986,6 +980,10 @@ impl AppendRequest {
 
     /// Applies the append on its own (without a sync).
     fn apply(&self, engine: &Engine) -> Result<Appended> {
+        self.apply_trying(engine, RETRIES)
+    }
+
+    fn apply_trying(&self, engine: &Engine, retries: u8) -> Result<Appended> {
         match self.prepare(engine) {
             Prepared::Done(answer) => answer,
             Prepared::Append(planned) => {
@@ -993,7 +991,7 @@ impl AppendRequest {
                     engine
                         .store()
                         .append(&planned.id, &self.body.events, &planned.options);
-                self.finish(engine, planned, stored)
+                self.finish_trying(engine, planned, stored, retries)
             }
         }
     }
@@ -1669,10 +1667,7 @@ pub(crate) async fn left_out_header(
     rendered: oneshot::Receiver<Dropped>,
 ) -> Vec<(&'static str, String)> {
     match rendered.await {
-        Ok(d) => vec![(
-            crate::OPENAI_LEFT_OUT,
-            format!("{},{},{}", d.calls, d.results, d.other),
-        )],
+        Ok(dropped) => vec![(crate::OPENAI_LEFT_OUT, crate::openai_left_out(&dropped))],
         Err(_) => Vec::new(),
     }
 }
@@ -1748,16 +1743,7 @@ pub(crate) async fn read_view(
             }
             let (view, refresh) = engine
                 .refresh_view(&id, &name, q.profile.as_deref())
-                .map_err(|e| match e {
-                    // It went with its conversation, deleted meanwhile.
-                    Error::ViewVanished(_) if engine.store().info(&id).is_err() => {
-                        ApiError::from(StoreError::NoSuchConversation {
-                            query: conv.clone(),
-                            hint: None,
-                        })
-                    }
-                    e => view_error(e),
-                })?;
+                .map_err(view_error)?;
             let _ = tx_meta.send((view.clone(), refresh));
             openai_first(format == Format::Openai, (id, view.name), left_out, |p, out| {
                 write_view(engine, p, format, out)
@@ -2097,7 +2083,13 @@ pub(crate) async fn compact(
                 return Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "inflated",
-                    format!("inflated: the compaction would not shrink the view ({tokens_before} -> {tokens_after} tokens); nothing was stored (force stores it anyway)"),
+                    format!(
+                        "{} (force stores it anyway)",
+                        Error::Inflated {
+                            before: tokens_before,
+                            after: tokens_after,
+                        }
+                    ),
                 )
                 .with("report", report.to_json()));
             }

@@ -194,23 +194,20 @@ impl Store {
             let point: ForkPoint = decode(&value, &format!("lineage of conversation {child}"))?;
             children.push((point.parent, child));
         }
-        // Siblings in the order they were made (their ids are random).
-        let mut made = std::collections::HashMap::new();
-        for (_, child) in &children {
-            made.insert(*child, self.meta(child).ok().map(|m| m.created));
-        }
-        children.sort_by_key(|(_, child)| (made[child], *child));
         let mut out: Vec<ConversationId> = Vec::new();
         let mut next = 0;
         let mut parents = vec![*id];
         while let Some(parent) = parents.get(next).copied() {
             next += 1;
-            for (p, child) in &children {
-                if *p == parent && *child != *id && !out.contains(child) {
-                    out.push(*child);
-                    parents.push(*child);
-                }
-            }
+            let mut forks: Vec<ConversationId> = children
+                .iter()
+                .filter(|(p, child)| *p == parent && *child != *id && !out.contains(child))
+                .map(|&(_, child)| child)
+                .collect();
+            // Siblings in the order they were made (their ids are random).
+            forks.sort_by_cached_key(|fork| (self.meta(fork).ok().map(|m| m.created), *fork));
+            parents.extend(&forks);
+            out.extend(forks);
         }
         Ok(out)
     }

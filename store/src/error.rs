@@ -311,7 +311,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 fn no_conversation(query: &str) -> String {
     if let Some(prefix) = query.strip_prefix(crate::store::ID_MARKER) {
         format!("no conversation's id starts with \"{prefix}\"")
-    } else if query.len() == 32 && query.bytes().all(|b| b.is_ascii_hexdigit()) {
+    } else if crate::ConversationId::from_hex(query).is_some() {
         format!("no conversation has the id {query}")
     } else {
         format!("no conversation named \"{query}\"")

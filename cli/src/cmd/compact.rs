@@ -189,9 +189,11 @@ pub(crate) fn print_report(
     }
     out.flush()?;
     if status == Status::Inflated.as_str() && !args.dry_run {
-        bail!(
-            "inflated: the compaction would not shrink the view ({tokens_before} -> {tokens_after} tokens); nothing was stored (--force stores it anyway)"
-        );
+        let inflated = Error::Inflated {
+            before: tokens_before,
+            after: tokens_after,
+        };
+        bail!("{inflated} (--force stores it anyway)");
     }
     Ok(ExitCode::SUCCESS)
 }
