@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use convstore_store::event::{Compaction, ReasoningPolicy};
 use convstore_store::{
-    testing, AppendOptions, BulkTarget, ConversationId, Event, EventKind, Json, Store, StoreError,
-    Timestamp,
+    testing, AppendOptions, BulkTarget, ConversationId, Event, EventKind, Json, Outranking, Store,
+    StoreError, Timestamp,
 };
 
 /// Event `i`: every kind, long texts (blobs) among them, some repeated.
@@ -181,18 +181,27 @@ fn a_bulk_append_is_one_append_made_visible_at_its_commit() {
 /// Format 4 keeps a chunk's compactions in one directory beside it,
 /// whichever way they arrive (bulk, one large append, small staged appends
 /// then settled); formats 1 to 3 keep a key per compaction; format 5 also
-/// files them by turn range, format 6 without their records. All read back
-/// the same overlays.
+/// files them by turn range, format 6 without their records, format 8 with
+/// their timestamps. All read back the same overlays.
 #[test]
 fn compactions_are_kept_in_a_directory_per_chunk_from_format_4_and_by_range_from_5() {
-    let all = events(0..5_000);
+    // Compactions timestamped out of log order, so that rank and seq part,
+    // over the second half of the turns before them.
+    let mut all = events(0..5_000);
+    for (i, e) in all.iter_mut().enumerate() {
+        if let EventKind::Compaction(c) = &mut e.kind {
+            c.from_turn = c.to_turn / 2;
+            let scrambled = (i as i64 * 7_919) % 5_000;
+            e.timestamp = Timestamp::from_micros(1_720_000_000_000_000 + scrambled).unwrap();
+        }
+    }
     let compactions = all
         .iter()
         .filter(|e| matches!(e.kind, EventKind::Compaction(_)))
         .count();
     assert!(compactions > 100);
     let mut read = Vec::new();
-    for format in [3, 4, 5, 6] {
+    for format in [3, 4, 5, 6, 8] {
         let dir = tempfile::tempdir().unwrap();
         let db = database(&dir, format);
         let store = Store::open(&db).unwrap();
@@ -259,7 +268,38 @@ fn compactions_are_kept_in_a_directory_per_chunk_from_format_4_and_by_range_from
                 _ => false,
             };
             let want: Vec<_> = overlays.iter().filter(meets).cloned().collect();
-            assert_eq!(store.overlays_meeting(&id, len, &turns).unwrap(), want);
+            assert_eq!(store.overlays_meeting(&id, len, &turns, &[]).unwrap(), want);
+        }
+        // Those that outrank one, over some turns: from format 8 exactly
+        // those; before, every one meeting the turns.
+        let rank = |o: &convstore_store::StoredOverlay| (o.event.timestamp, o.seq);
+        let middle = rank(&overlays[overlays.len() / 2]);
+        let outranking = [Outranking {
+            from: 50,
+            to: 300,
+            rank: middle,
+        }];
+        let want: Vec<_> = overlays
+            .iter()
+            .filter(|o| match &o.event.kind {
+                EventKind::Compaction(c) => {
+                    let meets = c.from_turn <= 300 && 50 <= c.to_turn;
+                    c.from_turn <= 1 || (meets && (format < 8 || rank(o) > middle))
+                }
+                _ => false,
+            })
+            .cloned()
+            .collect();
+        let got = store
+            .overlays_meeting(&id, len, &[(0, 1)], &outranking)
+            .unwrap();
+        assert_eq!(got, want, "format {format}");
+        if format >= 8 {
+            let all_meeting = overlays.iter().filter(|o| match &o.event.kind {
+                EventKind::Compaction(c) => c.from_turn <= 300 && 50 <= c.to_turn,
+                _ => false,
+            });
+            assert!(got.len() < all_meeting.count(), "{}", got.len());
         }
         // A lost range key is found by verify.
         testing::drop_an_overlay_range_key(&store, &id).unwrap();
@@ -326,7 +366,7 @@ fn range_keys_of_a_commit_cut_short_are_taken_back() {
         drop(store);
         let store = Store::open(&db).unwrap();
         let found = store
-            .overlays_meeting(&id, 7_000, &[(3_000_000, 3_000_000)])
+            .overlays_meeting(&id, 7_000, &[(3_000_000, 3_000_000)], &[])
             .unwrap();
         assert_eq!(found.len(), 1, "format {format}");
         assert_eq!(found[0].seq, 5_000);
@@ -704,7 +744,7 @@ fn an_append_of_many_compactions_is_one_append_beside_others() {
     let at = log.iter().position(|e| *e == many[0]).unwrap();
     assert_eq!(&log[at..at + 6_000], many.as_slice());
     let found = store
-        .overlays_meeting(&id, 7_040, &[(977 * 3_000, 977 * 3_000)])
+        .overlays_meeting(&id, 7_040, &[(977 * 3_000, 977 * 3_000)], &[])
         .unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].event, many[3_000]);

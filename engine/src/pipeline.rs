@@ -10,7 +10,7 @@ use convstore_projection::{
     estimate_chars, resolve, tokens_for_chars, LogEvent, Overlay, Plan, Projector, Resolution, Run,
     Tokenizer, ViewEvent,
 };
-use convstore_store::{merge_ranges, Seq, Turn};
+use convstore_store::{merge_ranges, Outranking, Seq, Turn};
 use convstore_store::{
     ConversationId, Event, EventKind, EventType, RawChunk, Store, StoreError, StoredOverlay,
     Timestamp, ToolNames,
@@ -216,9 +216,11 @@ pub fn resolve_turns(
 
 /// The overlays that meet `ranges` (merged, ascending) resolved, then, where
 /// `widen` says so of a summary run, again with those that meet its
-/// compaction's range: exact over `ranges` and over the whole of each run
-/// widened. A database that does not file overlays by range, or ranges
-/// that cover every turn, have every overlay read at once.
+/// compaction's range and outrank that compaction (format 8; before it,
+/// every one that meets the range): exact over `ranges` and over the whole
+/// of each run widened, since a run ends only where a compaction that
+/// outranks its own takes over. A database that does not file overlays by
+/// range, or ranges that cover every turn, have every overlay read at once.
 fn resolve_widening(
     store: &Store,
     id: &ConversationId,
@@ -228,11 +230,11 @@ fn resolve_widening(
     base: Option<&Overlay>,
     mut widen: impl FnMut(&Run) -> Result<bool>,
 ) -> Result<Resolution> {
-    let read = |ranges: &[(u64, u64)]| -> Result<Resolution> {
+    let read = |ranges: &[(u64, u64)], outranking: &[Outranking]| -> Result<Resolution> {
         let mut overlays: Vec<Overlay> = base.into_iter().cloned().collect();
         overlays.extend(
             store
-                .overlays_meeting(id, end, ranges)?
+                .overlays_meeting(id, end, ranges, outranking)?
                 .iter()
                 .filter_map(overlay_of),
         );
@@ -248,18 +250,34 @@ fn resolve_widening(
         let overlays = overlays_under(store, id, end, base.cloned())?;
         return Ok(resolve(overlays, Some(last_turn)));
     }
-    let first = read(ranges)?;
+    let first = read(ranges, &[])?;
     let mut wider = ranges.to_vec();
+    let mut outranking = Vec::new();
     for run in &first.runs {
-        if widen(run)? {
-            wider.extend(first.overlays[run.overlay].covered(last_turn));
+        if !widen(run)? {
+            continue;
+        }
+        let overlay = &first.overlays[run.overlay];
+        let Some((from, to)) = overlay.covered(last_turn) else {
+            continue;
+        };
+        // The base (first, when given) loses to every overlay of the log.
+        let is_base = base.is_some() && run.overlay == 0;
+        if store.files_overlays_by_rank() && !is_base {
+            outranking.push(Outranking {
+                from,
+                to,
+                rank: (overlay.timestamp, overlay.seq),
+            });
+        } else {
+            wider.push((from, to));
         }
     }
     let wider = merge_ranges(wider);
-    if wider == ranges {
+    if wider == ranges && outranking.is_empty() {
         return Ok(first);
     }
-    read(&wider)
+    read(&wider, &outranking)
 }
 
 /// Whether summary run `run` has a turn in one of `ranges` (inclusive).

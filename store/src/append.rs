@@ -16,11 +16,11 @@ use crate::backend::frames::{self, Frame};
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::{
     encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay,
-    EncodedRecord, EntryRepr, Layout, OverlayDirectory, OverlayEntry, RangeEntry, RangeGroup,
-    TurnEntry, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    EncodedRecord, EntryRepr, Layout, OverlayDirectory, OverlayEntry, RangeEntry, TurnEntry,
+    CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
-use crate::event::{Event, EventType};
+use crate::event::{Event, EventType, Timestamp};
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
@@ -822,7 +822,7 @@ pub(crate) fn write_records(
             writes.batch.put(keys::overlay(id, seq), encode(&entry));
         }
         if let (Some(span), Some(ranges)) = (record.span, &mut writes.overlay_ranges) {
-            ranges.add(seq, span, turn);
+            ranges.add(seq, span, turn, record.timestamp);
         }
         let stats = &mut meta.kinds[record.event_type.index()];
         stats.count += 1;
@@ -984,17 +984,20 @@ impl<'a> ChunkBuilder<'a> {
 #[derive(Debug)]
 pub(crate) struct RangeGroups {
     groups: BTreeMap<(u8, u64), Vec<Gathered>>,
-    /// Whether the values hold the records (format 5).
-    records: bool,
+    /// The database's format: from it, whether the values hold the
+    /// records (format 5) and the timestamps (format 8).
+    format: u32,
 }
 
-/// A compaction [`RangeGroups`] holds: seq, turns covered, turn.
+/// A compaction [`RangeGroups`] holds: seq, turns covered, turn,
+/// timestamp.
 #[derive(Debug)]
 struct Gathered {
     seq: u64,
     from: u64,
     to: u64,
     turn: u64,
+    timestamp: Timestamp,
 }
 
 impl RangeGroups {
@@ -1002,12 +1005,19 @@ impl RangeGroups {
     pub(crate) fn new(format: u32) -> RangeGroups {
         RangeGroups {
             groups: BTreeMap::new(),
-            records: format < keys::BARE_RANGE_FORMAT,
+            format,
         }
     }
 
-    /// Adds compaction `seq`, covering turns `from..=to`, in turn `turn`.
-    pub(crate) fn add(&mut self, seq: u64, (from, to): (u64, u64), turn: u64) {
+    /// Adds compaction `seq`, covering turns `from..=to`, in turn `turn`,
+    /// timestamped `timestamp`.
+    pub(crate) fn add(
+        &mut self,
+        seq: u64,
+        (from, to): (u64, u64),
+        turn: u64,
+        timestamp: Timestamp,
+    ) {
         let level = keys::overlay_range_level(from, to);
         let bucket = keys::overlay_range_bucket(from, level);
         self.groups
@@ -1018,6 +1028,7 @@ impl RangeGroups {
                 from,
                 to,
                 turn,
+                timestamp,
             });
     }
 
@@ -1030,7 +1041,8 @@ impl RangeGroups {
         record_of: impl Fn(u64) -> Option<&'r [u8]>,
     ) -> impl Iterator<Item = StoreResult<(Vec<u8>, Vec<u8>)>> {
         let id = *id;
-        let records = self.records;
+        let format = self.format;
+        let records = format < keys::BARE_RANGE_FORMAT;
         std::mem::take(&mut self.groups)
             .into_iter()
             .map(move |((level, bucket), gathered)| {
@@ -1051,13 +1063,14 @@ impl RangeGroups {
                         from_turn: e.from,
                         to_turn: e.to,
                         turn: e.turn,
+                        timestamp: Some(e.timestamp),
                         record,
                     });
                 }
                 let first = gathered.first().map_or(0, |e| e.seq);
                 Ok((
                     keys::overlay_range(&id, level, bucket, first),
-                    encode(&RangeGroup { entries }),
+                    crate::codec::encode_range_group(format, &entries),
                 ))
             })
     }

@@ -907,7 +907,7 @@ impl Spill {
                 self.writes.push((keys::overlay(id, seq), encode(&entry)));
             }
             if let (Some(span), Some(ranges)) = (record.span, &mut self.overlay_ranges) {
-                ranges.add(seq, span, turn);
+                ranges.add(seq, span, turn, record.timestamp);
             }
             let stats = &mut self.meta.kinds[record.event_type.index()];
             stats.count += 1;

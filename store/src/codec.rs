@@ -31,6 +31,7 @@ use crate::event::{
 };
 use crate::hash::{Address, BlobHash};
 use crate::json::Json;
+use crate::keys;
 
 /// Texts longer than this many bytes are stored as blobs, once per content.
 pub const INLINE_MAX: usize = 1024;
@@ -740,6 +741,8 @@ pub(crate) struct EncodedRecord<'e> {
     pub call: Option<(&'e str, &'e str)>,
     /// For a compaction: the turns it covers, `from_turn..=to_turn`.
     pub span: Option<(u64, u64)>,
+    /// The event's timestamp.
+    pub timestamp: Timestamp,
 }
 
 /// Encodes `event` canonically in `layout`, moving long texts out as
@@ -824,6 +827,7 @@ pub(crate) fn encode_event(event: &Event, layout: Layout) -> EncodedRecord<'_> {
         size,
         call,
         span,
+        timestamp: event.timestamp,
     }
 }
 
@@ -1190,25 +1194,116 @@ pub(crate) struct OverlayEntry<'a> {
 }
 
 /// A compaction in an overlay range group: its seq, the turns it covers,
-/// its own turn and its record bytes (format 5; empty from format 6 on,
-/// where they are read from the overlay directory of the compaction's
-/// chunk).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// its own turn, its timestamp (format 8; `None` before) and its record
+/// bytes (format 5; empty from format 6 on, where they are read from the
+/// overlay directory of the compaction's chunk). With the timestamp, the
+/// compactions that outrank one (SPEC: greatest timestamp, then later in
+/// the log) are told from those that do not without reading them.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RangeEntry<'a> {
     pub seq: u64,
     pub from_turn: u64,
     pub to_turn: u64,
     pub turn: u64,
-    #[serde(with = "serde_bytes", borrow)]
+    pub timestamp: Option<Timestamp>,
     pub record: &'a [u8],
+}
+
+/// A [`RangeEntry`] as formats 5-7 store it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct UnrankedEntry<'a> {
+    seq: u64,
+    from_turn: u64,
+    to_turn: u64,
+    turn: u64,
+    #[serde(with = "serde_bytes", borrow)]
+    record: &'a [u8],
+}
+
+/// A [`RangeEntry`] as format 8 stores it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RankedEntry<'a> {
+    seq: u64,
+    from_turn: u64,
+    to_turn: u64,
+    turn: u64,
+    timestamp: Timestamp,
+    #[serde(with = "serde_bytes", borrow)]
+    record: &'a [u8],
 }
 
 /// The value of an overlay range key: the compactions an append files
 /// under one level and bucket, in log order.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub(crate) struct RangeGroup<'a> {
-    #[serde(borrow)]
-    pub entries: Vec<RangeEntry<'a>>,
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RangeGroup<E> {
+    entries: Vec<E>,
+}
+
+/// The value of an overlay range key holding `entries`, in a database of
+/// format `format` (5 or later): their timestamps are kept from format 8
+/// on, and must then be given.
+pub(crate) fn encode_range_group(format: u32, entries: &[RangeEntry<'_>]) -> Vec<u8> {
+    if format >= keys::RANKED_RANGE_FORMAT {
+        let entries = entries
+            .iter()
+            .map(|e| RankedEntry {
+                seq: e.seq,
+                from_turn: e.from_turn,
+                to_turn: e.to_turn,
+                turn: e.turn,
+                timestamp: e.timestamp.unwrap_or(Timestamp::EARLIEST),
+                record: e.record,
+            })
+            .collect();
+        encode(&RangeGroup { entries })
+    } else {
+        let entries = entries
+            .iter()
+            .map(|e| UnrankedEntry {
+                seq: e.seq,
+                from_turn: e.from_turn,
+                to_turn: e.to_turn,
+                turn: e.turn,
+                record: e.record,
+            })
+            .collect();
+        encode(&RangeGroup { entries })
+    }
+}
+
+/// The compactions of an overlay range key's value, in a database of
+/// format `format`.
+pub(crate) fn decode_range_group(format: u32, bytes: &[u8]) -> StoreResult<Vec<RangeEntry<'_>>> {
+    const WHAT: &str = "overlay range group";
+    if format >= keys::RANKED_RANGE_FORMAT {
+        let group: RangeGroup<RankedEntry<'_>> = decode(bytes, WHAT)?;
+        Ok(group
+            .entries
+            .into_iter()
+            .map(|e| RangeEntry {
+                seq: e.seq,
+                from_turn: e.from_turn,
+                to_turn: e.to_turn,
+                turn: e.turn,
+                timestamp: Some(e.timestamp),
+                record: e.record,
+            })
+            .collect())
+    } else {
+        let group: RangeGroup<UnrankedEntry<'_>> = decode(bytes, WHAT)?;
+        Ok(group
+            .entries
+            .into_iter()
+            .map(|e| RangeEntry {
+                seq: e.seq,
+                from_turn: e.from_turn,
+                to_turn: e.to_turn,
+                turn: e.turn,
+                timestamp: None,
+                record: e.record,
+            })
+            .collect())
+    }
 }
 
 /// The value of a turn index entry: where the chunk starts.

@@ -140,7 +140,12 @@ impl<'s> ConversationWriter<'s> {
                 BodyRepr::ToolCall { id, name, .. } => Some(((*id).to_owned(), (*name).to_owned())),
                 _ => None,
             });
-            kinds.push((repr.body.event_type(), size, repr.body.compaction_span()));
+            kinds.push((
+                repr.body.event_type(),
+                size,
+                repr.body.compaction_span(),
+                repr.timestamp,
+            ));
         }
         let mut encoded = Vec::with_capacity(records.len());
         let mut texts = Vec::with_capacity(records.len());
@@ -154,7 +159,7 @@ impl<'s> ConversationWriter<'s> {
             .zip(&calls)
             .zip(&kinds)
             .map(
-                |(((bytes, blobs), call), &(event_type, size, span))| EncodedRecord {
+                |(((bytes, blobs), call), &(event_type, size, span, timestamp))| EncodedRecord {
                     size,
                     bytes,
                     digests: Vec::new(),
@@ -162,6 +167,7 @@ impl<'s> ConversationWriter<'s> {
                     blobs: blobs.iter().map(|(h, t)| (*h, t.as_str())).collect(),
                     call: call.as_ref().map(|(i, n)| (i.as_str(), n.as_str())),
                     span,
+                    timestamp,
                 },
             )
             .collect();

@@ -16,7 +16,7 @@
 //! | `T` id(16) | where a conversation's staged records start, and their bytes |
 //! | `o` id(16) seq(8 BE) | formats 1-3: a compaction overlay: its turn and record bytes |
 //! | `O` id(16) first_seq(8 BE) | format 4: the compactions of a chunk that has any: (seq, turn, record bytes) |
-//! | `R` id(16) level(1) bucket(8 BE) first_seq(8 BE) | format 5: the compactions an append files under one level and bucket of their turn ranges (`overlay_range_level`): seq, turn range, turn and record bytes of each |
+//! | `R` id(16) level(1) bucket(8 BE) first_seq(8 BE) | format 5: the compactions an append files under one level and bucket of their turn ranges (`overlay_range_level`): seq, turn range, turn and record bytes of each (format 6: no record bytes; format 8: and the timestamp) |
 //! | `k` id(16) first_seq(8 BE) | the tool calls of a chunk: (seq, id, name) |
 //! | `v` id(16) view(8) | a materialized view's state (view = blake3 of its name) |
 //! | `w` id(16) view(8) first_turn(8 BE) | a block of a view's events |
@@ -89,8 +89,10 @@ pub(crate) const BLOBS: &str = "blobs";
 /// meeting some turns are found without reading the others; format 6 files
 /// them there without their record bytes, which are read from the overlay
 /// directories; format 7 stores new records committed (`codec::Layout`),
-/// which a format-6 build would misread.
-pub const FORMAT_VERSION: u32 = 7;
+/// which a format-6 build would misread; format 8 files each compaction's
+/// timestamp beside its turn range, so that the compactions outranking one
+/// are found without reading the others.
+pub const FORMAT_VERSION: u32 = 8;
 
 /// The first format version that stages small appends.
 pub(crate) const STAGING_FORMAT: u32 = 3;
@@ -110,6 +112,10 @@ pub(crate) const BARE_RANGE_FORMAT: u32 = 6;
 /// The first format version that stores new records committed: their
 /// addresses hash each text's hash rather than its bytes.
 pub(crate) const COMMITTED_FORMAT: u32 = 7;
+
+/// The first format version whose overlay range keys hold each
+/// compaction's timestamp ([`crate::codec::RangeEntry`]).
+pub(crate) const RANKED_RANGE_FORMAT: u32 = 8;
 
 /// The oldest format version this build reads and writes.
 pub(crate) const OLDEST_FORMAT: u32 = 1;

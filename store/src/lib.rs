@@ -84,7 +84,9 @@ pub use ids::ConversationId;
 pub use index::OverlayIndex;
 pub use json::EventError;
 pub use keys::FORMAT_VERSION;
-pub use log::{ChunkIter, LogIter, LogRecord, RawChunk, Reading, RecordRedaction, StoredOverlay};
+pub use log::{
+    ChunkIter, LogIter, LogRecord, Outranking, RawChunk, Reading, RecordRedaction, StoredOverlay,
+};
 pub use names::ToolNames;
 pub use pins::AutoState;
 pub use position::{merge_ranges, Seq, Turn};

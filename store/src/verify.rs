@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::backend::Bytes;
 use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, Layout, TextRepr};
-use crate::codec::{OverlayDirectory, OverlayEntry, RangeGroup, TurnEntry};
+use crate::codec::{OverlayDirectory, OverlayEntry, TurnEntry};
 use crate::error::StoreResult;
 use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
@@ -735,12 +735,12 @@ impl Checker<'_> {
             if committing && first >= len {
                 continue;
             }
-            let group: RangeGroup<'_> = codec::decode(&value, "overlay range group")
+            let entries = codec::decode_range_group(self.store.format, &value)
                 .map_err(|e| self.fail(Some(first), e.to_string()))?;
-            if group.entries.first().map(|e| e.seq) != Some(first) {
+            if entries.first().map(|e| e.seq) != Some(first) {
                 return Err(self.fail(Some(first), "an overlay range group is misnamed"));
             }
-            for entry in group.entries {
+            for entry in entries {
                 let level_of = keys::overlay_range_level(entry.from_turn, entry.to_turn);
                 if (
                     level_of,
@@ -758,6 +758,7 @@ impl Checker<'_> {
                     entry.record.to_vec(),
                     entry.from_turn,
                     entry.to_turn,
+                    entry.timestamp,
                 ));
             }
         }
@@ -776,7 +777,10 @@ impl Checker<'_> {
             } else {
                 Vec::new()
             };
-            wanted.push((*seq, *turn, filed, from, to));
+            // Format 8 files the timestamp too.
+            let timestamp =
+                (self.store.format >= keys::RANKED_RANGE_FORMAT).then_some(repr.timestamp);
+            wanted.push((*seq, *turn, filed, from, to, timestamp));
         }
         if found != wanted {
             let first_bad = found.iter().zip(&wanted).find(|(f, w)| f != w).map_or_else(

@@ -12,7 +12,7 @@ mod turns;
 
 pub use chunk::{ChunkIter, RawChunk, Reading};
 pub(crate) use chunk::{LoadedChunk, Located};
-pub use overlays::StoredOverlay;
+pub use overlays::{Outranking, StoredOverlay};
 pub use scan::{LogIter, LogRecord, RecordRedaction};
 
 use crate::codec::{decode_record, record_to_event};

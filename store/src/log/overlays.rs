@@ -1,9 +1,9 @@
 //! Compaction overlays, read from their entries without scanning the log.
 
 use crate::codec;
-use crate::codec::{OverlayDirectory, OverlayEntry, RangeGroup};
+use crate::codec::{OverlayDirectory, OverlayEntry};
 use crate::error::{StoreError, StoreResult};
-use crate::event::Event;
+use crate::event::{Event, Timestamp};
 use crate::ids::ConversationId;
 use crate::keys;
 use crate::position::merge_ranges;
@@ -21,6 +21,20 @@ pub struct StoredOverlay {
     pub turn: u64,
     /// The compaction event.
     pub event: Event,
+}
+
+/// Turns `from..=to` (inclusive) where only the compactions that outrank
+/// the one of rank `rank` are asked for: those with a greater
+/// `(timestamp, seq)`, which win over it wherever they cover a turn it
+/// covers (SPEC: the greatest timestamp wins, then the later in the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outranking {
+    /// The first turn.
+    pub from: u64,
+    /// The last turn.
+    pub to: u64,
+    /// The `(timestamp, seq)` of the compaction to outrank.
+    pub rank: (Timestamp, u64),
 }
 
 impl Store {
@@ -86,18 +100,30 @@ impl Store {
         self.format >= keys::OVERLAY_RANGE_FORMAT
     }
 
+    /// Whether compactions are filed by turn range with their timestamps
+    /// (format 8 and later), so that [`Store::overlays_meeting`] reads,
+    /// of those meeting an [`Outranking`]'s turns, only those outranking
+    /// its compaction.
+    pub fn files_overlays_by_rank(&self) -> bool {
+        self.format >= keys::RANKED_RANGE_FORMAT
+    }
+
     /// The compaction overlays among records `0..end` whose turn range
-    /// meets one of `turns` (inclusive ranges), in log order: what the
+    /// meets one of `turns` (inclusive ranges), or meets the turns of one
+    /// of `outranking` and outranks its compaction, in log order: what the
     /// resolution of those turns depends on. Read from the overlay range
     /// keys (format 5) at a cost that follows what is found, not how many
-    /// compactions the log holds. A database of an older format does not
-    /// file compactions by range: there, every compaction of `0..end`
-    /// (a superset, at the cost of [`Store::overlays`]).
+    /// compactions the log holds. Before format 8, where the keys hold no
+    /// timestamps, every compaction meeting the turns of `outranking` is
+    /// returned; a database of a format before 5 does not file compactions
+    /// by range: there, every compaction of `0..end` (supersets, at the
+    /// cost of [`Store::overlays`]).
     pub fn overlays_meeting(
         &self,
         id: &ConversationId,
         end: u64,
         turns: &[(u64, u64)],
+        outranking: &[Outranking],
     ) -> StoreResult<Vec<StoredOverlay>> {
         if !self.files_overlays_by_range() {
             return self.overlays(id, end);
@@ -108,6 +134,20 @@ impl Store {
             let i = turns.partition_point(|&(_, b)| b < from);
             turns.get(i).is_some_and(|&(a, _)| a <= to)
         };
+        // Whether a compaction of turns `from..=to` is asked for by one of
+        // `outranking` (all of them, without its timestamp).
+        let outranks = |from: u64, to: u64, rank: Option<(Timestamp, u64)>| {
+            outranking
+                .iter()
+                .any(|o| o.from <= to && from <= o.to && rank.is_none_or(|rank| rank > o.rank))
+        };
+        let searched = merge_ranges(
+            turns
+                .iter()
+                .copied()
+                .chain(outranking.iter().map(|o| (o.from, o.to)))
+                .collect(),
+        );
         let mut found = std::collections::BTreeMap::new();
         for piece in self.pieces(id, end)? {
             let owner = &piece.owner;
@@ -129,7 +169,7 @@ impl Store {
                 // The buckets that can hold a range meeting the turns, each
                 // read once however many of the turns it serves.
                 let buckets = merge_ranges(
-                    turns
+                    searched
                         .iter()
                         .map(|&(a, b)| {
                             let low = keys::overlay_range_bucket(a, level).saturating_sub(1);
@@ -144,12 +184,12 @@ impl Store {
                     };
                     for item in self.scan_range(keys::overlay_range(owner, level, low, 0), end) {
                         let (_, value) = item?;
-                        let group: RangeGroup<'_> = codec::decode(&value, "overlay range group")?;
-                        for entry in group.entries {
+                        for entry in codec::decode_range_group(self.format, &value)? {
                             let seq = entry.seq;
-                            if !meets(entry.from_turn, entry.to_turn)
-                                || !(piece.start..piece.end).contains(&seq)
-                            {
+                            let (from, to) = (entry.from_turn, entry.to_turn);
+                            let asked = meets(from, to)
+                                || outranks(from, to, entry.timestamp.map(|t| (t, seq)));
+                            if !asked || !(piece.start..piece.end).contains(&seq) {
                                 continue;
                             }
                             if !entry.record.is_empty() {
