@@ -100,10 +100,19 @@ pub fn keyring(config: &Config) -> Result<Option<std::sync::Arc<convstore_store:
 /// it, not to wherever the command runs. A bare program name (`summarize`)
 /// is looked up in `PATH`.
 fn anchor_commands(config: &mut Config, file: &Path) {
-    let dir = file.parent().unwrap_or(Path::new("."));
+    let dir = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // `dir` joined with `path`, less a leading `./` (so that messages name
+    // `./summarize.sh`, not `././summarize.sh`).
+    let anchored = |path: &Path| {
+        let rest = path.strip_prefix(".").unwrap_or(path);
+        dir.join(rest).to_string_lossy().into_owned()
+    };
     if let Some(key_file) = config.encryption.as_mut().and_then(|e| e.key_file.as_mut()) {
         if Path::new(key_file.as_str()).is_relative() {
-            *key_file = dir.join(&*key_file).to_string_lossy().into_owned();
+            *key_file = anchored(Path::new(key_file.as_str()));
         }
     }
     for profile in config.compaction.profiles.values_mut() {
@@ -115,7 +124,7 @@ fn anchor_commands(config: &mut Config, file: &Path) {
         if let Some(program) = program {
             let path = Path::new(program.as_str());
             if path.is_relative() && path.components().count() > 1 {
-                *program = dir.join(path).to_string_lossy().into_owned();
+                *program = anchored(path);
             }
         }
     }
@@ -127,4 +136,35 @@ pub fn beside(db: &Path) -> PathBuf {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
         .join(CONFIG_FILE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A relative program or key file is taken from the configuration
+    /// file's directory, and named without a doubled `./`.
+    #[test]
+    fn relative_paths_are_anchored_to_the_file() {
+        let text = "[encryption]\nkey_file = \"./keys/master\"\n\
+                    [compaction.profiles.p.summary]\nsummarizer = \"command\"\n\
+                    command = [\"./summarize.sh\", \"--fast\"]\n";
+        for (file, program, key) in [
+            ("convstore.toml", "./summarize.sh", "./keys/master"),
+            ("./convstore.toml", "./summarize.sh", "./keys/master"),
+            (
+                "/etc/cs/convstore.toml",
+                "/etc/cs/summarize.sh",
+                "/etc/cs/keys/master",
+            ),
+        ] {
+            let mut config = Config::parse(text).unwrap();
+            anchor_commands(&mut config, Path::new(file));
+            let summary = config.compaction.profiles["p"].summary.as_ref().unwrap();
+            let argv = summary.command.as_ref().unwrap();
+            assert_eq!(argv, &[program, "--fast"], "{file}");
+            let encryption = config.encryption.as_ref().unwrap();
+            assert_eq!(encryption.key_file.as_deref(), Some(key), "{file}");
+        }
+    }
 }
