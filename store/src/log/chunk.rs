@@ -70,6 +70,9 @@ pub(crate) enum Located {
         first_seq: u64,
         at: SegmentRef,
         records: u64,
+        /// The chunk's key, looked up again where `gc` or `redact` has
+        /// moved the chunk since (and given back the bytes at `at`).
+        key: Bytes,
     },
 }
 
@@ -107,6 +110,7 @@ impl Located {
                 first_seq,
                 at,
                 records,
+                key: Bytes::copy_from_slice(key),
             }),
         }
     }
@@ -129,11 +133,12 @@ impl Located {
     pub(crate) fn load(&self, store: &Store, id: &ConversationId) -> StoreResult<Held<'_>> {
         match self {
             Located::Loaded(chunk) => Ok(Held::Borrowed(chunk)),
-            &Located::Segment {
+            Located::Segment {
                 first_seq,
                 at,
                 records,
-            } => read_segment_chunk(store, id, first_seq, &at, records).map(Held::Owned),
+                key,
+            } => read_moved(store, id, key, *first_seq, *at, *records).map(Held::Owned),
         }
     }
 
@@ -148,7 +153,46 @@ impl Located {
                 first_seq,
                 at,
                 records,
-            } => read_segment_chunk(store, id, first_seq, &at, records),
+                key,
+            } => read_moved(store, id, &key, first_seq, at, records),
+        }
+    }
+}
+
+/// Reads the chunk under `key`, found at `at` in the segment files; where
+/// that fails, reads it again as its key now gives it, if that has changed:
+/// a `gc` or `redact` that rewrote the chunk after this reader looked it up
+/// stores the rewritten chunk, then gives the old bytes back to the file
+/// system (they read as zeros).
+fn read_moved(
+    store: &Store,
+    id: &ConversationId,
+    key: &[u8],
+    first_seq: u64,
+    mut at: SegmentRef,
+    mut records: u64,
+) -> StoreResult<LoadedChunk> {
+    /// Rewrites a read follows before its error stands.
+    const MOVES: usize = 3;
+    let mut moves = 0;
+    loop {
+        let error = match read_segment_chunk(store, id, first_seq, &at, records) {
+            Ok(chunk) => return Ok(chunk),
+            Err(error @ StoreError::Corrupt { .. }) if moves < MOVES => error,
+            Err(error) => return Err(store.unless_deleted(id, error)),
+        };
+        moves += 1;
+        let Some(value) = store.get(key)? else {
+            return Err(store.unless_deleted(id, error));
+        };
+        match Located::new(store.format, id, key, value)? {
+            Located::Loaded(chunk) => return Ok(chunk),
+            Located::Segment {
+                at: now,
+                records: n,
+                ..
+            } if now != at => (at, records) = (now, n),
+            Located::Segment { .. } => return Err(store.unless_deleted(id, error)),
         }
     }
 }
