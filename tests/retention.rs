@@ -218,44 +218,72 @@ fn covered_payloads_go_and_every_view_stays() {
 
 /// A read that looked chunks up before `gc` rewrote them reads them as
 /// `gc` left them, not the bytes `gc` gave back to the file system (which
-/// read as zeros and fail their checksum).
+/// read as zeros and fail their checksum) nor the long texts it removed:
+/// chunks in the segment files and in sled, read in parallel
+/// (`Store::chunks`) and record by record (`Store::scan`).
 #[test]
 fn chunks_looked_up_before_gc_are_read_as_gc_left_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::from_store(Store::open(dir.path().join("db")).unwrap());
-    let store = engine.store();
-    // Every append's records in the segment files.
-    store.set_segment_min_bytes(0);
-    let time = "2026-01-01T00:00:00Z";
-    let mut text: Vec<String> = (0..40).map(|t| turn(t, "a", time)).collect();
-    text.push(
-        r#"{"type":"compaction","from_turn":0,"to_turn":39,"reasoning":"strip","tool_calls":"strip","timestamp":"2026-01-02T00:00:00Z"}"#
-            .to_owned(),
-    );
-    let (id, _) = store
-        .create_and_append(
-            Some("c"),
-            &events(&text.join("\n")),
-            &AppendOptions::default(),
-        )
-        .unwrap();
-    let len = store.info(&id).unwrap().len;
-    let chunks: Vec<_> = store
-        .chunks(&id, 0, len)
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert!(!chunks.is_empty());
-    let dropped = engine.gc(&id, &COVERED, false).unwrap();
-    assert!(dropped.records >= 40, "{dropped:?}");
-    let mut read = Vec::new();
-    for chunk in &chunks {
-        for r in chunk.log_records(store, 0, len).unwrap() {
-            read.push(format!("{} {:?}", r.address, r.event));
+    for segment_min_bytes in [0, u64::MAX] {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::from_store(Store::open(dir.path().join("db")).unwrap());
+        let store = engine.store();
+        // Every append's records in the segment files, or none.
+        store.set_segment_min_bytes(segment_min_bytes);
+        let time = "2026-01-01T00:00:00Z";
+        let mut text: Vec<String> = (0..40).map(|t| turn(t, "a", time)).collect();
+        text.push(
+            r#"{"type":"compaction","from_turn":0,"to_turn":39,"reasoning":"strip","tool_calls":"strip","timestamp":"2026-01-02T00:00:00Z"}"#
+                .to_owned(),
+        );
+        let (id, _) = store
+            .create_and_append(
+                Some("c"),
+                &events(&text.join("\n")),
+                &AppendOptions::default(),
+            )
+            .unwrap();
+        let len = store.info(&id).unwrap().len;
+        let chunks: Vec<_> = store
+            .chunks(&id, 0, len)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(!chunks.is_empty());
+        let before = records(store, &id);
+        let mut scan = store.scan(&id, 0..len).unwrap();
+        let mut scanned = vec![scan.next().unwrap().unwrap()];
+        let dropped = engine.gc(&id, &COVERED, false).unwrap();
+        assert!(
+            dropped.records >= 40 && dropped.blobs_removed >= 40,
+            "{dropped:?}"
+        );
+        let mut read = Vec::new();
+        for chunk in &chunks {
+            for r in chunk.log_records(store, 0, len).unwrap() {
+                read.push(format!("{} {:?}", r.address, r.event));
+            }
         }
+        // Each record as it was before gc (read from bytes loaded before)
+        // or after, whole.
+        let after = records(store, &id);
+        assert_ne!(before, after);
+        let whole = |got: &[String]| {
+            assert_eq!(got.len(), after.len());
+            let mixed = got
+                .iter()
+                .zip(before.iter().zip(&after))
+                .position(|(g, (b, a))| g != b && g != a);
+            assert_eq!(mixed, None, "{segment_min_bytes}");
+            assert!(got.iter().any(|r| r.contains("[redacted]")));
+        };
+        whole(&read);
+        scanned.extend(scan.map(Result::unwrap));
+        let scanned: Vec<_> = scanned
+            .iter()
+            .map(|r| format!("{} {:?}", r.address, r.event))
+            .collect();
+        whole(&scanned);
     }
-    assert_eq!(read, records(store, &id));
-    assert!(read.iter().any(|r| r.contains("[redacted]")));
 }
 
 #[test]

@@ -70,9 +70,6 @@ pub(crate) enum Located {
         first_seq: u64,
         at: SegmentRef,
         records: u64,
-        /// The chunk's key, looked up again where `gc` or `redact` has
-        /// moved the chunk since (and given back the bytes at `at`).
-        key: Bytes,
     },
 }
 
@@ -110,7 +107,6 @@ impl Located {
                 first_seq,
                 at,
                 records,
-                key: Bytes::copy_from_slice(key),
             }),
         }
     }
@@ -133,12 +129,11 @@ impl Located {
     pub(crate) fn load(&self, store: &Store, id: &ConversationId) -> StoreResult<Held<'_>> {
         match self {
             Located::Loaded(chunk) => Ok(Held::Borrowed(chunk)),
-            Located::Segment {
+            &Located::Segment {
                 first_seq,
                 at,
                 records,
-                key,
-            } => read_moved(store, id, key, *first_seq, *at, *records).map(Held::Owned),
+            } => read_segment_chunk(store, id, first_seq, &at, records).map(Held::Owned),
         }
     }
 
@@ -153,47 +148,91 @@ impl Located {
                 first_seq,
                 at,
                 records,
-                key,
-            } => read_moved(store, id, &key, first_seq, at, records),
+            } => read_segment_chunk(store, id, first_seq, &at, records),
         }
     }
 }
 
-/// Reads the chunk under `key`, found at `at` in the segment files; where
-/// that fails, reads it again as its key now gives it, if that has changed:
-/// a `gc` or `redact` that rewrote the chunk after this reader looked it up
-/// stores the rewritten chunk, then gives the old bytes back to the file
-/// system (they read as zeros).
-fn read_moved(
-    store: &Store,
-    id: &ConversationId,
-    key: &[u8],
-    first_seq: u64,
-    mut at: SegmentRef,
-    mut records: u64,
-) -> StoreResult<LoadedChunk> {
-    /// Rewrites a read follows before its error stands.
-    const MOVES: usize = 3;
-    let mut moves = 0;
-    loop {
-        let error = match read_segment_chunk(store, id, first_seq, &at, records) {
-            Ok(chunk) => return Ok(chunk),
-            Err(error @ StoreError::Corrupt { .. }) if moves < MOVES => error,
-            Err(error) => return Err(store.unless_deleted(id, error)),
-        };
-        moves += 1;
-        let Some(value) = store.get(key)? else {
-            return Err(store.unless_deleted(id, error));
-        };
-        match Located::new(store.format, id, key, value)? {
-            Located::Loaded(chunk) => return Ok(chunk),
-            Located::Segment {
-                at: now,
-                records: n,
-                ..
-            } if now != at => (at, records) = (now, n),
-            Located::Segment { .. } => return Err(store.unless_deleted(id, error)),
+/// Where a chunk was read from: its key and the value the key held.
+///
+/// A `gc` or `redact` rewrites chunks, then gives their old bytes back to
+/// the file system (they read as zeros and fail their checksum) and
+/// removes the long texts only the old records held. A read that looked a
+/// chunk up before the rewrite and reads those after meets corrupt data in
+/// a sound database: it then looks the key up again and, where the value
+/// has changed, reads the chunk as it is now ([`ChunkSource::read`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ChunkSource {
+    pub(crate) key: Bytes,
+    pub(crate) value: Bytes,
+}
+
+impl ChunkSource {
+    /// Rewrites of a chunk a read follows before its error stands.
+    pub(crate) const MOVES: usize = 3;
+
+    /// The chunk as its key holds it now, read from a value other than
+    /// this source's (which it then becomes); `error`, met reading the
+    /// chunk as this source gave it, where the key holds the same value or
+    /// is gone (as [`Store::unless_deleted`] says).
+    pub(crate) fn moved(
+        &mut self,
+        store: &Store,
+        owner: &ConversationId,
+        error: StoreError,
+    ) -> StoreResult<Located> {
+        match store.get(&self.key)? {
+            None => Err(store.unless_deleted(owner, error)),
+            Some(now) if now == self.value => Err(error),
+            Some(now) => {
+                self.value = now.clone();
+                Located::new(store.format, owner, &self.key, now)
+            }
         }
+    }
+
+    /// `read` of chunk `first` of `owner` (as this source gave it); where
+    /// that meets corrupt data and the chunk has been rewritten since, of
+    /// the chunk as it is now.
+    pub(crate) fn read<T>(
+        &self,
+        store: &Store,
+        owner: &ConversationId,
+        first: &Located,
+        mut read: impl FnMut(&LoadedChunk) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut result = first.load(store, owner).and_then(|c| read(&c));
+        let mut source = self.clone();
+        for _ in 0..Self::MOVES {
+            match result {
+                Err(error @ StoreError::Corrupt { .. }) => {
+                    let now = source.moved(store, owner, error)?;
+                    result = now.load(store, owner).and_then(|c| read(&c));
+                }
+                done => return done,
+            }
+        }
+        result
+    }
+
+    /// The chunk of `owner` this source gives, loaded (as it is now where
+    /// it has been rewritten since).
+    pub(crate) fn load(
+        &mut self,
+        store: &Store,
+        owner: &ConversationId,
+    ) -> StoreResult<LoadedChunk> {
+        let first = Located::new(store.format, owner, &self.key, self.value.clone())?;
+        let mut result = first.into_loaded(store, owner);
+        for _ in 0..Self::MOVES {
+            match result {
+                Err(error @ StoreError::Corrupt { .. }) => {
+                    result = self.moved(store, owner, error)?.into_loaded(store, owner);
+                }
+                done => return done,
+            }
+        }
+        result
     }
 }
 
@@ -269,7 +308,8 @@ impl Iterator for ChunkIter<'_> {
                         Ok(RawChunk {
                             id: piece.owner,
                             records: piece.start..piece.end,
-                            chunk: Located::new(format, &piece.owner, &key, bytes)?,
+                            chunk: Located::new(format, &piece.owner, &key, bytes.clone())?,
+                            source: ChunkSource { key, value: bytes },
                         })
                     }));
                 }
@@ -299,6 +339,8 @@ pub struct RawChunk {
     /// The records of it that belong to the conversation read.
     pub(crate) records: Range<u64>,
     pub(crate) chunk: Located,
+    /// Where it was read from, to read it again if it is rewritten.
+    pub(crate) source: ChunkSource,
 }
 
 impl RawChunk {
@@ -332,18 +374,25 @@ impl RawChunk {
         end: u64,
         kinds: &mut [KindStats; 10],
     ) -> StoreResult<()> {
-        let chunk = self.chunk.load(store, &self.id)?;
-        for i in 0..chunk.layout.entries.len() {
-            let seq = chunk.first_seq + i as u64;
-            if seq >= end || !self.records.contains(&seq) {
-                continue;
+        let counted = self.source.read(store, &self.id, &self.chunk, |chunk| {
+            let mut counted = [KindStats::default(); 10];
+            for i in 0..chunk.layout.entries.len() {
+                let seq = chunk.first_seq + i as u64;
+                if seq >= end || !self.records.contains(&seq) {
+                    continue;
+                }
+                let bytes = chunk.record_bytes(i);
+                let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
+                let size = crate::codec::record_size(bytes, &record);
+                let stats = &mut counted[record.body.event_type().index()];
+                stats.count += 1;
+                stats.bytes += size;
             }
-            let bytes = chunk.record_bytes(i);
-            let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
-            let size = crate::codec::record_size(bytes, &record);
-            let stats = &mut kinds[record.body.event_type().index()];
-            stats.count += 1;
-            stats.bytes += size;
+            Ok(counted)
+        })?;
+        for (total, more) in kinds.iter_mut().zip(counted) {
+            total.count += more.count;
+            total.bytes += more.bytes;
         }
         Ok(())
     }
@@ -356,43 +405,45 @@ impl RawChunk {
         start: u64,
         end: u64,
     ) -> StoreResult<Vec<(u64, Vec<u8>)>> {
-        let chunk = self.chunk.load(store, &self.id)?;
-        let mut out = Vec::with_capacity(chunk.layout.entries.len());
-        for i in 0..chunk.layout.entries.len() {
-            let seq = chunk.first_seq + i as u64;
-            if seq >= start && seq < end && self.records.contains(&seq) {
-                out.push((seq, chunk.record_bytes(i).to_vec()));
+        self.source.read(store, &self.id, &self.chunk, |chunk| {
+            let mut out = Vec::with_capacity(chunk.layout.entries.len());
+            for i in 0..chunk.layout.entries.len() {
+                let seq = chunk.first_seq + i as u64;
+                if seq >= start && seq < end && self.records.contains(&seq) {
+                    out.push((seq, chunk.record_bytes(i).to_vec()));
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Its records with a seq in `start..end` as [`Store::scan`] gives
     /// them: decoded (blobs loaded from `store`), each with its address,
     /// chained from the chunk's stored parent.
     pub fn log_records(&self, store: &Store, start: u64, end: u64) -> StoreResult<Vec<LogRecord>> {
-        let chunk = self.chunk.load(store, &self.id)?;
-        let mut out = Vec::with_capacity(chunk.layout.entries.len());
-        let mut address = chunk.layout.parent;
-        for (i, entry) in chunk.layout.entries.iter().enumerate() {
-            let seq = chunk.first_seq + i as u64;
-            if seq >= end {
-                break;
+        self.source.read(store, &self.id, &self.chunk, |chunk| {
+            let mut out = Vec::with_capacity(chunk.layout.entries.len());
+            let mut address = chunk.layout.parent;
+            for (i, entry) in chunk.layout.entries.iter().enumerate() {
+                let seq = chunk.first_seq + i as u64;
+                if seq >= end {
+                    break;
+                }
+                let bytes = chunk.record_bytes(i);
+                address = crate::codec::link(&address, bytes);
+                if seq < start || !self.records.contains(&seq) {
+                    continue;
+                }
+                out.push(LogRecord {
+                    seq,
+                    turn: entry.turn,
+                    address,
+                    event: event_of(store, &self.id, seq, bytes)?,
+                    redaction: super::scan::RecordRedaction::of(bytes)?,
+                });
             }
-            let bytes = chunk.record_bytes(i);
-            address = crate::codec::link(&address, bytes);
-            if seq < start || !self.records.contains(&seq) {
-                continue;
-            }
-            out.push(LogRecord {
-                seq,
-                turn: entry.turn,
-                address,
-                event: event_of(store, &self.id, seq, bytes)?,
-                redaction: super::scan::RecordRedaction::of(bytes)?,
-            });
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Its records with a seq in `start..end`, decoded (blobs loaded from
@@ -424,34 +475,39 @@ impl RawChunk {
         end: u64,
         reading: impl Fn(u64, u64, EventType) -> Reading,
     ) -> StoreResult<Vec<(u64, u64, Event)>> {
-        let chunk = self.chunk.load(store, &self.id)?;
-        let mut out = Vec::with_capacity(chunk.layout.entries.len());
-        for (i, entry) in chunk.layout.entries.iter().enumerate() {
-            let seq = chunk.first_seq + i as u64;
-            if seq < start || seq >= end || !self.records.contains(&seq) {
-                continue;
+        self.source.read(store, &self.id, &self.chunk, |chunk| {
+            let mut out = Vec::with_capacity(chunk.layout.entries.len());
+            for (i, entry) in chunk.layout.entries.iter().enumerate() {
+                let seq = chunk.first_seq + i as u64;
+                if seq < start || seq >= end || !self.records.contains(&seq) {
+                    continue;
+                }
+                let bytes = chunk.record_bytes(i);
+                // A record read not at all is not decoded either.
+                let peeked =
+                    codec::peek_event_type(bytes).map(|kind| reading(seq, entry.turn, kind));
+                if peeked == Some(Reading::Skip) {
+                    continue;
+                }
+                let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
+                debug_assert!(peeked.is_none_or(|_| {
+                    codec::peek_event_type(bytes) == Some(record.body.event_type())
+                }));
+                let read =
+                    peeked.unwrap_or_else(|| reading(seq, entry.turn, record.body.event_type()));
+                let payload = match read {
+                    Reading::Skip => continue,
+                    Reading::Whole => true,
+                    Reading::WithoutPayload => false,
+                };
+                let event =
+                    record_to_event_with(&record, &mut |blob| store.load_blob(blob), payload)
+                        .map_err(|e| {
+                            store.unless_deleted(&self.id, in_record(&self.id, seq, &e))
+                        })?;
+                out.push((seq, entry.turn, event));
             }
-            let bytes = chunk.record_bytes(i);
-            // A record read not at all is not decoded either.
-            let peeked = codec::peek_event_type(bytes).map(|kind| reading(seq, entry.turn, kind));
-            if peeked == Some(Reading::Skip) {
-                continue;
-            }
-            let record = decode_record(bytes).map_err(|e| in_record(&self.id, seq, &e))?;
-            debug_assert!(peeked.is_none_or(|_| {
-                codec::peek_event_type(bytes) == Some(record.body.event_type())
-            }));
-            let read = peeked.unwrap_or_else(|| reading(seq, entry.turn, record.body.event_type()));
-            let payload = match read {
-                Reading::Skip => continue,
-                Reading::Whole => true,
-                Reading::WithoutPayload => false,
-            };
-            let event =
-                record_to_event_with(&record, &mut |blob| store.load_blob(blob), payload)
-                    .map_err(|e| store.unless_deleted(&self.id, in_record(&self.id, seq, &e)))?;
-            out.push((seq, entry.turn, event));
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 }

@@ -11,7 +11,7 @@ mod scan;
 mod turns;
 
 pub use chunk::{ChunkIter, RawChunk, Reading};
-pub(crate) use chunk::{LoadedChunk, Located};
+pub(crate) use chunk::{ChunkSource, LoadedChunk, Located};
 pub use overlays::{Outranking, StoredOverlay};
 pub use scan::{LogIter, LogRecord, RecordRedaction};
 

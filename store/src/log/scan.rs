@@ -13,7 +13,7 @@ use crate::layout::Piece;
 use crate::staging::ReadPin;
 use crate::store::Store;
 
-use super::{event_of, ChunkIter, LoadedChunk, Located};
+use super::{event_of, ChunkIter, ChunkSource, LoadedChunk, Located};
 
 /// A record of a conversation's log, as `log` prints it.
 #[derive(Debug, Clone, PartialEq)]
@@ -217,12 +217,27 @@ pub struct LogIter<'s> {
     /// The pieces still to read.
     pieces: std::vec::IntoIter<(Piece, KvIter<'s>)>,
     chunks: Option<(Piece, KvIter<'s>)>,
-    current: Option<(LoadedChunk, usize, Address)>,
+    current: Option<Current>,
     next_seq: u64,
     end_seq: u64,
     failed: bool,
     /// Keeps the staged chunks it is to read.
     _pin: ReadPin,
+}
+
+/// The chunk a [`LogIter`] is in.
+struct Current {
+    chunk: LoadedChunk,
+    /// The next record's index in it.
+    index: usize,
+    /// The address of the record before that one.
+    parent: Address,
+    source: ChunkSource,
+    /// Where the chunk was read from, for a record read again (in the
+    /// chunk as it is now) once a rewrite has made it unreadable.
+    owner: ConversationId,
+    /// Rewrites followed.
+    moves: usize,
 }
 
 impl LogIter<'_> {
@@ -247,19 +262,37 @@ impl LogIter<'_> {
                 }
                 continue;
             }
-            if let Some((chunk, index, parent)) = &mut self.current {
-                if *index < chunk.layout.entries.len() {
-                    let seq = chunk.first_seq + *index as u64;
-                    let bytes = chunk.record_bytes(*index);
-                    let address = crate::codec::link(parent, bytes);
-                    let turn = chunk.layout.entries[*index].turn;
-                    *parent = address;
-                    *index += 1;
+            if let Some(current) = &mut self.current {
+                let chunk = &current.chunk;
+                let index = current.index;
+                if index < chunk.layout.entries.len() {
+                    let seq = chunk.first_seq + index as u64;
+                    let bytes = chunk.record_bytes(index);
+                    let address = crate::codec::link(&current.parent, bytes);
+                    let turn = chunk.layout.entries[index].turn;
                     if seq < self.next_seq {
+                        current.parent = address;
+                        current.index += 1;
                         continue;
                     }
-                    let event = event_of(self.store, &self.id, seq, bytes)?;
-                    let redaction = RecordRedaction::of(bytes)?;
+                    let read = event_of(self.store, &self.id, seq, bytes)
+                        .and_then(|event| Ok((event, RecordRedaction::of(bytes)?)));
+                    let (event, redaction) = match read {
+                        Ok(read) => read,
+                        Err(error @ StoreError::Corrupt { .. })
+                            if current.moves < ChunkSource::MOVES =>
+                        {
+                            // Rewritten since it was read (gc, redact):
+                            // this record again, in the chunk as it is now.
+                            let now = current.source.moved(self.store, &current.owner, error)?;
+                            current.chunk = now.into_loaded(self.store, &current.owner)?;
+                            current.moves += 1;
+                            continue;
+                        }
+                        Err(error) => return Err(error),
+                    };
+                    current.parent = address;
+                    current.index += 1;
                     self.next_seq = seq + 1;
                     return Ok(Some(LogRecord {
                         seq,
@@ -281,8 +314,9 @@ impl LogIter<'_> {
                     ),
                 });
             };
-            let (key, bytes) = item?;
-            let chunk = self.store.read_chunk(&piece.owner, &key, bytes)?;
+            let (key, value) = item?;
+            let mut source = ChunkSource { key, value };
+            let chunk = source.load(self.store, &piece.owner)?;
             if chunk.first_seq > self.next_seq {
                 return Err(StoreError::Corrupt {
                     what: format!(
@@ -291,8 +325,14 @@ impl LogIter<'_> {
                     ),
                 });
             }
-            let parent = chunk.layout.parent;
-            self.current = Some((chunk, 0, parent));
+            self.current = Some(Current {
+                parent: chunk.layout.parent,
+                chunk,
+                index: 0,
+                source,
+                owner: piece.owner,
+                moves: 0,
+            });
         }
     }
 }
