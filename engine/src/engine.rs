@@ -372,6 +372,7 @@ impl Engine {
             Err(e) => {
                 return Ok(Some(IndexCheck {
                     problem: Some(e.to_string()),
+                    unreadable: true,
                     ..IndexCheck::default()
                 }))
             }
@@ -806,12 +807,15 @@ pub fn verification_json(
     };
     let mut value = verified_json(engine, id, &report, views)?;
     let index = engine.check_index(id)?;
-    if let Some(problem) = index.as_ref().and_then(|i| i.problem.as_deref()) {
+    if let Some((problem, unreadable)) = index
+        .as_ref()
+        .and_then(|i| Some((i.problem.as_deref()?, i.unreadable)))
+    {
         return Ok(serde_json::json!({
             "ok": false,
             "search_index": problem,
-            "message": if problem.contains("convstore reindex") {
-                // Already said as the index's own error.
+            "message": if unreadable {
+                // Already said as the index's own error, naming reindex.
                 format!("verification failed: {problem}")
             } else {
                 format!(

@@ -1068,6 +1068,9 @@ pub struct IndexCheck {
     pub behind_records: u64,
     /// The first disagreement, if any.
     pub problem: Option<String>,
+    /// Whether the index could not be opened at all (`problem` then says
+    /// so, naming `convstore reindex`).
+    pub unreadable: bool,
 }
 
 /// The most hits the faces (the command line, the server) let a search
