@@ -384,6 +384,35 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// An inspector page names, for each record a summary replaces, the
+    /// turns of that summary's run wherever the page starts: as a page of
+    /// the whole log does (whose resolution reads every compaction).
+    #[test]
+    fn inspector_pages_name_whole_summary_runs_wherever_they_start(
+        events in prop::collection::vec(ranged_event(), 1..100),
+        pages in prop::collection::vec((0.0..1.0f64, 1u64..12), 1..8),
+    ) {
+        use convstore_engine::inspect::{page, Start};
+        use convstore_engine::pipeline::Scope;
+        let place = Place::of(Kind::nth(0));
+        let store = place.open();
+        let id = store.create_conversation(Some("c")).unwrap();
+        store.append(&id, &events, &AppendOptions::default()).unwrap();
+        let scope = Scope { end: events.len() as u64 };
+        let whole = page(&store, &id, scope, Start::Seq(0), u64::MAX).unwrap();
+        prop_assert_eq!(whole.rows.len(), events.len());
+        for &(at, limit) in &pages {
+            let from = ((events.len() as f64) * at) as u64;
+            let part = page(&store, &id, scope, Start::Seq(from), limit).unwrap();
+            let end = part.summarized.len() + from as usize;
+            prop_assert_eq!(&part.summarized[..], &whole.summarized[from as usize..end]);
+        }
+    }
+}
+
 /// Every turn range of a log under a summary of every turn and a later one
 /// of its last turns, behind a system instruction (which no summary
 /// replaces), projects as the whole view does: the first summary stands
