@@ -58,7 +58,12 @@ fn gc_drops_what_the_view_no_longer_shows_and_the_view_stays() {
     let records = env.run(&["log", "c"]).ok().lines();
     assert_eq!(records.len(), 721, "no event appended after the compaction");
     assert_eq!(records[4]["content"], "[redacted]");
+    // Told from a text that reads so: when and why it was dropped.
+    let reason = records[4]["redacted"]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("retention: covered"), "{}", records[4]);
+    assert!(records[4]["redacted"]["at"].is_string(), "{}", records[4]);
     assert_eq!(records[1]["text"], "ASK-c-0");
+    assert!(records[1].get("redacted").is_none(), "{}", records[1]);
     assert!(records[600 + 4]["content"]
         .as_str()
         .unwrap()

@@ -30,6 +30,7 @@ fn a_killed_redact_leaves_the_record_whole_or_redacted() {
         let whole = match log[100]["text"].as_str() {
             Some("[redacted]") => {
                 assert_eq!(events, 1, "round {round}: one redaction event");
+                assert_eq!(log[100]["redacted"]["reason"], "leak", "round {round}");
                 assert!(!env.segments_hold(&secret), "round {round}");
                 false
             }

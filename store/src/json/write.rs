@@ -15,12 +15,25 @@ pub fn write_event(event: &Event, out: &mut Vec<u8>) {
 }
 
 /// Writes `record` as `convstore log` prints it: one JSON object of its
-/// seq, turn and address and the event's fields (no newline).
+/// seq, turn and address, `redacted` (when and why) for a record whose
+/// text was removed, and the event's fields (no newline).
 pub fn write_log_record(record: &LogRecord, out: &mut Vec<u8>) {
     let mut object = ObjectWriter::begin(out);
     object.u64("seq", record.seq);
     object.u64("turn", record.turn);
     object.string("address", &record.address.hex());
+    if let Some(redaction) = &record.redaction {
+        // When and why its text was removed, so that a record whose text
+        // reads `[redacted]` is told from one that was written so.
+        object.key("redacted");
+        let mut inner = ObjectWriter::begin(object.out);
+        inner.key("at");
+        inner.out.push(b'"');
+        redaction.time.write_rfc3339(inner.out);
+        inner.out.push(b'"');
+        inner.string("reason", &redaction.reason);
+        inner.end();
+    }
     write_event_fields(&record.event, &mut object);
     object.end();
 }
