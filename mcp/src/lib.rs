@@ -39,11 +39,12 @@ use convstore_engine::store::json::write_log_record;
 use convstore_engine::store::{AppendOptions, ConversationId, EventType};
 use convstore_engine::{AsOf, Engine, Location, OpenOptions};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ResourceTemplate, ResourceUpdatedNotificationParam, ServerCapabilities,
-    ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, Peer, ServerHandler};
@@ -802,6 +803,38 @@ impl ServerHandler for Service {
              Nothing compaction hides is lost: `recall` gives back the raw events behind a \
              `(recall ...)` handle, `search` finds text across conversations, `diff` compares views.",
         )
+    }
+
+    /// A request of a method the protocol defines reaches here only when
+    /// its params do not read as that method's (`tools/call` with
+    /// `arguments` that are not an object, say): invalid params (-32602),
+    /// naming what is wrong, rather than an unknown method.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let problem = match request.method.as_str() {
+            "tools/call" => request.params_as::<CallToolRequestParams>().err(),
+            "tools/list" | "resources/list" | "resources/templates/list" => {
+                request.params_as::<PaginatedRequestParams>().err()
+            }
+            "resources/read" => request.params_as::<ReadResourceRequestParams>().err(),
+            "resources/subscribe" => request.params_as::<SubscribeRequestParams>().err(),
+            "resources/unsubscribe" => request.params_as::<UnsubscribeRequestParams>().err(),
+            _ => {
+                return Err(ErrorData::new(
+                    rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                    request.method,
+                    None,
+                ))
+            }
+        };
+        let why = problem.map_or_else(String::new, |e| format!(": {e}"));
+        Err(ErrorData::invalid_params(
+            format!("{}: invalid params{why}", request.method),
+            None,
+        ))
     }
 
     async fn list_tools(

@@ -90,3 +90,70 @@ fn mcp_on_a_missing_database_is_one_error_line() {
     let env = TestEnv::new();
     env.run(&["mcp"]).fails();
 }
+
+/// Requests whose params do not read as their method's (raw JSON-RPC on
+/// stdio, as no SDK sends them): invalid params (-32602) naming the
+/// method, not "method not found"; an unknown method is still -32601.
+#[test]
+fn malformed_params_are_invalid_params() {
+    use std::io::{BufRead, BufReader, Write};
+    let env = TestEnv::new();
+    env.run(&["append", "c", "--user", "hi"]).ok();
+    let mut child = env
+        .command(&["mcp"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut ask = |message: serde_json::Value| -> serde_json::Value {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+        if message.get("id").is_none() {
+            return serde_json::Value::Null;
+        }
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    let init = ask(serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw", "version": "0"}}
+    }));
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    ask(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for (id, method, params, code) in [
+        (
+            2,
+            "tools/call",
+            serde_json::json!({"name": "project", "arguments": [1]}),
+            -32602,
+        ),
+        (3, "tools/call", serde_json::json!({"name": 7}), -32602),
+        (
+            4,
+            "resources/read",
+            serde_json::json!({"uri": false}),
+            -32602,
+        ),
+        (5, "no/such", serde_json::json!({}), -32601),
+    ] {
+        let answer = ask(serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": method, "params": params
+        }));
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(method), "{answer}");
+    }
+    // A well-formed call still works on the same session.
+    let answer = ask(serde_json::json!({
+        "jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": {"name": "get_view", "arguments": {"conversation": "c"}}
+    }));
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
