@@ -14,7 +14,7 @@ use convstore_projection::{
 };
 use convstore_store::event::ReasoningPolicy;
 use convstore_store::{
-    ConversationId, Event, EventKind, Seq, Store, StoreError, Timestamp, ToolNames, Turn,
+    ConversationId, Event, EventKind, Store, StoreError, Timestamp, ToolNames, Turn,
 };
 use serde_json::{json, Value};
 
@@ -303,24 +303,17 @@ pub fn page(
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
         // Which records a summary replaces (the view drops them all; only
         // the first carries the summary's events), and the turns of its
-        // run: exact over the whole of each run that meets the page (a
-        // projector's resolution does not look up where a run placed
-        // before its turns begins).
+        // run: the resolution is exact over the whole of each run that
+        // meets the page.
         let turns = first.turn..=last.turn;
-        let (projector, _) = pipeline::plan_turns(store, id, scope, turns)?;
-        let last_turn = store.turn_of(id, Seq(scope.end - 1))?.0;
-        let runs = pipeline::resolve_turns(
-            store,
-            id,
-            scope.end,
-            last_turn,
-            &[(first.turn, last.turn)],
-            None,
-        )?;
+        let (projector, _) = pipeline::plan_turns_with_runs(store, id, scope, turns)?;
         for (slot, row) in summarized.iter_mut().zip(&rows) {
-            if let crate::search::Visibility::Summarized(a, b) =
-                crate::search::disposition(&runs, row.turn, row.raw.kind.event_type(), None)
-            {
+            if let crate::search::Visibility::Summarized(a, b) = crate::search::disposition(
+                projector.resolution(),
+                row.turn,
+                row.raw.kind.event_type(),
+                None,
+            ) {
                 *slot = Some((a, b));
             }
         }

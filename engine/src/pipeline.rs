@@ -310,6 +310,31 @@ pub fn plan_turns(
     scope: Scope,
     turns: std::ops::RangeInclusive<u64>,
 ) -> Result<(Projector, std::ops::Range<u64>)> {
+    plan_turns_by(store, id, scope, turns, false)
+}
+
+/// Like [`plan_turns`], with a resolution exact over the whole of every
+/// summary run that meets `turns` ([`resolve_turns`] over them and the turn
+/// on each side), so that the projector also says which turns each run
+/// spans (the inspector's pages name them): a run placed before `turns`
+/// is looked up too.
+pub fn plan_turns_with_runs(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    turns: std::ops::RangeInclusive<u64>,
+) -> Result<(Projector, std::ops::Range<u64>)> {
+    plan_turns_by(store, id, scope, turns, true)
+}
+
+/// [`plan_turns`], or with `whole_runs` [`plan_turns_with_runs`].
+fn plan_turns_by(
+    store: &Store,
+    id: &ConversationId,
+    scope: Scope,
+    turns: std::ops::RangeInclusive<u64>,
+    whole_runs: bool,
+) -> Result<(Projector, std::ops::Range<u64>)> {
     let end = scope.end;
     let seqs = store.turn_records(id, Turn(*turns.start())..=Turn(*turns.end()), Seq(end))?;
     let resolution = || -> Result<Resolution> {
@@ -320,6 +345,13 @@ pub fn plan_turns(
         let asked = (*turns.start(), (*turns.end()).min(last_turn));
         if asked.0 > asked.1 {
             return Ok(resolve(Vec::new(), Some(last_turn)));
+        }
+        if whole_runs {
+            let around = (
+                asked.0.saturating_sub(1),
+                asked.1.saturating_add(1).min(last_turn),
+            );
+            return resolve_turns(store, id, end, last_turn, &[around], None);
         }
         resolve_window(store, id, end, last_turn, asked)
     };

@@ -1209,27 +1209,43 @@ pub(crate) struct RangeEntry<'a> {
     pub record: &'a [u8],
 }
 
-/// A [`RangeEntry`] as formats 5-7 store it.
+/// A [`RangeEntry`] as stored: `timestamp` is a [`Timestamp`] from format
+/// 8 on, `()` before (which bincode writes as nothing, so formats 5-7 read
+/// as they were written).
 #[derive(serde::Serialize, serde::Deserialize)]
-struct UnrankedEntry<'a> {
+struct StoredEntry<'a, T> {
     seq: u64,
     from_turn: u64,
     to_turn: u64,
     turn: u64,
+    timestamp: T,
     #[serde(with = "serde_bytes", borrow)]
     record: &'a [u8],
 }
 
-/// A [`RangeEntry`] as format 8 stores it.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct RankedEntry<'a> {
-    seq: u64,
-    from_turn: u64,
-    to_turn: u64,
-    turn: u64,
-    timestamp: Timestamp,
-    #[serde(with = "serde_bytes", borrow)]
-    record: &'a [u8],
+/// What a stored range entry keeps of a compaction's timestamp: a
+/// [`Timestamp`] (format 8 on), or nothing (`()`, formats 5-7).
+trait StoredRank: Sized {
+    fn of(timestamp: Option<Timestamp>) -> Self;
+    fn timestamp(&self) -> Option<Timestamp>;
+}
+
+impl StoredRank for () {
+    fn of(_: Option<Timestamp>) -> Self {}
+
+    fn timestamp(&self) -> Option<Timestamp> {
+        None
+    }
+}
+
+impl StoredRank for Timestamp {
+    fn of(timestamp: Option<Timestamp>) -> Self {
+        timestamp.unwrap_or(Timestamp::EARLIEST)
+    }
+
+    fn timestamp(&self) -> Option<Timestamp> {
+        Some(*self)
+    }
 }
 
 /// The value of an overlay range key: the compactions an append files
@@ -1239,70 +1255,56 @@ struct RangeGroup<E> {
     entries: Vec<E>,
 }
 
+impl<'a, T: StoredRank + Serialize + Deserialize<'a>> RangeGroup<StoredEntry<'a, T>> {
+    fn encode(entries: &[RangeEntry<'a>]) -> Vec<u8> {
+        let entries = entries
+            .iter()
+            .map(|e| StoredEntry {
+                seq: e.seq,
+                from_turn: e.from_turn,
+                to_turn: e.to_turn,
+                turn: e.turn,
+                timestamp: T::of(e.timestamp),
+                record: e.record,
+            })
+            .collect();
+        encode(&RangeGroup { entries })
+    }
+
+    fn decode(bytes: &'a [u8]) -> StoreResult<Vec<RangeEntry<'a>>> {
+        let group: Self = decode(bytes, "overlay range group")?;
+        let entries = group.entries.into_iter();
+        Ok(entries
+            .map(|e| RangeEntry {
+                seq: e.seq,
+                from_turn: e.from_turn,
+                to_turn: e.to_turn,
+                turn: e.turn,
+                timestamp: e.timestamp.timestamp(),
+                record: e.record,
+            })
+            .collect())
+    }
+}
+
 /// The value of an overlay range key holding `entries`, in a database of
 /// format `format` (5 or later): their timestamps are kept from format 8
 /// on, and must then be given.
 pub(crate) fn encode_range_group(format: u32, entries: &[RangeEntry<'_>]) -> Vec<u8> {
     if format >= keys::RANKED_RANGE_FORMAT {
-        let entries = entries
-            .iter()
-            .map(|e| RankedEntry {
-                seq: e.seq,
-                from_turn: e.from_turn,
-                to_turn: e.to_turn,
-                turn: e.turn,
-                timestamp: e.timestamp.unwrap_or(Timestamp::EARLIEST),
-                record: e.record,
-            })
-            .collect();
-        encode(&RangeGroup { entries })
+        RangeGroup::<StoredEntry<'_, Timestamp>>::encode(entries)
     } else {
-        let entries = entries
-            .iter()
-            .map(|e| UnrankedEntry {
-                seq: e.seq,
-                from_turn: e.from_turn,
-                to_turn: e.to_turn,
-                turn: e.turn,
-                record: e.record,
-            })
-            .collect();
-        encode(&RangeGroup { entries })
+        RangeGroup::<StoredEntry<'_, ()>>::encode(entries)
     }
 }
 
 /// The compactions of an overlay range key's value, in a database of
 /// format `format`.
 pub(crate) fn decode_range_group(format: u32, bytes: &[u8]) -> StoreResult<Vec<RangeEntry<'_>>> {
-    const WHAT: &str = "overlay range group";
     if format >= keys::RANKED_RANGE_FORMAT {
-        let group: RangeGroup<RankedEntry<'_>> = decode(bytes, WHAT)?;
-        Ok(group
-            .entries
-            .into_iter()
-            .map(|e| RangeEntry {
-                seq: e.seq,
-                from_turn: e.from_turn,
-                to_turn: e.to_turn,
-                turn: e.turn,
-                timestamp: Some(e.timestamp),
-                record: e.record,
-            })
-            .collect())
+        RangeGroup::<StoredEntry<'_, Timestamp>>::decode(bytes)
     } else {
-        let group: RangeGroup<UnrankedEntry<'_>> = decode(bytes, WHAT)?;
-        Ok(group
-            .entries
-            .into_iter()
-            .map(|e| RangeEntry {
-                seq: e.seq,
-                from_turn: e.from_turn,
-                to_turn: e.to_turn,
-                turn: e.turn,
-                timestamp: None,
-                record: e.record,
-            })
-            .collect())
+        RangeGroup::<StoredEntry<'_, ()>>::decode(bytes)
     }
 }
 

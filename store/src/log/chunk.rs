@@ -201,18 +201,13 @@ impl ChunkSource {
         first: &Located,
         mut read: impl FnMut(&LoadedChunk) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        let mut result = first.load(store, owner).and_then(|c| read(&c));
-        let mut source = self.clone();
-        for _ in 0..Self::MOVES {
-            match result {
-                Err(error @ StoreError::Corrupt { .. }) => {
-                    let now = source.moved(store, owner, error)?;
-                    result = now.load(store, owner).and_then(|c| read(&c));
-                }
-                done => return done,
-            }
+        let result = first.load(store, owner).and_then(|c| read(&c));
+        if !matches!(result, Err(StoreError::Corrupt { .. })) {
+            return result;
         }
-        result
+        self.clone().follow(store, owner, result, |now| {
+            now.load(store, owner).and_then(|c| read(&c))
+        })
     }
 
     /// The chunk of `owner` this source gives, loaded (as it is now where
@@ -223,11 +218,24 @@ impl ChunkSource {
         owner: &ConversationId,
     ) -> StoreResult<LoadedChunk> {
         let first = Located::new(store.format, owner, &self.key, self.value.clone())?;
-        let mut result = first.into_loaded(store, owner);
+        let result = first.into_loaded(store, owner);
+        self.follow(store, owner, result, |now| now.into_loaded(store, owner))
+    }
+
+    /// `result`, or, while it is corrupt data and the chunk has been
+    /// rewritten since ([`ChunkSource::moved`]), `again` of the chunk as it
+    /// is now (up to [`ChunkSource::MOVES`] times).
+    fn follow<T>(
+        &mut self,
+        store: &Store,
+        owner: &ConversationId,
+        mut result: StoreResult<T>,
+        mut again: impl FnMut(Located) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         for _ in 0..Self::MOVES {
             match result {
                 Err(error @ StoreError::Corrupt { .. }) => {
-                    result = self.moved(store, owner, error)?.into_loaded(store, owner);
+                    result = again(self.moved(store, owner, error)?);
                 }
                 done => return done,
             }
