@@ -136,10 +136,17 @@ impl CompactReport {
     }
 }
 
+/// How many times [`compact`] plans again when appends land between its
+/// plan and its write.
+const ATTEMPTS: usize = 8;
+
 /// Resolves `request` against conversation `id` and appends the
 /// compaction it describes (unless a dry run, a no-op, or inflated). The
 /// summary, if one is written, comes from the raw events of the widened
-/// range. The append is conditional on the head the plan was made from.
+/// range. The append is conditional on the head the plan was made from:
+/// when another writer appends first, the compaction is planned and
+/// measured again from the new head (a summary already written is kept
+/// when its raw events are still the same ones).
 pub fn compact(
     store: &Store,
     id: &ConversationId,
@@ -147,6 +154,33 @@ pub fn compact(
     config: &Config,
     tokenizer: &Tokenizer,
     secrets: &Secrets,
+) -> Result<CompactReport> {
+    let mut written = None;
+    let mut attempt = 1;
+    loop {
+        match try_compact(store, id, request, config, tokenizer, secrets, &mut written) {
+            Err(e) if e.is_conflict() && attempt < ATTEMPTS => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
+/// A summary a summarizer wrote, with the raw events it was written from:
+/// turns `from..=to` and the addresses of their first and last records.
+struct Written {
+    covers: (u64, u64, Option<Address>, Option<Address>),
+    text: String,
+    provenance: Map<String, Value>,
+}
+
+fn try_compact(
+    store: &Store,
+    id: &ConversationId,
+    request: &CompactRequest,
+    config: &Config,
+    tokenizer: &Tokenizer,
+    secrets: &Secrets,
+    written: &mut Option<Written>,
 ) -> Result<CompactReport> {
     let info = store.info(id)?;
     if info.len == 0 {
@@ -217,13 +251,31 @@ pub fn compact(
     if let Some(p) = &profile {
         provenance.insert("profile".into(), json!(p.name));
     }
+    let (first_address, last_address) =
+        covered_addresses(store, id, from_turn, to_turn.min(last_turn), info.len)?;
     let summary = match (&request.summary, &summary_spec) {
         (Some(text), _) => Some(text.clone()),
         (None, Some(spec)) => {
-            let summarizer = summarizers::make(spec, request.instructions.as_deref(), secrets)?;
-            let raw = summarizers::raw_events(store, id, from_turn, to_turn, info.len)?;
-            let text = summarizers::run(&*summarizer, &raw)?;
-            summarizers::record_provenance(&*summarizer, &mut provenance);
+            let covers = (from_turn, to_turn, first_address, last_address);
+            let summary = match written.take() {
+                Some(w) if w.covers == covers => w,
+                _ => {
+                    let summarizer =
+                        summarizers::make(spec, request.instructions.as_deref(), secrets)?;
+                    let raw = summarizers::raw_events(store, id, from_turn, to_turn, info.len)?;
+                    let text = summarizers::run(&*summarizer, &raw)?;
+                    let mut by = Map::new();
+                    summarizers::record_provenance(&*summarizer, &mut by);
+                    Written {
+                        covers,
+                        text,
+                        provenance: by,
+                    }
+                }
+            };
+            provenance.extend(summary.provenance.clone());
+            let text = summary.text.clone();
+            *written = Some(summary);
             Some(text)
         }
         (None, None) => None,
@@ -231,8 +283,6 @@ pub fn compact(
     if !request.revert && reasoning.is_none() && tool_calls.is_none() && summary.is_none() {
         return Err(Error::NoPolicy);
     }
-    let (first_address, last_address) =
-        covered_addresses(store, id, from_turn, to_turn.min(last_turn), info.len)?;
     if let Some(a) = first_address {
         provenance.insert("first_address".into(), json!(a.hex()));
     }

@@ -646,3 +646,58 @@ fn automatic_compaction_says_what_it_could_not_do() {
         "{stats}"
     );
 }
+
+/// Appends that land while a compaction is planned (here, from its own
+/// summarizer, through the server that holds the database) make it plan
+/// again from the new head, not fail with a conflict; the summary already
+/// written is kept, since its raw events did not change.
+#[test]
+fn appends_during_a_compaction_make_it_plan_again() {
+    let env = verbose();
+    let bin = env!("CARGO_BIN_EXE_convstore");
+    let db = env.db();
+    let calls = env.path().join("calls");
+    let racing = script(
+        &env,
+        "racing.sh",
+        &format!(
+            "cat > /dev/null\necho x >> '{calls}'\n\
+             echo '{{\"type\":\"user\",\"text\":\"meanwhile\"}}' | '{bin}' --db '{db}' append chat -q > /dev/null || exit 1\n\
+             printf 'the files were fixed'",
+            calls = calls.display(),
+            db = db.display(),
+        ),
+    );
+    write_config(
+        &env,
+        &format!(
+            "[compaction.profiles.racing.summary]\nsummarizer = \"command\"\ncommand = [\"{racing}\"]\n"
+        ),
+    );
+    let server = crate::support::server::Server::start(env.db(), &[]);
+    let run = env
+        .run(&[
+            "compact",
+            "chat",
+            "--profile",
+            "racing",
+            "--from",
+            "0",
+            "--to",
+            "3",
+            "--json",
+        ])
+        .ok();
+    let report = json_of(&run.stdout);
+    assert_eq!(report["status"], "stored", "{report}");
+    // One summary written; the append it made is in the log before the
+    // compaction, which was planned from it.
+    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
+    let log = env.run(&["log", "chat"]).ok().lines();
+    let last = log.last().unwrap();
+    assert_eq!(last["type"], "compaction");
+    assert_eq!(last["summary"], "the files were fixed");
+    assert_eq!(log[log.len() - 2]["text"], "meanwhile");
+    assert_eq!(report["head"], last["address"]);
+    drop(server);
+}
