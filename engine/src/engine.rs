@@ -526,20 +526,35 @@ impl Engine {
                 .map(|c| (c.id, c.name))
                 .collect(),
         };
-        let mut conversations = Vec::new();
-        let (mut records, mut bytes, mut blobs) = (0, 0, 0);
+        let mut passes = Vec::new();
         for (id, name) in targets {
-            let dropped = match self.gc(&id, retention, dry_run) {
-                Ok(dropped) => dropped,
+            match self.gc(&id, retention, dry_run) {
+                Ok(dropped) => passes.push((id, name, dropped)),
                 // Deleted since the list was taken (by another client of a
                 // server): nothing of it is left to drop.
                 Err(Error::Store(StoreError::NoSuchConversation { .. }))
-                    if target.is_none() && self.store.info(&id).is_err() =>
-                {
-                    continue
-                }
+                    if target.is_none() && self.store.info(&id).is_err() => {}
                 Err(e) => return Err(e),
-            };
+            }
+        }
+        if dry_run && passes.len() > 1 {
+            // A long text several conversations drop goes with the last of
+            // them, as the passes run in this order.
+            let would: Vec<_> = passes
+                .iter()
+                .filter_map(|(id, _, d)| d.would_drop.as_ref().map(|w| (*id, w)))
+                .collect();
+            let counts = self.store.blobs_removed_together(&would)?;
+            let mut counts = counts.into_iter();
+            for (_, _, dropped) in &mut passes {
+                if dropped.would_drop.is_some() {
+                    dropped.blobs_removed = counts.next().unwrap_or(0);
+                }
+            }
+        }
+        let mut conversations = Vec::new();
+        let (mut records, mut bytes, mut blobs) = (0, 0, 0);
+        for (id, name, dropped) in passes {
             records += dropped.records;
             bytes += dropped.bytes;
             blobs += dropped.blobs_removed;

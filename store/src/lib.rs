@@ -91,7 +91,7 @@ pub use names::ToolNames;
 pub use pins::AutoState;
 pub use position::{merge_ranges, Seq, Turn};
 pub use redact::{RedactField, RedactedRecord, Redaction, RedactionGroup};
-pub use retain::{DroppedPayloads, Select};
+pub use retain::{DroppedPayloads, Select, WouldDrop};
 pub use store::{
     validate_conversation_name, validate_view_name, ConversationInfo, KindStats, OpenOptions,
     ProgressFn, Store, DEFAULT_BULK_MEMORY_BYTES, DEFAULT_MAX_EVENT_BYTES,

@@ -49,8 +49,9 @@ pub struct DroppedPayloads {
     pub bytes: u64,
     /// The first and last such record.
     pub seqs: Option<(u64, u64)>,
-    /// Long texts (blobs) removed, nothing else referring to them (0 in a
-    /// dry run).
+    /// Long texts (blobs) removed, nothing else referring to them (in a
+    /// dry run, those that would be if this conversation alone were
+    /// cleaned: [`Store::blobs_removed_together`] counts for several).
     pub blobs_removed: u64,
     /// Stored view blocks rewritten (0 in a dry run).
     pub view_blocks: u64,
@@ -59,6 +60,19 @@ pub struct DroppedPayloads {
     /// not: the records are dropped all the same, and the next open tries
     /// again ([`Store::pending_purges`]).
     pub unfinished: Option<String>,
+    /// In a dry run, what the pass would drop, for
+    /// [`Store::blobs_removed_together`].
+    pub would_drop: Option<WouldDrop>,
+}
+
+/// The records a dry run of [`Store::drop_payloads`] would drop from one
+/// conversation, and the long texts they refer to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WouldDrop {
+    /// Their seqs, sorted.
+    seqs: Vec<u64>,
+    /// The blobs their dropped texts are.
+    blobs: HashSet<BlobHash>,
 }
 
 /// A retention pass decided and not finished (`Y` id seq).
@@ -215,7 +229,12 @@ impl Store {
         out.bytes = dropped.iter().map(|d| d.2).sum();
         out.seqs = dropped.first().zip(dropped.last()).map(|(a, b)| (a.0, b.0));
         if dry_run {
-            out.blobs_removed = self.blobs_left_unreferenced(id, &batch_blobs, &dropped)?;
+            let would = WouldDrop {
+                seqs: dropped.iter().map(|d| d.0).collect(),
+                blobs: batch_blobs,
+            };
+            out.blobs_removed = self.blobs_removed_together(&[(*id, &would)])?[0];
+            out.would_drop = Some(would);
             return Ok(Some(out));
         }
         if !wrote {
@@ -278,33 +297,52 @@ impl Store {
         Ok(rewritten)
     }
 
-    /// How many of `candidates` (blobs the records `dropped` of `id` refer
-    /// to) nothing else would refer to once they are dropped: what a
-    /// dry run says the pass would remove.
-    fn blobs_left_unreferenced(
+    /// How many long texts each of `passes` (conversations and what a dry
+    /// run of [`Store::drop_payloads`] said it would drop from each) would
+    /// remove, were they run in that order: a text goes with the last pass
+    /// that drops a record referring to it, once no record left (of any
+    /// conversation) and no view of a conversation not cleaned refers to
+    /// it. Counts nothing if something cannot be read.
+    pub fn blobs_removed_together(
         &self,
-        id: &ConversationId,
-        candidates: &HashSet<BlobHash>,
-        dropped: &[(u64, BlobHash, u64)],
-    ) -> StoreResult<u64> {
-        let mut left = candidates.clone();
-        if left.is_empty() || !self.keep_referenced(&[*id], &mut left)? {
-            return Ok(0);
+        passes: &[(ConversationId, &WouldDrop)],
+    ) -> StoreResult<Vec<u64>> {
+        let mut counts = vec![0; passes.len()];
+        let mut left: HashSet<BlobHash> = passes
+            .iter()
+            .flat_map(|(_, w)| w.blobs.iter().copied())
+            .collect();
+        let cleaned: Vec<ConversationId> = passes.iter().map(|(id, _)| *id).collect();
+        if left.is_empty() || !self.keep_referenced(&cleaned, &mut left)? {
+            return Ok(counts);
         }
-        let len = self.meta(id)?.len;
-        for chunk in self.chunks(id, 0, len)? {
-            for (seq, bytes) in chunk?.raw_records(self, 0, len)? {
-                if dropped.binary_search_by_key(&seq, |d| d.0).is_ok() {
-                    continue;
-                }
-                for text in decode_record(&bytes)?.texts() {
-                    if let TextRepr::Blob(blob) = text {
-                        left.remove(&blob.hash);
+        // The records the passes keep, each conversation's own.
+        for (id, would) in passes {
+            for space in [Space::Settled, Space::Staged] {
+                for pair in self.scan_prefix(keys::chunks(space, id)) {
+                    let (key, value) = pair?;
+                    let chunk =
+                        Located::new(self.format, id, &key, value)?.into_loaded(self, id)?;
+                    for i in 0..chunk.layout.entries.len() {
+                        let seq = chunk.first_seq + i as u64;
+                        if would.seqs.binary_search(&seq).is_ok() {
+                            continue;
+                        }
+                        for text in decode_record(chunk.record_bytes(i))?.texts() {
+                            if let TextRepr::Blob(blob) = text {
+                                left.remove(&blob.hash);
+                            }
+                        }
                     }
                 }
             }
         }
-        Ok(left.len() as u64)
+        for blob in left {
+            if let Some(last) = passes.iter().rposition(|(_, w)| w.blobs.contains(&blob)) {
+                counts[last] += 1;
+            }
+        }
+        Ok(counts)
     }
 
     /// How many retention batches and redactions still have texts to

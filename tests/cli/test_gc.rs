@@ -215,3 +215,58 @@ fn the_policy_comes_from_convstore_toml_and_runs_after_compactions() {
     env.run(&["gc", "nope"]).fails();
     env.run(&["verify"]).ok();
 }
+
+/// A dry run over every conversation counts a long text several of them
+/// drop once, with the last that drops it, as the real pass removes it;
+/// a text a conversation not cleaned keeps is not counted.
+#[test]
+fn a_dry_run_counts_long_texts_conversations_share_as_the_pass_removes_them() {
+    let env = TestEnv::new();
+    let long = "shared ".repeat(300);
+    let mut text = String::new();
+    for t in 0..10 {
+        for line in [
+            r#"{"type":"turn_start"}"#.to_owned(),
+            format!(r#"{{"type":"user","text":"ASK-{t}"}}"#),
+            format!(r#"{{"type":"reasoning","text":"THINK-{t} {long}"}}"#),
+            format!(r#"{{"type":"assistant","text":"SAY-{t}"}}"#),
+        ] {
+            writeln!(text, "{line}").unwrap();
+        }
+    }
+    // a, b and c hold the same ten long texts; c keeps them (never
+    // compacted) while only its first five turns are asked of the others,
+    // so a and b share five texts no one keeps.
+    for name in ["a", "b"] {
+        env.run_with_stdin(&["append", name], &text).ok();
+        env.run(&["compact", name, "--reasoning", "strip", "--to", "9"])
+            .ok();
+    }
+    let kept = text.lines().take(20).fold(String::new(), |mut kept, l| {
+        writeln!(kept, "{l}").unwrap();
+        kept
+    });
+    env.run_with_stdin(&["append", "c"], &kept).ok();
+
+    let dry = env.run(&["gc", "--dry-run", "--json"]).ok().lines();
+    let real = env.run(&["gc", "--json"]).ok().lines();
+    let per = |report: &serde_json::Value| -> Vec<(String, u64)> {
+        report["conversations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_owned(),
+                    c["blobs_removed"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    // The passes run in the database's order of conversations.
+    let mut counts: Vec<u64> = per(&real[0]).iter().map(|c| c.1).collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [0, 5], "{}", real[0]);
+    assert_eq!(per(&dry[0]), per(&real[0]), "{} / {}", dry[0], real[0]);
+    assert_eq!(dry[0]["blobs_removed"], 5);
+}
