@@ -413,8 +413,9 @@ pub struct Checked {
 /// Parses and checks every event of `input` and pushes them, in batches,
 /// to one bulk append into a new conversation named `name`, committed
 /// only after the last event was read and checked: an input that fails
-/// anywhere (or a process killed part-way) leaves no conversation. `tick`
-/// is told of each event.
+/// anywhere (or a process killed part-way) leaves no conversation. An
+/// input with no events makes an empty conversation. `tick` is told of
+/// each event.
 pub fn import(
     store: &Store,
     format: ImportFormat,
@@ -446,13 +447,19 @@ pub fn import(
             Ok(())
         })?;
         if checked.events == 0 {
-            return Err(Error::Invalid("no events to import".to_owned()));
+            return Ok(checked);
         }
         checked.turns = turns.turn_count(checked.events);
         checked.warnings = calls.warnings(None, format.unit());
         push(batch)?;
         Ok(checked)
     })?;
+    if checked.events == 0 {
+        // A conversation with no events (as `export` writes one: an empty
+        // array, or no lines) comes back as one.
+        drop(bulk);
+        return Ok((store.create_conversation(name)?, checked));
+    }
     let (id, _) = bulk.commit()?;
     Ok((id, checked))
 }

@@ -73,6 +73,34 @@ fn empty_input_is_an_error() {
     assert!(run.stderr.contains("no events"), "{}", run.stderr);
 }
 
+/// An empty conversation exports as no lines (NDJSON) or an empty array
+/// (JP, OpenAI); each imports back as an empty conversation.
+#[test]
+fn an_empty_conversation_exports_and_imports_back() {
+    let env = TestEnv::new();
+    env.run_with_stdin(&["import", "--name", "e", "-", "--format", "ndjson"], "")
+        .ok();
+    for format in ["ndjson", "jp", "openai"] {
+        let exported = env.run(&["export", "e", "--format", format]).ok().stdout;
+        let name = format!("e-{format}");
+        env.run_with_stdin(
+            &["import", "--name", &name, "-", "--format", format],
+            &exported,
+        )
+        .ok();
+        let info = env.run(&["head", &name]).ok().stdout;
+        assert_eq!(info.trim(), "0".repeat(64), "{format}: {exported:?}");
+        assert_eq!(env.run(&["log", &name]).ok().stdout, "");
+    }
+    // Not JSON at all is still an error, and stores nothing.
+    let run = env
+        .run_with_stdin(&["import", "--name", "x", "-", "--format", "jp"], "")
+        .fails();
+    assert!(run.stderr.contains("invalid JSON"), "{}", run.stderr);
+    env.run(&["head", "x"]).fails();
+    env.run(&["verify"]).ok();
+}
+
 #[test]
 fn unknown_conversation_and_missing_database_are_errors() {
     let env = TestEnv::new();
