@@ -40,12 +40,17 @@ for _ in $(seq "$rounds"); do
     dd if="$largest" of=/dev/null bs=4M 2>&1 | tail -1 | sed 's/^/dd of the largest file: /'
 done
 
+# The disk's rate varies from one moment to the next (a virtual disk's
+# host cache), so each cold run is paired with a cold `cat` of every file
+# just before it, and the ratio of the two is given.
 for command in "project $conv" "verify" "log $conv"; do
     for _ in $(seq "$rounds"); do
+        read -r floor _ < <(cold find "$db" -type f -exec cat {} +)
         # shellcheck disable=SC2086
         read -r seconds blocks < <(cold "$bin" --db "$db" $command)
         # shellcheck disable=SC2086
         warm=$(/usr/bin/time -f '%e' "$bin" --db "$db" $command 2>&1 >/dev/null | tail -1)
-        echo "$command: cold $seconds s, read $((blocks * 512 / 1000000)) MB; warm $warm s"
+        ratio=$(echo "$seconds $floor" | awk '{ printf "%.1f", $1 / $2 }')
+        echo "$command: cold $seconds s, read $((blocks * 512 / 1000000)) MB; warm $warm s; cat of every file just before: $floor s (${ratio}x)"
     done
 done

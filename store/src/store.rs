@@ -692,7 +692,12 @@ impl Store {
     /// from a thread of its own), for a command about to read most of
     /// them: from a cold cache the disk then reads ahead in large requests
     /// while the command works, rather than a record's pages at a time as
-    /// it asks. Best effort, and nothing for a database server.
+    /// it asks. Best effort, and nothing for a database server. Linux reads
+    /// one readahead window per call (`read_ahead_kb`: 8 MiB of a 226 MB
+    /// segment file on the development machine), so this starts each file;
+    /// the kernel's own readahead carries on as the reads reach it.
+    /// Advising the whole file a window at a time measured no faster for
+    /// `project` and slower for `verify` (BENCHMARKS.md, "Cold cache").
     pub fn prefetch(&self) {
         let Some(path) = self.path() else {
             return;
