@@ -951,7 +951,7 @@ impl Spill {
     ) -> StoreResult<()> {
         if self.chunk.is_full(record.len()) {
             self.close_chunk(store, id)?;
-            self.chunk = OpenChunk::new(seq, parent);
+            self.chunk.restart(seq, parent);
         }
         let chunk = &mut self.chunk;
         if compaction {
@@ -960,7 +960,10 @@ impl Spill {
         chunk.bytes.extend_from_slice(record);
         chunk.entries.push((turn, check, chunk.bytes.len()));
         if let Some((call_id, name)) = call {
-            chunk.calls.push((seq, call_id.to_owned(), name.to_owned()));
+            chunk.call_text.push_str(call_id);
+            let id_end = chunk.call_text.len();
+            chunk.call_text.push_str(name);
+            chunk.calls.push((seq, id_end, chunk.call_text.len()));
         }
         Ok(())
     }
@@ -987,11 +990,7 @@ impl Spill {
             })
             .collect();
         let calls = CallDirectory {
-            calls: chunk
-                .calls
-                .iter()
-                .map(|(seq, call_id, name)| (*seq, call_id.as_str(), name.as_str()))
-                .collect(),
+            calls: chunk.calls(),
         };
         let overlays = OverlayDirectory {
             overlays: chunk
@@ -1015,7 +1014,7 @@ impl Spill {
                 entries,
             }),
         };
-        self.chunk = OpenChunk::new(0, Address::ROOT);
+        self.chunk.restart(0, Address::ROOT);
         self.add_body(store, body)
     }
 
@@ -1077,7 +1076,10 @@ struct OpenChunk {
     parent: Address,
     bytes: Vec<u8>,
     entries: Vec<(u64, [u8; 8], usize)>,
-    calls: Vec<(u64, String, String)>,
+    /// The tool calls: seq, and where their id and name end in
+    /// `call_text` (each starts where the one before it ends).
+    calls: Vec<(u64, usize, usize)>,
+    call_text: String,
     /// The compactions: seq and index among the entries.
     overlays: Vec<(u64, usize)>,
 }
@@ -1090,8 +1092,38 @@ impl OpenChunk {
             bytes: Vec::new(),
             entries: Vec::new(),
             calls: Vec::new(),
+            call_text: String::new(),
             overlays: Vec::new(),
         }
+    }
+
+    /// Empties it for the next chunk, keeping its buffers (a bulk append
+    /// fills thousands of chunks of the same size).
+    fn restart(&mut self, first_seq: u64, parent: Address) {
+        self.first_seq = first_seq;
+        self.parent = parent;
+        self.bytes.clear();
+        self.entries.clear();
+        self.calls.clear();
+        self.call_text.clear();
+        self.overlays.clear();
+    }
+
+    /// The tool calls as the chunk's call directory lists them.
+    fn calls(&self) -> Vec<(u64, &str, &str)> {
+        let mut start = 0;
+        self.calls
+            .iter()
+            .map(|&(seq, id_end, name_end)| {
+                let call = (
+                    seq,
+                    &self.call_text[start..id_end],
+                    &self.call_text[id_end..name_end],
+                );
+                start = name_end;
+                call
+            })
+            .collect()
     }
 
     /// Whether a record of `next` bytes must start the next chunk: as

@@ -582,49 +582,65 @@ fn encode_committed(
     mut digests: Option<&mut Vec<u8>>,
     long: Option<&[bool]>,
 ) -> Vec<u8> {
+    let was_long = |index: usize, blob: BlobRef| match long {
+        Some(long) => long.get(index).copied().unwrap_or(false),
+        None => blob.len > INLINE_MAX as u64,
+    };
+    // The frame: each short text gives its place to a tag.
+    let mut frame: RecordRepr<'_> = record.clone();
+    let mut entries_len = 0;
+    for (index, text) in frame.texts_mut().enumerate() {
+        match *text {
+            TextRepr::Inline(s) => {
+                *text = TextRepr::Beside;
+                entries_len += 10 + s.len();
+            }
+            TextRepr::Redacted(blob) if was_long(index, blob) => *text = TextRepr::Blob(blob),
+            TextRepr::Redacted(_) => {
+                *text = TextRepr::Beside;
+                entries_len += 42;
+            }
+            TextRepr::Blob(_) | TextRepr::Beside => entries_len += 1,
+        }
+    }
+    // Written once, into a buffer of the right size: this runs for every
+    // record an import stores.
+    let frame_len = options().serialized_size(&frame).unwrap_or_default();
+    let mut out = Vec::with_capacity(10 + frame_len as usize + entries_len);
+    out.push(COMMITTED_MARK);
+    push_varint(&mut out, frame_len);
+    // Serializing these plain structs into a Vec cannot fail.
+    let _ = options().serialize_into(&mut out, &frame);
+    if let Some(digests) = digests.as_deref_mut() {
+        digests.reserve(40 * record.texts().count());
+    }
     let mut digest = |hash: &BlobHash, len: u64| {
         if let Some(digests) = digests.as_deref_mut() {
             digests.extend_from_slice(hash.as_bytes());
             digests.extend_from_slice(&len.to_le_bytes());
         }
     };
-    let mut frame: RecordRepr<'_> = record.clone();
-    let mut entries = Vec::with_capacity(64);
-    for (index, text) in frame.texts_mut().enumerate() {
-        let was_long = |blob: BlobRef| match long {
-            Some(long) => long.get(index).copied().unwrap_or(false),
-            None => blob.len > INLINE_MAX as u64,
-        };
-        match *text {
+    // The entries, from the texts as given, in the same order.
+    for (index, text) in record.texts().enumerate() {
+        match text {
             TextRepr::Inline(s) => {
-                *text = TextRepr::Beside;
-                entries.push(SHORT_PRESENT);
-                push_varint(&mut entries, s.len() as u64);
-                entries.extend_from_slice(s.as_bytes());
+                out.push(SHORT_PRESENT);
+                push_varint(&mut out, s.len() as u64);
+                out.extend_from_slice(s.as_bytes());
                 digest(&BlobHash::of(s.as_bytes()), s.len() as u64);
             }
-            TextRepr::Blob(_) => entries.push(BLOB_PRESENT),
-            TextRepr::Redacted(blob) if was_long(blob) => {
-                *text = TextRepr::Blob(blob);
-                entries.push(BLOB_REDACTED);
-            }
+            TextRepr::Blob(_) => out.push(BLOB_PRESENT),
+            TextRepr::Redacted(blob) if was_long(index, blob) => out.push(BLOB_REDACTED),
             TextRepr::Redacted(blob) => {
-                *text = TextRepr::Beside;
-                entries.push(SHORT_REDACTED);
-                entries.extend_from_slice(blob.hash.as_bytes());
-                push_varint(&mut entries, blob.len);
+                out.push(SHORT_REDACTED);
+                out.extend_from_slice(blob.hash.as_bytes());
+                push_varint(&mut out, blob.len);
                 digest(&blob.hash, blob.len);
             }
             // Never given: decoding puts every short text back inline.
-            TextRepr::Beside => entries.push(SHORT_REDACTED),
+            TextRepr::Beside => out.push(SHORT_REDACTED),
         }
     }
-    let frame = encode(&frame);
-    let mut out = Vec::with_capacity(10 + frame.len() + entries.len());
-    out.push(COMMITTED_MARK);
-    push_varint(&mut out, frame.len() as u64);
-    out.extend_from_slice(&frame);
-    out.extend_from_slice(&entries);
     out
 }
 
