@@ -28,13 +28,14 @@ impl CallCheck {
     /// Notes the call or result `event` at `position`.
     pub fn observe(&mut self, position: usize, event: &Event) {
         match &event.kind {
-            EventKind::ToolCall { id, .. } => {
-                if self.calls.contains_key(id) {
+            EventKind::ToolCall { id, .. } => match self.calls.entry_ref(id.as_str()) {
+                hashbrown::hash_map::EntryRef::Occupied(_) => {
                     self.repeated.push((position, id.clone()));
-                } else {
-                    self.calls.insert(id.clone(), position);
                 }
-            }
+                hashbrown::hash_map::EntryRef::Vacant(slot) => {
+                    slot.insert(position);
+                }
+            },
             EventKind::ToolResult { id, .. } if !self.calls.contains_key(id) => {
                 self.unmatched.push((position, id.clone()));
             }

@@ -5,10 +5,11 @@
 
 use convstore_projection::bounds::{widen_summary_range, Bound, Conversation};
 use convstore_projection::config::{Config, SummaryConfig};
-use convstore_projection::Tokenizer;
+use convstore_projection::{LogEvent, Tokenizer};
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{
-    Address, AppendOptions, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
+    Address, AppendOptions, AppendTurn, AutoState, ConversationId, Event, EventKind, Json, Store,
+    Timestamp,
 };
 use convstore_store::{Seq, Turn};
 use serde_json::{json, Map, Value};
@@ -136,8 +137,8 @@ impl CompactReport {
     }
 }
 
-/// How many times [`compact`] plans again when appends land between its
-/// plan and its write.
+/// How many times [`compact`] plans when appends land between its plan
+/// and its write; the last plan is made holding the conversation's turn.
 const ATTEMPTS: usize = 8;
 
 /// Resolves `request` against conversation `id` and appends the
@@ -146,7 +147,10 @@ const ATTEMPTS: usize = 8;
 /// range. The append is conditional on the head the plan was made from:
 /// when another writer appends first, the compaction is planned and
 /// measured again from the new head (a summary already written is kept
-/// when its raw events are still the same ones).
+/// when its raw events are still the same ones). The last attempt holds
+/// this process's turn at appending to the conversation from its plan to
+/// its write ([`Store::hold_appends`]), so that a steady stream of
+/// appends through a server cannot starve it.
 pub fn compact(
     store: &Store,
     id: &ConversationId,
@@ -155,20 +159,39 @@ pub fn compact(
     tokenizer: &Tokenizer,
     secrets: &Secrets,
 ) -> Result<CompactReport> {
-    let mut written = None;
-    let mut attempt = 1;
+    let mut attempt = Attempt {
+        number: 1,
+        written: None,
+        turn: None,
+    };
     loop {
-        match try_compact(store, id, request, config, tokenizer, secrets, &mut written) {
-            Err(e) if e.is_conflict() && attempt < ATTEMPTS => attempt += 1,
+        if attempt.number == ATTEMPTS {
+            attempt.turn = Some(store.hold_appends(id));
+        }
+        match try_compact(store, id, request, config, tokenizer, secrets, &mut attempt) {
+            Err(e) if e.is_conflict() && attempt.number < ATTEMPTS => attempt.number += 1,
             other => return other,
         }
     }
 }
 
-/// A summary a summarizer wrote, with the raw events it was written from:
-/// turns `from..=to` and the addresses of their first and last records.
+/// What one attempt of [`compact`] passes to the next.
+struct Attempt<'s> {
+    /// 1 for the first.
+    number: usize,
+    /// The summary written, if one was.
+    written: Option<Written>,
+    /// The conversation's turn, held by the last attempt.
+    turn: Option<AppendTurn<'s>>,
+}
+
+/// A summary a summarizer wrote, with the raw events it was written from
+/// (turns `from..=to`): a redaction since changes them, not their
+/// addresses.
 struct Written {
-    covers: (u64, u64, Option<Address>, Option<Address>),
+    from: u64,
+    to: u64,
+    raw: Vec<LogEvent>,
     text: String,
     provenance: Map<String, Value>,
 }
@@ -180,7 +203,7 @@ fn try_compact(
     config: &Config,
     tokenizer: &Tokenizer,
     secrets: &Secrets,
-    written: &mut Option<Written>,
+    attempt: &mut Attempt<'_>,
 ) -> Result<CompactReport> {
     let info = store.info(id)?;
     if info.len == 0 {
@@ -256,18 +279,19 @@ fn try_compact(
     let summary = match (&request.summary, &summary_spec) {
         (Some(text), _) => Some(text.clone()),
         (None, Some(spec)) => {
-            let covers = (from_turn, to_turn, first_address, last_address);
-            let summary = match written.take() {
-                Some(w) if w.covers == covers => w,
+            let raw = summarizers::raw_events(store, id, from_turn, to_turn, info.len)?;
+            let summary = match attempt.written.take() {
+                Some(w) if (w.from, w.to) == (from_turn, to_turn) && w.raw == raw => w,
                 _ => {
                     let summarizer =
                         summarizers::make(spec, request.instructions.as_deref(), secrets)?;
-                    let raw = summarizers::raw_events(store, id, from_turn, to_turn, info.len)?;
                     let text = summarizers::run(&*summarizer, &raw)?;
                     let mut by = Map::new();
                     summarizers::record_provenance(&*summarizer, &mut by);
                     Written {
-                        covers,
+                        from: from_turn,
+                        to: to_turn,
+                        raw,
                         text,
                         provenance: by,
                     }
@@ -275,7 +299,7 @@ fn try_compact(
             };
             provenance.extend(summary.provenance.clone());
             let text = summary.text.clone();
-            *written = Some(summary);
+            attempt.written = Some(summary);
             Some(text)
         }
         (None, None) => None,
@@ -339,7 +363,10 @@ fn try_compact(
             c.info = Some(Json::from_value(&Value::Object(provenance.clone())));
         }
         let options = AppendOptions::new().expecting(Some(info.head));
-        let head = store.append(id, &[stored], &options)?.head;
+        let head = match &attempt.turn {
+            Some(turn) => store.append_in_turn(turn, &[stored], &options)?.head,
+            None => store.append(id, &[stored], &options)?.head,
+        };
         // A manual compaction that succeeds lets automatic ones summarize
         // again after a summarizer failure.
         if store.auto_state(id)?.summarizer_failed {

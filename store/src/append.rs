@@ -176,6 +176,39 @@ impl Store {
         events: &[Event],
         options: &AppendOptions,
     ) -> StoreResult<Appended> {
+        self.append_turned(id, events, options, false)
+    }
+
+    /// Takes this process's turn at appending to `id`: until the turn is
+    /// dropped, the process's other appends to `id` (and its redactions
+    /// and retention passes) wait, so that what is planned from `id`'s
+    /// head stays true until [`Store::append_in_turn`] stores it. Another
+    /// process sharing a database server can still append.
+    pub fn hold_appends(&self, id: &ConversationId) -> AppendTurn<'_> {
+        AppendTurn {
+            id: *id,
+            _guard: self.lock_conversation(id),
+        }
+    }
+
+    /// [`Store::append`] to the conversation whose turn `turn` holds.
+    pub fn append_in_turn(
+        &self,
+        turn: &AppendTurn<'_>,
+        events: &[Event],
+        options: &AppendOptions,
+    ) -> StoreResult<Appended> {
+        self.append_turned(&turn.id, events, options, true)
+    }
+
+    /// [`Store::append`]; `held`: the caller holds the conversation's turn.
+    fn append_turned(
+        &self,
+        id: &ConversationId,
+        events: &[Event],
+        options: &AppendOptions,
+        held: bool,
+    ) -> StoreResult<Appended> {
         if events.is_empty() {
             return Err(StoreError::EmptyAppend);
         }
@@ -193,7 +226,7 @@ impl Store {
             // for any append: the bulk append's commit would otherwise
             // find the head moved. (Its events go to the segment files,
             // so its commit does not come back here.)
-            let _turn = self.lock_conversation(id);
+            let _turn = (!held).then(|| self.lock_conversation(id));
             let mut bulk = self.begin_bulk(crate::BulkTarget::Existing(*id), options)?;
             bulk.push(events)?;
             return bulk.commit().map(|(_, appended)| appended);
@@ -204,7 +237,7 @@ impl Store {
         let mut backoff = Backoff::new();
         // Writers of this process take turns per conversation: only other
         // processes' appends can make this one plan again.
-        let _turn = self.lock_conversation(id);
+        let _turn = (!held).then(|| self.lock_conversation(id));
         loop {
             let guard = self.lock_writes();
             let (appended, writes) = match self.plan(id, &encoded, options)? {
@@ -1103,4 +1136,12 @@ pub(crate) fn chunk_index(
         out.push((key, encode(overlays)));
     }
     out
+}
+
+/// This process's turn at appending to one conversation
+/// ([`Store::hold_appends`]).
+#[must_use = "the turn ends when it is dropped"]
+pub struct AppendTurn<'s> {
+    id: ConversationId,
+    _guard: std::sync::MutexGuard<'s, ()>,
 }

@@ -66,7 +66,7 @@ mod verify;
 mod verify_sealed;
 mod views;
 
-pub use append::{event_size, AppendOptions, Appended, GroupAppend, IdempotencyKey};
+pub use append::{event_size, AppendOptions, AppendTurn, Appended, GroupAppend, IdempotencyKey};
 pub use backend::sled::opening::address_space_limit;
 pub use backend::sled::remove_created_database;
 pub use backend::sled::salvage::{salvage, SalvageReport, SalvagedConversation};

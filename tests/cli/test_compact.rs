@@ -701,3 +701,53 @@ fn appends_during_a_compaction_make_it_plan_again() {
     assert_eq!(report["head"], last["address"]);
     drop(server);
 }
+
+/// A redaction that lands while a summary is being written (here, made by
+/// the summarizer itself, through the server) changes the raw events the
+/// summary came from, not their addresses: the summary is written again
+/// from the redacted events, never stored with the text redacted.
+#[test]
+fn a_redaction_during_a_compaction_has_its_summary_written_again() {
+    let env = verbose();
+    let bin = env!("CARGO_BIN_EXE_convstore");
+    let db = env.db();
+    let calls = env.path().join("calls");
+    let redacting = script(
+        &env,
+        "redacting.sh",
+        &format!(
+            "input=$(cat)\n\
+             if [ ! -e '{calls}' ]; then\n\
+               '{bin}' --db '{db}' redact chat 1 --reason leaked -q > /dev/null || exit 1\n\
+             fi\n\
+             echo x >> '{calls}'\n\
+             case \"$input\" in *'please fix file 0?'*) printf 'saw the question';; *) printf 'saw no question';; esac",
+            calls = calls.display(),
+            db = db.display(),
+        ),
+    );
+    write_config(
+        &env,
+        &format!(
+            "[compaction.profiles.redacting.summary]\nsummarizer = \"command\"\ncommand = [\"{redacting}\"]\n"
+        ),
+    );
+    let server = crate::support::server::Server::start(env.db(), &[]);
+    env.run(&[
+        "compact",
+        "chat",
+        "--profile",
+        "redacting",
+        "--from",
+        "0",
+        "--to",
+        "3",
+    ])
+    .ok();
+    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 2);
+    let stored = compactions(&env).pop().unwrap();
+    assert_eq!(stored["summary"], "saw no question", "{stored}");
+    let view = env.run(&["project", "chat"]).ok().stdout;
+    assert!(!view.contains("saw the question"), "{view}");
+    drop(server);
+}
