@@ -11,7 +11,7 @@ use convstore_store::{
     Address, AppendOptions, AppendTurn, AutoState, ConversationId, Event, EventKind, Json, Store,
     Timestamp,
 };
-use convstore_store::{Seq, Turn};
+use convstore_store::{Seq, StoreError, Turn};
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
@@ -170,6 +170,15 @@ pub fn compact(
         }
         match try_compact(store, id, request, config, tokenizer, secrets, &mut attempt) {
             Err(e) if e.is_conflict() && attempt.number < ATTEMPTS => attempt.number += 1,
+            // Only another process sharing a database server can overtake
+            // the last plan.
+            Err(e) if e.is_conflict() => {
+                return Err(Error::Store(StoreError::Conflict {
+                    what: format!(
+                        "other writers appended to the conversation while the compaction was planned, {ATTEMPTS} times"
+                    ),
+                }))
+            }
             other => return other,
         }
     }

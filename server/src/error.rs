@@ -148,6 +148,7 @@ fn store_error(error: &StoreError, message: String) -> ApiError {
             return ApiError::new(StatusCode::CONFLICT, "conflict", message)
                 .with("head", json!(actual.hex()))
         }
+        StoreError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
         StoreError::EventTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "event_too_large"),
         StoreError::EmptyAppend => (StatusCode::BAD_REQUEST, "empty"),
         StoreError::Destination { .. } | StoreError::OlderFormat { .. } => {
