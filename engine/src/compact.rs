@@ -150,7 +150,8 @@ const ATTEMPTS: usize = 8;
 /// when its raw events are still the same ones). The last attempt holds
 /// this process's turn at appending to the conversation from its plan to
 /// its write ([`Store::hold_appends`]), so that a steady stream of
-/// appends through a server cannot starve it.
+/// appends through a server cannot starve it; not while a summarizer
+/// runs, though (one that must write the summary again lets it go).
 pub fn compact(
     store: &Store,
     id: &ConversationId,
@@ -292,6 +293,10 @@ fn try_compact(
             let summary = match attempt.written.take() {
                 Some(w) if (w.from, w.to) == (from_turn, to_turn) && w.raw == raw => w,
                 _ => {
+                    // A summarizer may take long (or append through the
+                    // server itself): the conversation's appends never
+                    // wait for one.
+                    attempt.turn = None;
                     let summarizer =
                         summarizers::make(spec, request.instructions.as_deref(), secrets)?;
                     let text = summarizers::run(&*summarizer, &raw)?;
