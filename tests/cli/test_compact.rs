@@ -751,3 +751,60 @@ fn a_redaction_during_a_compaction_has_its_summary_written_again() {
     assert!(!view.contains("saw the question"), "{view}");
     drop(server);
 }
+
+/// `append --auto` whose automatic compaction meets another client's
+/// append (here, made by its own summarizer, through the server) measures
+/// and decides again from the new head rather than giving up with a
+/// warning.
+#[test]
+fn automatic_compaction_plans_again_after_an_append_meanwhile() {
+    let env = TestEnv::new();
+    let bin = env!("CARGO_BIN_EXE_convstore");
+    let db = env.db();
+    let calls = env.path().join("calls");
+    let racing = script(
+        &env,
+        "racing.sh",
+        &format!(
+            "cat > /dev/null\n\
+             if [ ! -e '{calls}' ]; then\n\
+               '{bin}' --db '{db}' append a --user meanwhile -q > /dev/null || exit 1\n\
+             fi\n\
+             echo x >> '{calls}'\n\
+             printf 'questions were asked'",
+            calls = calls.display(),
+            db = db.display(),
+        ),
+    );
+    write_config(
+        &env,
+        &format!(
+            "[compaction.profiles.brief.summary]\nsummarizer = \"command\"\ncommand = [\"{racing}\"]\n\
+             [compaction.auto]\nenabled = true\ncontext_window = 600\nreserve_tokens = 0\ntoken_floor = 10\nkeep_last = 1\nprofile = \"brief\"\n"
+        ),
+    );
+    for i in 0..6 {
+        env.run(&[
+            "append",
+            "a",
+            "--turn",
+            "--user",
+            &format!("question {i} {}", "words ".repeat(60)),
+            "--assistant",
+            &"an answer ".repeat(40),
+        ])
+        .ok();
+    }
+    let server = crate::support::server::Server::start(env.db(), &[]);
+    let run = env
+        .run(&["append", "a", "--auto", "--turn", "--user", "trigger"])
+        .ok();
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 2);
+    let log = env.run(&["log", "a"]).ok().lines();
+    let last = log.last().unwrap();
+    assert_eq!(last["type"], "compaction", "{last}");
+    assert_eq!(last["summary"], "questions were asked");
+    assert!(log.iter().any(|r| r["text"] == "meanwhile"));
+    drop(server);
+}
