@@ -21,10 +21,11 @@ use convstore_projection::summarize::{Extractive, Summarizer};
 use convstore_projection::{tokens_for_chars, SUMMARY_HEADER};
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{
-    AppendOptions, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
+    AppendOptions, AppendTurn, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
 };
 use serde_json::{json, Map, Value};
 
+use crate::compact::Written;
 use crate::error::Result;
 use crate::pipeline::{self, Scope};
 use crate::summarizers::{self, Secrets};
@@ -112,15 +113,64 @@ fn measure(store: &Store, id: &ConversationId, no_sync: bool) -> Result<Measure>
     })
 }
 
+/// How many times [`run`] decides when appends land between its decision
+/// and its write; the last attempt holds the conversation's turn.
+const ATTEMPTS: usize = 3;
+
 /// Checks `id` and compacts it if automatic compaction is enabled and its
 /// view needs it. `no_sync` makes the writes return before they are
 /// durable (as `append --no-sync`).
+///
+/// Appends that another client makes meanwhile (through a server) have it
+/// plan again from the new head, keeping what it decided and a summary
+/// already written when its raw events read the same; the last attempt
+/// holds this process's turn at appending to the conversation from its
+/// plan to its write, unless a summarizer must run (appends never wait
+/// on one).
 pub fn run(
     store: &Store,
     id: &ConversationId,
     config: &Config,
     secrets: &Secrets,
     no_sync: bool,
+) -> Result<Option<AutoReport>> {
+    let mut attempt = Attempt {
+        number: 1,
+        decided: None,
+        written: None,
+        turn: None,
+    };
+    loop {
+        if attempt.number == ATTEMPTS {
+            attempt.turn = Some(store.hold_appends(id));
+        }
+        match run_once(store, id, config, secrets, no_sync, &mut attempt) {
+            Err(e) if e.is_conflict() && attempt.number < ATTEMPTS => attempt.number += 1,
+            other => return other,
+        }
+    }
+}
+
+/// What one attempt of [`run`] passes to the next.
+struct Attempt<'s> {
+    /// 1 for the first.
+    number: usize,
+    /// The turns the first attempt decided to compact, and whether as a
+    /// fold.
+    decided: Option<(u64, u64, bool)>,
+    /// The summary written, if one was.
+    written: Option<Written>,
+    /// The conversation's turn, held by the last attempt.
+    turn: Option<AppendTurn<'s>>,
+}
+
+fn run_once(
+    store: &Store,
+    id: &ConversationId,
+    config: &Config,
+    secrets: &Secrets,
+    no_sync: bool,
+    attempt: &mut Attempt<'_>,
 ) -> Result<Option<AutoReport>> {
     let auto = &config.compaction.auto;
     if !auto.enabled {
@@ -157,8 +207,12 @@ pub fn run(
         summaries: &summaries,
         pins: &pins,
     };
-    let Decision::Compact { from, to, fold, .. } = decide(auto, &input) else {
-        return Ok(None);
+    let (from, to, fold) = match attempt.decided {
+        Some(decided) => decided,
+        None => match decide(auto, &input) {
+            Decision::Compact { from, to, fold, .. } => *attempt.decided.insert((from, to, fold)),
+            Decision::Skip(_) => return Ok(None),
+        },
     };
 
     let mut profile = config.profile(&auto.profile)?;
@@ -171,18 +225,38 @@ pub fn run(
             // The extractive summary is sized to the window: a fold's must
             // stay well under the share that triggers the next fold (its
             // user messages and answers get an eighth of it each).
-            let summarizer: Box<dyn Summarizer> = if spec.summarizer == SummarizerKind::Extractive {
-                let usable = window.saturating_sub(auto.reserve_tokens);
-                let budget = (auto.fold_ratio * usable as f64 * 4.0 / 8.0) as usize;
-                Box::new(Extractive {
-                    budget: budget.max(100),
-                })
-            } else {
-                summarizers::make(&spec, None, secrets)?
-            };
             let raw = summarizers::raw_events(store, id, from, to, info.len)?;
-            match summarizers::run(&*summarizer, &raw) {
-                Ok(text) => {
+            let written = match attempt.written.take() {
+                Some(w) if (w.from, w.to) == (from, to) && w.raw == raw => Ok(w),
+                _ => {
+                    // Appends never wait on a summarizer.
+                    attempt.turn = None;
+                    let summarizer: Box<dyn Summarizer> =
+                        if spec.summarizer == SummarizerKind::Extractive {
+                            let usable = window.saturating_sub(auto.reserve_tokens);
+                            let budget = (auto.fold_ratio * usable as f64 * 4.0 / 8.0) as usize;
+                            Box::new(Extractive {
+                                budget: budget.max(100),
+                            })
+                        } else {
+                            summarizers::make(&spec, None, secrets)?
+                        };
+                    summarizers::run(&*summarizer, &raw).map(|text| {
+                        let mut by = Map::new();
+                        summarizers::record_provenance(&*summarizer, &mut by);
+                        Written {
+                            from,
+                            to,
+                            raw,
+                            text,
+                            provenance: by,
+                        }
+                    })
+                }
+            };
+            match written {
+                Ok(written) => {
+                    let text = written.text.clone();
                     // A summary no smaller than what it replaces would inflate
                     // the view: store nothing.
                     let replaced: u64 = before
@@ -208,7 +282,8 @@ pub fn run(
                             )),
                         }));
                     }
-                    summarizers::record_provenance(&*summarizer, &mut provenance);
+                    provenance.extend(written.provenance.clone());
+                    attempt.written = Some(written);
                     (from, to, Some(text))
                 }
                 Err(e) => {
@@ -272,14 +347,14 @@ pub fn run(
     let options = AppendOptions::new()
         .expecting(Some(info.head))
         .unsynced(no_sync);
-    store.append(
-        id,
-        &[Event::new(
-            probe.timestamp,
-            EventKind::Compaction(compaction),
-        )],
-        &options,
-    )?;
+    let events = [Event::new(
+        probe.timestamp,
+        EventKind::Compaction(compaction),
+    )];
+    match &attempt.turn {
+        Some(turn) => store.append_in_turn(turn, &events, &options)?,
+        None => store.append(id, &events, &options)?,
+    };
     let after = measure(store, id, no_sync)?;
     Ok(Some(AutoReport {
         from,

@@ -162,6 +162,7 @@ pub fn compact(
 ) -> Result<CompactReport> {
     let mut attempt = Attempt {
         number: 1,
+        asked: None,
         written: None,
         turn: None,
     };
@@ -189,6 +190,8 @@ pub fn compact(
 struct Attempt<'s> {
     /// 1 for the first.
     number: usize,
+    /// The turns asked for, as the first attempt resolved the bounds.
+    asked: Option<(u64, u64)>,
     /// The summary written, if one was.
     written: Option<Written>,
     /// The conversation's turn, held by the last attempt.
@@ -198,12 +201,12 @@ struct Attempt<'s> {
 /// A summary a summarizer wrote, with the raw events it was written from
 /// (turns `from..=to`): a redaction since changes them, not their
 /// addresses.
-struct Written {
-    from: u64,
-    to: u64,
-    raw: Vec<LogEvent>,
-    text: String,
-    provenance: Map<String, Value>,
+pub(crate) struct Written {
+    pub from: u64,
+    pub to: u64,
+    pub raw: Vec<LogEvent>,
+    pub text: String,
+    pub provenance: Map<String, Value>,
 }
 
 fn try_compact(
@@ -264,7 +267,13 @@ fn try_compact(
         }
         None => None,
     };
-    let asked = history.range(request.from, to, now)?;
+    // Bounds resolve against the log the first plan saw: a range that
+    // moves with the head (`--keep-last`, the default last turn) would
+    // otherwise have its summary written again at every plan.
+    let asked = match attempt.asked {
+        Some(asked) => asked,
+        None => *attempt.asked.insert(history.range(request.from, to, now)?),
+    };
     let summarizes = request.summary.is_some() || summary_spec.is_some();
     let (from_turn, to_turn) = if summarizes {
         let summaries: Vec<(u64, u64)> = history

@@ -23,11 +23,6 @@ use crate::views::{self, Refresh};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-/// How many times [`Engine::auto_compact`] measures and decides when
-/// appends land between its decision and its write (its summarizer, if
-/// any, runs again each time).
-const AUTO_ATTEMPTS: usize = 3;
-
 /// A convstore database and what its operations need: the configuration
 /// (profiles, per-tool hints, automatic compaction) and the secrets of
 /// summarizers. Shareable between threads (`&Engine` is enough for every
@@ -427,18 +422,10 @@ impl Engine {
 
     /// Compacts `id` automatically if its view needs it, as the
     /// configuration's `[compaction.auto]` says.
-    ///
-    /// Appends that another client makes meanwhile (through a server)
-    /// have it measure and decide again from the new head, up to
-    /// three times.
+    /// Appends another client makes meanwhile (through a server) have it
+    /// plan again (see [`auto::run`]).
     pub fn auto_compact(&self, id: &ConversationId, no_sync: bool) -> Result<Option<AutoReport>> {
-        let mut attempt = 1;
-        let report = loop {
-            match auto::run(&self.store, id, &self.config, &self.secrets, no_sync) {
-                Err(e) if e.is_conflict() && attempt < AUTO_ATTEMPTS => attempt += 1,
-                other => break other?,
-            }
-        };
+        let report = auto::run(&self.store, id, &self.config, &self.secrets, no_sync)?;
         if report.is_some() {
             self.after_write(id);
             self.after_compaction(id);

@@ -753,9 +753,9 @@ fn a_redaction_during_a_compaction_has_its_summary_written_again() {
 }
 
 /// `append --auto` whose automatic compaction meets another client's
-/// append (here, made by its own summarizer, through the server) measures
-/// and decides again from the new head rather than giving up with a
-/// warning.
+/// append (here, made by its own summarizer, through the server) plans
+/// again from the new head rather than giving up with a warning, keeping
+/// its decision and the summary written.
 #[test]
 fn automatic_compaction_plans_again_after_an_append_meanwhile() {
     let env = TestEnv::new();
@@ -800,11 +800,64 @@ fn automatic_compaction_plans_again_after_an_append_meanwhile() {
         .run(&["append", "a", "--auto", "--turn", "--user", "trigger"])
         .ok();
     assert!(!run.stderr.contains("warning"), "{}", run.stderr);
-    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 2);
+    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
     let log = env.run(&["log", "a"]).ok().lines();
     let last = log.last().unwrap();
     assert_eq!(last["type"], "compaction", "{last}");
     assert_eq!(last["summary"], "questions were asked");
     assert!(log.iter().any(|r| r["text"] == "meanwhile"));
+    drop(server);
+}
+
+/// A range that moves with the head (`--keep-last`) is resolved once,
+/// against the log the first plan saw: appends of new turns meanwhile
+/// (here, by the summarizer itself, each time it runs) leave its summary
+/// as written, so the compaction is stored rather than planned and
+/// summarized again until it gives up.
+#[test]
+fn a_range_that_moves_with_the_head_is_resolved_once() {
+    let env = verbose();
+    let bin = env!("CARGO_BIN_EXE_convstore");
+    let db = env.db();
+    let calls = env.path().join("calls");
+    let appending = script(
+        &env,
+        "appending.sh",
+        &format!(
+            "cat > /dev/null\n\
+             '{bin}' --db '{db}' append chat --turn --user meanwhile -q > /dev/null || exit 1\n\
+             echo x >> '{calls}'\n\
+             printf 'the files were fixed'",
+            calls = calls.display(),
+            db = db.display(),
+        ),
+    );
+    write_config(
+        &env,
+        &format!(
+            "[compaction.profiles.appending.summary]\nsummarizer = \"command\"\ncommand = [\"{appending}\"]\n"
+        ),
+    );
+    let server = crate::support::server::Server::start(env.db(), &[]);
+    let report = json_of(
+        &env.run(&[
+            "compact",
+            "chat",
+            "--profile",
+            "appending",
+            "--keep-last",
+            "1",
+            "--json",
+        ])
+        .ok()
+        .stdout,
+    );
+    assert_eq!(report["status"], "stored", "{report}");
+    // Eight turns, 0..7: all but the last, as the first plan saw them.
+    assert_eq!(
+        (report["from_turn"].as_u64(), report["to_turn"].as_u64()),
+        (Some(0), Some(6))
+    );
+    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
     drop(server);
 }
