@@ -624,7 +624,8 @@ pub struct CompactArgs {
     /// First turn of the range (default 0).
     #[arg(long, value_name = "BOUND", allow_hyphen_values = true, value_parser = bound)]
     pub from: Option<String>,
-    /// Last turn of the range (default: the last turn).
+    /// Last turn of the range (default: the last turn; with `[compaction]
+    /// keep_last = N` in convstore.toml, the newest N turns are left out).
     #[arg(long, value_name = "BOUND", allow_hyphen_values = true, value_parser = bound)]
     pub to: Option<String>,
     /// Leave the newest N turns out of the range (`--to -N`).

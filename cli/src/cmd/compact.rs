@@ -183,6 +183,9 @@ pub(crate) fn print_report(
             None => match status {
                 "noop" => notes.say("noop: the view would not change; nothing was stored"),
                 "dry_run" => notes.say("dry run: nothing was stored"),
+                "inflated" if args.dry_run => notes.say(
+                    "dry run: nothing was stored; the view would grow, so a run would store nothing either (--force stores it anyway)",
+                ),
                 _ => {}
             },
         }
