@@ -532,7 +532,7 @@ pub struct AppendArgs {
     pub auto: bool,
     /// The largest event accepted, in bytes (an NDJSON line, or an event's
     /// record and texts).
-    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES, value_parser = at_least_one::<u64>)]
     pub max_event_bytes: u64,
 }
 
@@ -697,7 +697,7 @@ pub struct ImportArgs {
     pub json: bool,
     /// The largest event accepted, in bytes (an NDJSON line, or an event's
     /// record and texts).
-    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = convstore_store::DEFAULT_MAX_EVENT_BYTES, value_parser = at_least_one::<u64>)]
     pub max_event_bytes: u64,
 }
 

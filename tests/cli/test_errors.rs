@@ -163,9 +163,8 @@ fn usage_errors_exit_2() {
         let run = env.run(args).usage();
         assert!(
             run.stderr.starts_with("error: invalid value '")
-                && run
-                    .stderr
-                    .contains(&format!("for '{option}': not a whole number")),
+                && run.stderr.contains(&format!("for '{option}': "))
+                && run.stderr.contains("not a whole number"),
             "{args:?}: {}",
             run.stderr
         );
