@@ -138,6 +138,7 @@ pub fn run(
         number: 1,
         decided: None,
         written: None,
+        summarizer_error: None,
         turn: None,
     };
     loop {
@@ -160,6 +161,8 @@ struct Attempt<'s> {
     decided: Option<(u64, u64, bool)>,
     /// The summary written, if one was.
     written: Option<Written>,
+    /// Why the summarizer failed, if it did.
+    summarizer_error: Option<String>,
     /// The conversation's turn, held by the last attempt.
     turn: Option<AppendTurn<'s>>,
 }
@@ -217,7 +220,8 @@ fn run_once(
 
     let mut profile = config.profile(&auto.profile)?;
     let state = store.auto_state(id)?;
-    let mut summarizer_error = None;
+    // A summarizer that failed in an earlier attempt is reported still.
+    let mut summarizer_error = attempt.summarizer_error.clone();
     let mut provenance = Map::new();
     let (from, to, summary) = match profile.summary.clone() {
         Some(spec) if !state.summarizer_failed => {
@@ -294,6 +298,7 @@ fn run_once(
                         },
                     )?;
                     summarizer_error = Some(format!("{e:#}"));
+                    attempt.summarizer_error.clone_from(&summarizer_error);
                     (from, to, None)
                 }
             }
