@@ -21,13 +21,13 @@ use convstore_projection::summarize::{Extractive, Summarizer};
 use convstore_projection::{tokens_for_chars, SUMMARY_HEADER};
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{
-    AppendOptions, AppendTurn, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
+    AppendOptions, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
 };
 use serde_json::{json, Map, Value};
 
-use crate::compact::Written;
 use crate::error::Result;
 use crate::pipeline::{self, Scope};
+use crate::replan::Replan;
 use crate::summarizers::{self, Secrets};
 use crate::views::{self as materialize, RefreshOptions};
 
@@ -113,20 +113,15 @@ fn measure(store: &Store, id: &ConversationId, no_sync: bool) -> Result<Measure>
     })
 }
 
-/// How many times [`run`] decides when appends land between its decision
-/// and its write; the last attempt holds the conversation's turn.
+/// How many times [`run`] plans when appends land between its decision
+/// and its write (see [`Replan`]).
 const ATTEMPTS: usize = 3;
 
 /// Checks `id` and compacts it if automatic compaction is enabled and its
 /// view needs it. `no_sync` makes the writes return before they are
-/// durable (as `append --no-sync`).
-///
-/// Appends that another client makes meanwhile (through a server) have it
-/// plan again from the new head, keeping what it decided and a summary
-/// already written when its raw events read the same; the last attempt
-/// holds this process's turn at appending to the conversation from its
-/// plan to its write, unless a summarizer must run (appends never wait
-/// on one).
+/// durable (as `append --no-sync`). Appends that another client makes
+/// meanwhile (through a server) have it plan again from the new head,
+/// keeping what it decided ([`Replan`]).
 pub fn run(
     store: &Store,
     id: &ConversationId,
@@ -134,46 +129,31 @@ pub fn run(
     secrets: &Secrets,
     no_sync: bool,
 ) -> Result<Option<AutoReport>> {
-    let mut attempt = Attempt {
-        number: 1,
-        decided: None,
-        written: None,
-        summarizer_error: None,
-        turn: None,
-    };
-    loop {
-        if attempt.number == ATTEMPTS {
-            attempt.turn = Some(store.hold_appends(id));
-        }
-        match run_once(store, id, config, secrets, no_sync, &mut attempt) {
-            Err(e) if e.is_conflict() && attempt.number < ATTEMPTS => attempt.number += 1,
-            other => return other,
-        }
-    }
+    // A summarizer that failed in an earlier attempt is reported still.
+    let mut summarizer_error = None;
+    Replan::run(store, id, ATTEMPTS, |replan| {
+        run_once(
+            store,
+            id,
+            config,
+            secrets,
+            no_sync,
+            replan,
+            &mut summarizer_error,
+        )
+    })
 }
 
-/// What one attempt of [`run`] passes to the next.
-struct Attempt<'s> {
-    /// 1 for the first.
-    number: usize,
-    /// The turns the first attempt decided to compact, and whether as a
-    /// fold.
-    decided: Option<(u64, u64, bool)>,
-    /// The summary written, if one was.
-    written: Option<Written>,
-    /// Why the summarizer failed, if it did.
-    summarizer_error: Option<String>,
-    /// The conversation's turn, held by the last attempt.
-    turn: Option<AppendTurn<'s>>,
-}
-
+/// One attempt of [`run`]; `replan.decided` holds the turns to compact
+/// and whether as a fold.
 fn run_once(
     store: &Store,
     id: &ConversationId,
     config: &Config,
     secrets: &Secrets,
     no_sync: bool,
-    attempt: &mut Attempt<'_>,
+    replan: &mut Replan<'_, (u64, u64, bool)>,
+    summarizer_error: &mut Option<String>,
 ) -> Result<Option<AutoReport>> {
     let auto = &config.compaction.auto;
     if !auto.enabled {
@@ -210,18 +190,16 @@ fn run_once(
         summaries: &summaries,
         pins: &pins,
     };
-    let (from, to, fold) = match attempt.decided {
+    let (from, to, fold) = match replan.decided {
         Some(decided) => decided,
         None => match decide(auto, &input) {
-            Decision::Compact { from, to, fold, .. } => *attempt.decided.insert((from, to, fold)),
+            Decision::Compact { from, to, fold, .. } => *replan.decided.insert((from, to, fold)),
             Decision::Skip(_) => return Ok(None),
         },
     };
 
     let mut profile = config.profile(&auto.profile)?;
     let state = store.auto_state(id)?;
-    // A summarizer that failed in an earlier attempt is reported still.
-    let mut summarizer_error = attempt.summarizer_error.clone();
     let mut provenance = Map::new();
     let (from, to, summary) = match profile.summary.clone() {
         Some(spec) if !state.summarizer_failed => {
@@ -230,37 +208,22 @@ fn run_once(
             // stay well under the share that triggers the next fold (its
             // user messages and answers get an eighth of it each).
             let raw = summarizers::raw_events(store, id, from, to, info.len)?;
-            let written = match attempt.written.take() {
-                Some(w) if (w.from, w.to) == (from, to) && w.raw == raw => Ok(w),
-                _ => {
-                    // Appends never wait on a summarizer.
-                    attempt.turn = None;
-                    let summarizer: Box<dyn Summarizer> =
-                        if spec.summarizer == SummarizerKind::Extractive {
-                            let usable = window.saturating_sub(auto.reserve_tokens);
-                            let budget = (auto.fold_ratio * usable as f64 * 4.0 / 8.0) as usize;
-                            Box::new(Extractive {
-                                budget: budget.max(100),
-                            })
-                        } else {
-                            summarizers::make(&spec, None, secrets)?
-                        };
-                    summarizers::run(&*summarizer, &raw).map(|text| {
-                        let mut by = Map::new();
-                        summarizers::record_provenance(&*summarizer, &mut by);
-                        Written {
-                            from,
-                            to,
-                            raw,
-                            text,
-                            provenance: by,
-                        }
-                    })
-                }
-            };
+            let written = replan.summary(from, to, raw, |raw| {
+                let summarizer: Box<dyn Summarizer> =
+                    if spec.summarizer == SummarizerKind::Extractive {
+                        let usable = window.saturating_sub(auto.reserve_tokens);
+                        let budget = (auto.fold_ratio * usable as f64 * 4.0 / 8.0) as usize;
+                        Box::new(Extractive {
+                            budget: budget.max(100),
+                        })
+                    } else {
+                        summarizers::make(&spec, None, secrets)?
+                    };
+                summarizers::write(&*summarizer, raw)
+            });
             match written {
                 Ok(written) => {
-                    let text = written.text.clone();
+                    let text = &written.text;
                     // A summary no smaller than what it replaces would inflate
                     // the view: store nothing.
                     let replaced: u64 = before
@@ -287,8 +250,7 @@ fn run_once(
                         }));
                     }
                     provenance.extend(written.provenance.clone());
-                    attempt.written = Some(written);
-                    (from, to, Some(text))
+                    (from, to, Some(text.clone()))
                 }
                 Err(e) => {
                     store.set_auto_state(
@@ -297,8 +259,7 @@ fn run_once(
                             summarizer_failed: true,
                         },
                     )?;
-                    summarizer_error = Some(format!("{e:#}"));
-                    attempt.summarizer_error.clone_from(&summarizer_error);
+                    *summarizer_error = Some(format!("{e:#}"));
                     (from, to, None)
                 }
             }
@@ -334,7 +295,7 @@ fn run_once(
             fold,
             tokens_before: before.tokens,
             tokens_after: before.tokens,
-            summarizer_error,
+            summarizer_error: summarizer_error.clone(),
         }));
     }
     // The view's characters once the compaction is in (only its turns
@@ -356,10 +317,7 @@ fn run_once(
         probe.timestamp,
         EventKind::Compaction(compaction),
     )];
-    match &attempt.turn {
-        Some(turn) => store.append_in_turn(turn, &events, &options)?,
-        None => store.append(id, &events, &options)?,
-    };
+    replan.append(store, id, &events, &options)?;
     let after = measure(store, id, no_sync)?;
     Ok(Some(AutoReport {
         from,
@@ -368,7 +326,7 @@ fn run_once(
         fold,
         tokens_before: before.tokens,
         tokens_after: after.tokens,
-        summarizer_error,
+        summarizer_error: summarizer_error.clone(),
         skipped: None,
     }))
 }

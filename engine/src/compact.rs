@@ -5,17 +5,17 @@
 
 use convstore_projection::bounds::{widen_summary_range, Bound, Conversation};
 use convstore_projection::config::{Config, SummaryConfig};
-use convstore_projection::{LogEvent, Tokenizer};
+use convstore_projection::Tokenizer;
 use convstore_store::event::{Compaction, ReasoningPolicy, ToolCallPolicy};
 use convstore_store::{
-    Address, AppendOptions, AppendTurn, AutoState, ConversationId, Event, EventKind, Json, Store,
-    Timestamp,
+    Address, AppendOptions, AutoState, ConversationId, Event, EventKind, Json, Store, Timestamp,
 };
 use convstore_store::{Seq, StoreError, Turn};
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
 use crate::pipeline::{self, Scope, Tally};
+use crate::replan::Replan;
 use crate::summarizers::{self, Secrets};
 
 /// What to compact, and how.
@@ -138,20 +138,15 @@ impl CompactReport {
 }
 
 /// How many times [`compact`] plans when appends land between its plan
-/// and its write; the last plan is made holding the conversation's turn.
+/// and its write (see [`Replan`]).
 const ATTEMPTS: usize = 8;
 
 /// Resolves `request` against conversation `id` and appends the
 /// compaction it describes (unless a dry run, a no-op, or inflated). The
 /// summary, if one is written, comes from the raw events of the widened
 /// range. The append is conditional on the head the plan was made from:
-/// when another writer appends first, the compaction is planned and
-/// measured again from the new head (a summary already written is kept
-/// when its raw events are still the same ones). The last attempt holds
-/// this process's turn at appending to the conversation from its plan to
-/// its write ([`Store::hold_appends`]), so that a steady stream of
-/// appends through a server cannot starve it; not while a summarizer
-/// runs, though (one that must write the summary again lets it go).
+/// when another writer appends first, the compaction is planned again
+/// from the new head, over the turns the first plan resolved ([`Replan`]).
 pub fn compact(
     store: &Store,
     id: &ConversationId,
@@ -160,53 +155,19 @@ pub fn compact(
     tokenizer: &Tokenizer,
     secrets: &Secrets,
 ) -> Result<CompactReport> {
-    let mut attempt = Attempt {
-        number: 1,
-        asked: None,
-        written: None,
-        turn: None,
-    };
-    loop {
-        if attempt.number == ATTEMPTS {
-            attempt.turn = Some(store.hold_appends(id));
-        }
-        match try_compact(store, id, request, config, tokenizer, secrets, &mut attempt) {
-            Err(e) if e.is_conflict() && attempt.number < ATTEMPTS => attempt.number += 1,
-            // Only another process sharing a database server can overtake
-            // the last plan.
-            Err(e) if e.is_conflict() => {
-                return Err(Error::Store(StoreError::Conflict {
-                    what: format!(
-                        "other writers appended to the conversation while the compaction was planned, {ATTEMPTS} times"
-                    ),
-                }))
-            }
-            other => return other,
-        }
+    let planned = Replan::run(store, id, ATTEMPTS, |replan| {
+        try_compact(store, id, request, config, tokenizer, secrets, replan)
+    });
+    match planned {
+        // Only another process sharing a database server can overtake
+        // the last plan.
+        Err(e) if e.is_conflict() => Err(Error::Store(StoreError::Conflict {
+            what: format!(
+                "other writers appended to the conversation while the compaction was planned, {ATTEMPTS} times"
+            ),
+        })),
+        other => other,
     }
-}
-
-/// What one attempt of [`compact`] passes to the next.
-struct Attempt<'s> {
-    /// 1 for the first.
-    number: usize,
-    /// The turns asked for, as the first attempt resolved the bounds.
-    asked: Option<(u64, u64)>,
-    /// The summary written, if one was.
-    written: Option<Written>,
-    /// The conversation's turn, held by the last attempt.
-    turn: Option<AppendTurn<'s>>,
-}
-
-/// A summary a summarizer wrote, with the raw events it was written from
-/// (turns `from..=to`): a redaction since changes them, not their
-/// addresses.
-pub(crate) struct Written {
-    pub from: u64,
-    pub to: u64,
-    pub raw: Vec<LogEvent>,
-    pub text: String,
-    pub provenance: Map<String, Value>,
 }
 
 fn try_compact(
@@ -216,7 +177,7 @@ fn try_compact(
     config: &Config,
     tokenizer: &Tokenizer,
     secrets: &Secrets,
-    attempt: &mut Attempt<'_>,
+    replan: &mut Replan<'_, (u64, u64)>,
 ) -> Result<CompactReport> {
     let info = store.info(id)?;
     if info.len == 0 {
@@ -270,9 +231,9 @@ fn try_compact(
     // Bounds resolve against the log the first plan saw: a range that
     // moves with the head (`--keep-last`, the default last turn) would
     // otherwise have its summary written again at every plan.
-    let asked = match attempt.asked {
+    let asked = match replan.decided {
         Some(asked) => asked,
-        None => *attempt.asked.insert(history.range(request.from, to, now)?),
+        None => *replan.decided.insert(history.range(request.from, to, now)?),
     };
     let summarizes = request.summary.is_some() || summary_spec.is_some();
     let (from_turn, to_turn) = if summarizes {
@@ -293,43 +254,24 @@ fn try_compact(
     if let Some(p) = &profile {
         provenance.insert("profile".into(), json!(p.name));
     }
-    let (first_address, last_address) =
-        covered_addresses(store, id, from_turn, to_turn.min(last_turn), info.len)?;
     let summary = match (&request.summary, &summary_spec) {
         (Some(text), _) => Some(text.clone()),
         (None, Some(spec)) => {
             let raw = summarizers::raw_events(store, id, from_turn, to_turn, info.len)?;
-            let summary = match attempt.written.take() {
-                Some(w) if (w.from, w.to) == (from_turn, to_turn) && w.raw == raw => w,
-                _ => {
-                    // A summarizer may take long (or append through the
-                    // server itself): the conversation's appends never
-                    // wait for one.
-                    attempt.turn = None;
-                    let summarizer =
-                        summarizers::make(spec, request.instructions.as_deref(), secrets)?;
-                    let text = summarizers::run(&*summarizer, &raw)?;
-                    let mut by = Map::new();
-                    summarizers::record_provenance(&*summarizer, &mut by);
-                    Written {
-                        from: from_turn,
-                        to: to_turn,
-                        raw,
-                        text,
-                        provenance: by,
-                    }
-                }
-            };
-            provenance.extend(summary.provenance.clone());
-            let text = summary.text.clone();
-            attempt.written = Some(summary);
-            Some(text)
+            let written = replan.summary(from_turn, to_turn, raw, |raw| {
+                let summarizer = summarizers::make(spec, request.instructions.as_deref(), secrets)?;
+                summarizers::write(&*summarizer, raw)
+            })?;
+            provenance.extend(written.provenance.clone());
+            Some(written.text.clone())
         }
         (None, None) => None,
     };
     if !request.revert && reasoning.is_none() && tool_calls.is_none() && summary.is_none() {
         return Err(Error::NoPolicy);
     }
+    let (first_address, last_address) =
+        covered_addresses(store, id, from_turn, to_turn.min(last_turn), info.len)?;
     if let Some(a) = first_address {
         provenance.insert("first_address".into(), json!(a.hex()));
     }
@@ -386,10 +328,7 @@ fn try_compact(
             c.info = Some(Json::from_value(&Value::Object(provenance.clone())));
         }
         let options = AppendOptions::new().expecting(Some(info.head));
-        let head = match &attempt.turn {
-            Some(turn) => store.append_in_turn(turn, &[stored], &options)?.head,
-            None => store.append(id, &[stored], &options)?.head,
-        };
+        let head = replan.append(store, id, &[stored], &options)?.head;
         // A manual compaction that succeeds lets automatic ones summarize
         // again after a summarizer failure.
         if store.auto_state(id)?.summarizer_failed {

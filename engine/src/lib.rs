@@ -49,6 +49,7 @@ pub mod inspect;
 mod location;
 pub mod pipeline;
 pub mod recall;
+mod replan;
 pub mod retention;
 pub mod search;
 pub mod stats;

@@ -131,6 +131,17 @@ pub fn run(summarizer: &dyn Summarizer, events: &[LogEvent]) -> Result<String> {
     Ok(text)
 }
 
+/// [`run`], and what [`record_provenance`] records of the summarizer.
+pub fn write(
+    summarizer: &dyn Summarizer,
+    events: &[LogEvent],
+) -> Result<(String, Map<String, Value>)> {
+    let text = run(summarizer, events)?;
+    let mut provenance = Map::new();
+    record_provenance(summarizer, &mut provenance);
+    Ok((text, provenance))
+}
+
 /// Adds what a compaction records of the summarizer that wrote its
 /// summary: its kind, its model, and a hash of its instructions (blake3,
 /// 16 hex digits).
