@@ -421,9 +421,7 @@ impl Engine {
     }
 
     /// Compacts `id` automatically if its view needs it, as the
-    /// configuration's `[compaction.auto]` says.
-    /// Appends another client makes meanwhile (through a server) have it
-    /// plan again (see [`auto::run`]).
+    /// configuration's `[compaction.auto]` says (see [`auto::run`]).
     pub fn auto_compact(&self, id: &ConversationId, no_sync: bool) -> Result<Option<AutoReport>> {
         let report = auto::run(&self.store, id, &self.config, &self.secrets, no_sync)?;
         if report.is_some() {
@@ -486,6 +484,39 @@ impl Engine {
         retention: &Retention,
         dry_run: bool,
     ) -> Result<DroppedPayloads> {
+        let mut dropped = self.gc_pass(id, retention, dry_run)?;
+        if dry_run {
+            self.count_removed_blobs(vec![(*id, &mut dropped)])?;
+        }
+        Ok(dropped)
+    }
+
+    /// In a dry run, the long texts each of `passes` would remove, the
+    /// passes run in that order ([`Store::blobs_removed_together`]).
+    fn count_removed_blobs(
+        &self,
+        mut passes: Vec<(ConversationId, &mut DroppedPayloads)>,
+    ) -> Result<()> {
+        let would: Vec<_> = passes
+            .iter()
+            .filter_map(|(id, d)| d.would_drop.as_ref().map(|w| (*id, w)))
+            .collect();
+        let mut counts = self.store.blobs_removed_together(&would)?.into_iter();
+        for (_, dropped) in &mut passes {
+            if dropped.would_drop.is_some() {
+                dropped.blobs_removed = counts.next().unwrap_or(0);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Engine::gc`], a dry run's long texts not counted.
+    fn gc_pass(
+        &self,
+        id: &ConversationId,
+        retention: &Retention,
+        dry_run: bool,
+    ) -> Result<DroppedPayloads> {
         // Texts the index would keep after the log dropped them: nothing
         // is dropped if the index cannot forget them first.
         let mut unforgotten = None;
@@ -530,7 +561,7 @@ impl Engine {
         };
         let mut passes = Vec::new();
         for (id, name) in targets {
-            match self.gc(&id, retention, dry_run) {
+            match self.gc_pass(&id, retention, dry_run) {
                 Ok(dropped) => passes.push((id, name, dropped)),
                 // Deleted since the list was taken (by another client of a
                 // server): nothing of it is left to drop.
@@ -539,20 +570,10 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
-        if dry_run && passes.len() > 1 {
+        if dry_run {
             // A long text several conversations drop goes with the last of
             // them, as the passes run in this order.
-            let would: Vec<_> = passes
-                .iter()
-                .filter_map(|(id, _, d)| d.would_drop.as_ref().map(|w| (*id, w)))
-                .collect();
-            let counts = self.store.blobs_removed_together(&would)?;
-            let mut counts = counts.into_iter();
-            for (_, _, dropped) in &mut passes {
-                if dropped.would_drop.is_some() {
-                    dropped.blobs_removed = counts.next().unwrap_or(0);
-                }
-            }
+            self.count_removed_blobs(passes.iter_mut().map(|(id, _, d)| (*id, d)).collect())?;
         }
         let mut conversations = Vec::new();
         let (mut records, mut bytes, mut blobs) = (0, 0, 0);

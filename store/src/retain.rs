@@ -49,9 +49,9 @@ pub struct DroppedPayloads {
     pub bytes: u64,
     /// The first and last such record.
     pub seqs: Option<(u64, u64)>,
-    /// Long texts (blobs) removed, nothing else referring to them (in a
-    /// dry run, those that would be if this conversation alone were
-    /// cleaned: [`Store::blobs_removed_together`] counts for several).
+    /// Long texts (blobs) removed, nothing else referring to them (0 in a
+    /// dry run: [`Store::blobs_removed_together`] counts them from
+    /// `would_drop`, for one conversation or several).
     pub blobs_removed: u64,
     /// Stored view blocks rewritten (0 in a dry run).
     pub view_blocks: u64,
@@ -229,12 +229,10 @@ impl Store {
         out.bytes = dropped.iter().map(|d| d.2).sum();
         out.seqs = dropped.first().zip(dropped.last()).map(|(a, b)| (a.0, b.0));
         if dry_run {
-            let would = WouldDrop {
+            out.would_drop = Some(WouldDrop {
                 seqs: dropped.iter().map(|d| d.0).collect(),
                 blobs: batch_blobs,
-            };
-            out.blobs_removed = self.blobs_removed_together(&[(*id, &would)])?[0];
-            out.would_drop = Some(would);
+            });
             return Ok(Some(out));
         }
         if !wrote {
@@ -302,7 +300,8 @@ impl Store {
     /// remove, were they run in that order: a text goes with the last pass
     /// that drops a record referring to it, once no record left (of any
     /// conversation) and no view of a conversation not cleaned refers to
-    /// it. Counts nothing if something cannot be read.
+    /// it. Counts nothing if a record or view of another conversation
+    /// cannot be read.
     pub fn blobs_removed_together(
         &self,
         passes: &[(ConversationId, &WouldDrop)],
