@@ -588,17 +588,19 @@ fn encode_committed(
     };
     // The frame: each short text gives its place to a tag.
     let mut frame: RecordRepr<'_> = record.clone();
-    let mut entries_len = 0;
+    let (mut entries_len, mut digested) = (0, 0);
     for (index, text) in frame.texts_mut().enumerate() {
         match *text {
             TextRepr::Inline(s) => {
                 *text = TextRepr::Beside;
                 entries_len += 10 + s.len();
+                digested += 1;
             }
             TextRepr::Redacted(blob) if was_long(index, blob) => *text = TextRepr::Blob(blob),
             TextRepr::Redacted(_) => {
                 *text = TextRepr::Beside;
                 entries_len += 42;
+                digested += 1;
             }
             TextRepr::Blob(_) | TextRepr::Beside => entries_len += 1,
         }
@@ -612,7 +614,7 @@ fn encode_committed(
     // Serializing these plain structs into a Vec cannot fail.
     let _ = options().serialize_into(&mut out, &frame);
     if let Some(digests) = digests.as_deref_mut() {
-        digests.reserve(40 * record.texts().count());
+        digests.reserve(40 * digested);
     }
     let mut digest = |hash: &BlobHash, len: u64| {
         if let Some(digests) = digests.as_deref_mut() {
