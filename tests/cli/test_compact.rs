@@ -9,6 +9,7 @@ use std::net::TcpListener;
 
 use serde_json::Value;
 
+use crate::support::server::Server;
 use crate::support::TestEnv;
 use crate::test_project::seeded;
 
@@ -602,6 +603,26 @@ fn openai_summarizer_times_out() {
     server.join().unwrap();
 }
 
+/// `n` turns of a long question and a long answer in conversation `conv`.
+fn plain_turns(env: &TestEnv, conv: &str, n: usize) {
+    for i in 0..n {
+        env.run(&[
+            "append",
+            conv,
+            "--turn",
+            "--user",
+            &format!("question {i} {}", "words ".repeat(60)),
+            "--assistant",
+            &"an answer ".repeat(40),
+        ])
+        .ok();
+    }
+}
+
+/// The automatic compaction `append --auto` makes of `a` with profile
+/// `brief` in a small window.
+const AUTO_BRIEF: &str = "[compaction.auto]\nenabled = true\ncontext_window = 600\nreserve_tokens = 0\ntoken_floor = 10\nkeep_last = 1\nprofile = \"brief\"\n";
+
 /// `append --auto` says when its summarizer failed, and when the view is
 /// over its trigger but the compaction it tried would change nothing.
 #[test]
@@ -611,24 +632,12 @@ fn automatic_compaction_says_what_it_could_not_do() {
     write_config(
         &env,
         &format!(
-            "[compaction.profiles.brief.summary]\nsummarizer = \"command\"\ncommand = [\"{failing}\"]\n\
-             [compaction.auto]\nenabled = true\ncontext_window = 600\nreserve_tokens = 0\ntoken_floor = 10\nkeep_last = 1\nprofile = \"brief\"\n"
+            "[compaction.profiles.brief.summary]\nsummarizer = \"command\"\ncommand = [\"{failing}\"]\n{AUTO_BRIEF}"
         ),
     );
     // Turns of plain messages: stripping reasoning and tool calls changes
     // nothing in them.
-    for i in 0..6 {
-        env.run(&[
-            "append",
-            "a",
-            "--turn",
-            "--user",
-            &format!("question {i} {}", "words ".repeat(60)),
-            "--assistant",
-            &"an answer ".repeat(40),
-        ])
-        .ok();
-    }
+    plain_turns(&env, "a", 6);
     let run = env
         .run(&["append", "a", "--auto", "--turn", "--user", "trigger"])
         .ok();
@@ -647,6 +656,44 @@ fn automatic_compaction_says_what_it_could_not_do() {
     );
 }
 
+/// A command summarizer for profile `profile` (convstore.toml: `extra`,
+/// then the profile) running `body` in sh, where `$input` holds the raw
+/// events it was given, `$first` is `yes` on its first run only, and
+/// `convstore` runs this binary on the database; which is then served, so
+/// the script's commands and the test's go through the server. Gives the
+/// server and a count of the summarizer's runs so far.
+fn summarizer_beside_a_server(
+    env: &TestEnv,
+    profile: &str,
+    body: &str,
+    extra: &str,
+) -> (Server, impl Fn() -> usize) {
+    let calls = env.path().join("calls");
+    let program = script(
+        env,
+        "summarize.sh",
+        &format!(
+            "input=$(cat)\n\
+             first=yes; [ -e '{calls}' ] && first=no\n\
+             echo x >> '{calls}'\n\
+             convstore() {{ '{bin}' --db '{db}' \"$@\"; }}\n\
+             {body}",
+            calls = calls.display(),
+            bin = env!("CARGO_BIN_EXE_convstore"),
+            db = env.db().display(),
+        ),
+    );
+    write_config(
+        env,
+        &format!(
+            "{extra}[compaction.profiles.{profile}.summary]\nsummarizer = \"command\"\ncommand = [\"{program}\"]\n"
+        ),
+    );
+    let server = Server::start(env.db(), &[]);
+    let runs = move || std::fs::read_to_string(&calls).map_or(0, |c| c.lines().count());
+    (server, runs)
+}
+
 /// Appends that land while a compaction is planned (here, from its own
 /// summarizer, through the server that holds the database) make it plan
 /// again from the new head, not fail with a conflict; the summary already
@@ -654,27 +701,13 @@ fn automatic_compaction_says_what_it_could_not_do() {
 #[test]
 fn appends_during_a_compaction_make_it_plan_again() {
     let env = verbose();
-    let bin = env!("CARGO_BIN_EXE_convstore");
-    let db = env.db();
-    let calls = env.path().join("calls");
-    let racing = script(
+    let (_server, runs) = summarizer_beside_a_server(
         &env,
-        "racing.sh",
-        &format!(
-            "cat > /dev/null\necho x >> '{calls}'\n\
-             echo '{{\"type\":\"user\",\"text\":\"meanwhile\"}}' | '{bin}' --db '{db}' append chat -q > /dev/null || exit 1\n\
-             printf 'the files were fixed'",
-            calls = calls.display(),
-            db = db.display(),
-        ),
+        "racing",
+        "echo '{\"type\":\"user\",\"text\":\"meanwhile\"}' | convstore append chat -q > /dev/null || exit 1\n\
+         printf 'the files were fixed'",
+        "",
     );
-    write_config(
-        &env,
-        &format!(
-            "[compaction.profiles.racing.summary]\nsummarizer = \"command\"\ncommand = [\"{racing}\"]\n"
-        ),
-    );
-    let server = crate::support::server::Server::start(env.db(), &[]);
     let run = env
         .run(&[
             "compact",
@@ -692,14 +725,13 @@ fn appends_during_a_compaction_make_it_plan_again() {
     assert_eq!(report["status"], "stored", "{report}");
     // One summary written; the append it made is in the log before the
     // compaction, which was planned from it.
-    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
+    assert_eq!(runs(), 1);
     let log = env.run(&["log", "chat"]).ok().lines();
     let last = log.last().unwrap();
     assert_eq!(last["type"], "compaction");
     assert_eq!(last["summary"], "the files were fixed");
     assert_eq!(log[log.len() - 2]["text"], "meanwhile");
     assert_eq!(report["head"], last["address"]);
-    drop(server);
 }
 
 /// A redaction that lands while a summary is being written (here, made by
@@ -709,30 +741,13 @@ fn appends_during_a_compaction_make_it_plan_again() {
 #[test]
 fn a_redaction_during_a_compaction_has_its_summary_written_again() {
     let env = verbose();
-    let bin = env!("CARGO_BIN_EXE_convstore");
-    let db = env.db();
-    let calls = env.path().join("calls");
-    let redacting = script(
+    let (_server, runs) = summarizer_beside_a_server(
         &env,
-        "redacting.sh",
-        &format!(
-            "input=$(cat)\n\
-             if [ ! -e '{calls}' ]; then\n\
-               '{bin}' --db '{db}' redact chat 1 --reason leaked -q > /dev/null || exit 1\n\
-             fi\n\
-             echo x >> '{calls}'\n\
-             case \"$input\" in *'please fix file 0?'*) printf 'saw the question';; *) printf 'saw no question';; esac",
-            calls = calls.display(),
-            db = db.display(),
-        ),
+        "redacting",
+        "if [ $first = yes ]; then convstore redact chat 1 --reason leaked -q > /dev/null || exit 1; fi\n\
+         case \"$input\" in *'please fix file 0?'*) printf 'saw the question';; *) printf 'saw no question';; esac",
+        "",
     );
-    write_config(
-        &env,
-        &format!(
-            "[compaction.profiles.redacting.summary]\nsummarizer = \"command\"\ncommand = [\"{redacting}\"]\n"
-        ),
-    );
-    let server = crate::support::server::Server::start(env.db(), &[]);
     env.run(&[
         "compact",
         "chat",
@@ -744,12 +759,11 @@ fn a_redaction_during_a_compaction_has_its_summary_written_again() {
         "3",
     ])
     .ok();
-    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 2);
+    assert_eq!(runs(), 2);
     let stored = compactions(&env).pop().unwrap();
     assert_eq!(stored["summary"], "saw no question", "{stored}");
     let view = env.run(&["project", "chat"]).ok().stdout;
     assert!(!view.contains("saw the question"), "{view}");
-    drop(server);
 }
 
 /// `append --auto` whose automatic compaction meets another client's
@@ -759,54 +773,24 @@ fn a_redaction_during_a_compaction_has_its_summary_written_again() {
 #[test]
 fn automatic_compaction_plans_again_after_an_append_meanwhile() {
     let env = TestEnv::new();
-    let bin = env!("CARGO_BIN_EXE_convstore");
-    let db = env.db();
-    let calls = env.path().join("calls");
-    let racing = script(
+    let (_server, runs) = summarizer_beside_a_server(
         &env,
-        "racing.sh",
-        &format!(
-            "cat > /dev/null\n\
-             if [ ! -e '{calls}' ]; then\n\
-               '{bin}' --db '{db}' append a --user meanwhile -q > /dev/null || exit 1\n\
-             fi\n\
-             echo x >> '{calls}'\n\
-             printf 'questions were asked'",
-            calls = calls.display(),
-            db = db.display(),
-        ),
+        "brief",
+        "if [ $first = yes ]; then convstore append a --user meanwhile -q > /dev/null || exit 1; fi\n\
+         printf 'questions were asked'",
+        AUTO_BRIEF,
     );
-    write_config(
-        &env,
-        &format!(
-            "[compaction.profiles.brief.summary]\nsummarizer = \"command\"\ncommand = [\"{racing}\"]\n\
-             [compaction.auto]\nenabled = true\ncontext_window = 600\nreserve_tokens = 0\ntoken_floor = 10\nkeep_last = 1\nprofile = \"brief\"\n"
-        ),
-    );
-    for i in 0..6 {
-        env.run(&[
-            "append",
-            "a",
-            "--turn",
-            "--user",
-            &format!("question {i} {}", "words ".repeat(60)),
-            "--assistant",
-            &"an answer ".repeat(40),
-        ])
-        .ok();
-    }
-    let server = crate::support::server::Server::start(env.db(), &[]);
+    plain_turns(&env, "a", 6);
     let run = env
         .run(&["append", "a", "--auto", "--turn", "--user", "trigger"])
         .ok();
     assert!(!run.stderr.contains("warning"), "{}", run.stderr);
-    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
+    assert_eq!(runs(), 1);
     let log = env.run(&["log", "a"]).ok().lines();
     let last = log.last().unwrap();
     assert_eq!(last["type"], "compaction", "{last}");
     assert_eq!(last["summary"], "questions were asked");
     assert!(log.iter().any(|r| r["text"] == "meanwhile"));
-    drop(server);
 }
 
 /// A range that moves with the head (`--keep-last`) is resolved once,
@@ -817,28 +801,13 @@ fn automatic_compaction_plans_again_after_an_append_meanwhile() {
 #[test]
 fn a_range_that_moves_with_the_head_is_resolved_once() {
     let env = verbose();
-    let bin = env!("CARGO_BIN_EXE_convstore");
-    let db = env.db();
-    let calls = env.path().join("calls");
-    let appending = script(
+    let (_server, runs) = summarizer_beside_a_server(
         &env,
-        "appending.sh",
-        &format!(
-            "cat > /dev/null\n\
-             '{bin}' --db '{db}' append chat --turn --user meanwhile -q > /dev/null || exit 1\n\
-             echo x >> '{calls}'\n\
-             printf 'the files were fixed'",
-            calls = calls.display(),
-            db = db.display(),
-        ),
+        "appending",
+        "convstore append chat --turn --user meanwhile -q > /dev/null || exit 1\n\
+         printf 'the files were fixed'",
+        "",
     );
-    write_config(
-        &env,
-        &format!(
-            "[compaction.profiles.appending.summary]\nsummarizer = \"command\"\ncommand = [\"{appending}\"]\n"
-        ),
-    );
-    let server = crate::support::server::Server::start(env.db(), &[]);
     let report = json_of(
         &env.run(&[
             "compact",
@@ -858,6 +827,5 @@ fn a_range_that_moves_with_the_head_is_resolved_once() {
         (report["from_turn"].as_u64(), report["to_turn"].as_u64()),
         (Some(0), Some(6))
     );
-    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
-    drop(server);
+    assert_eq!(runs(), 1);
 }
