@@ -218,3 +218,68 @@ fn strip_overlays_keep_most_of_the_view() {
         wide.len()
     );
 }
+
+/// A generated log (settled chunks in segment files) and a fork of it
+/// that summarizes most of their turns: the view, which passes over the
+/// chunks it drops whole, equals the reference's, and such chunks exist.
+#[test]
+fn a_view_passing_over_summarized_chunks_equals_the_reference() {
+    use convstore_engine::pipeline::{plan, stream, Scope};
+    use convstore_projection::reference::naive_project;
+    use convstore_projection::LogEvent;
+    use convstore_store::{Compaction, Event, EventType, Timestamp};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    let id = generate_spec(&store, "g", &Spec::new(20_000, 100, 3)).unwrap();
+    let info = store.info(&id).unwrap();
+    assert!(!store
+        .may_hold(&id, info.len, &[EventType::Config, EventType::System])
+        .unwrap());
+    let summary = Compaction {
+        from_turn: 1,
+        to_turn: info.turns - 3,
+        summary: Some("most of it".to_owned()),
+        reasoning: None,
+        tool_calls: None,
+        revert: None,
+        info: None,
+    };
+    let late = Timestamp::from_micros(4_000_000_000_000_000).unwrap();
+    let (fork, _) = store
+        .fork(
+            &id,
+            15_000,
+            Some("f"),
+            &[Event::new(late, EventKind::Compaction(summary))],
+        )
+        .unwrap();
+    for id in [id, fork] {
+        let len = store.info(&id).unwrap().len;
+        let events: Vec<Event> = store
+            .scan(&id, 0..len)
+            .unwrap()
+            .map(|r| r.unwrap().event)
+            .collect();
+        let scope = Scope { end: len };
+        let projector = plan(&store, &id, scope, None).unwrap();
+        let turns = store.chunk_turns(&id, 0, len).unwrap();
+        let passed = store
+            .chunks(&id, 0, len)
+            .unwrap()
+            .map(Result::unwrap)
+            .filter(|c| {
+                c.turns(&turns)
+                    .is_some_and(|t| projector.drops_whole(t, c.seqs()))
+            })
+            .count();
+        assert!(passed > 0, "no chunk is passed over");
+        let mut view = Vec::new();
+        stream(&store, &id, scope, &projector, |v| {
+            view.push(v.clone());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(view, naive_project(&LogEvent::sequence(events)));
+    }
+}

@@ -149,3 +149,83 @@ proptest! {
         prop_assert_eq!(view, naive_project(&events));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// A view that summarizes turns passes over the chunks it drops whole
+    /// (when the log holds no `config` or `system` event, which every view
+    /// keeps): the whole view, the view as of any record, and any turn
+    /// range still equal the reference, however the log was appended into
+    /// chunks.
+    #[test]
+    fn a_view_that_passes_over_summarized_chunks_equals_the_reference(
+        events in prop::collection::vec(gen::projection_event(), 1..160),
+        summary in (0u64..40, 0u64..40, "[a-z]{1,6}"),
+        batches in 1usize..40,
+        cut in any::<prop::sample::Index>(),
+        turns in (0u64..40, 0u64..8),
+    ) {
+        use convstore_engine::pipeline::{plan, plan_turns, stream, stream_range, Scope};
+        use convstore_store::{AppendOptions, Compaction, Event, Store};
+
+        // No event every view keeps, and a summary of a wide range last.
+        let mut raw: Vec<Event> = events
+            .into_iter()
+            .filter(|e| !matches!(e.kind, EventKind::System { .. } | EventKind::Config { .. }))
+            .collect();
+        let (a, b, text) = summary;
+        let wide = Compaction {
+            from_turn: a.min(b),
+            to_turn: a.max(b),
+            summary: Some(text),
+            reasoning: None,
+            tool_calls: None,
+            revert: None,
+            info: None,
+        };
+        let newest = convstore_store::Timestamp::from_micros(1_700_000_000_000_010).unwrap();
+        raw.push(Event::new(newest, EventKind::Compaction(wide)));
+        let events = LogEvent::sequence(raw.clone());
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("db")).unwrap();
+        let options = AppendOptions::new().unsynced(true);
+        let size = raw.len().div_ceil(batches);
+        let mut parts = raw.chunks(size);
+        let id = store.create_and_append(Some("c"), parts.next().unwrap(), &options).unwrap().0;
+        for part in parts {
+            store.append(&id, part, &options).unwrap();
+        }
+
+        let end = cut.index(events.len()) + 1;
+        for end in [events.len(), end] {
+            let scope = Scope { end: end as u64 };
+            let projector = plan(&store, &id, scope, None).unwrap();
+            let mut view = Vec::new();
+            stream(&store, &id, scope, &projector, |v| {
+                view.push(v.clone());
+                Ok(())
+            })
+            .unwrap();
+            prop_assert_eq!(&view, &naive_project(&events[..end]));
+        }
+
+        let scope = Scope { end: events.len() as u64 };
+        let last_turn = events.last().unwrap().turn;
+        let first = turns.0.min(last_turn);
+        let range = first..=first + turns.1;
+        let (projector, seqs) = plan_turns(&store, &id, scope, range.clone()).unwrap();
+        let mut view = Vec::new();
+        stream_range(&store, &id, seqs, &projector, |v| v, |v| {
+            view.extend(v.into_iter().filter(|v| range.contains(&v.turn)));
+            Ok(())
+        })
+        .unwrap();
+        let expected: Vec<ViewEvent> = naive_project(&events)
+            .into_iter()
+            .filter(|v| range.contains(&v.turn))
+            .collect();
+        prop_assert_eq!(view, expected);
+    }
+}

@@ -403,6 +403,11 @@ fn copy_answer(reader: &mut dyn Read, out: &mut dyn Write) -> Result<()> {
         out.write_all(&held[..keep])?;
         held.drain(..keep);
     }
+    // The cut may also read as a plain end (where it falls between two
+    // chunks of the answer): the error line is the error all the same.
+    if let Some(message) = error_line(&held) {
+        bail!("{message}");
+    }
     out.write_all(&held)?;
     Ok(())
 }

@@ -501,12 +501,22 @@ pub fn stream_range<T: Send>(
     mut sink: impl FnMut(T) -> Result<()>,
 ) -> Result<()> {
     let (start, end) = (seqs.start, seqs.end);
+    let skippable = skippable_chunks(store, id, start, end, projector)?;
     let mut chunks = store.chunks(id, start, end)?;
     loop {
         let mut window: Vec<RawChunk> = Vec::new();
-        let mut records = 0;
+        let (mut records, mut passed) = (0, 0);
         for chunk in chunks.by_ref() {
             let chunk = chunk?;
+            let dropped = skippable.as_ref().is_some_and(|turns| {
+                chunk
+                    .turns(turns)
+                    .is_some_and(|t| projector.drops_whole(t, chunk.seqs()))
+            });
+            if dropped {
+                passed += chunk.len();
+                continue;
+            }
             records += chunk.len();
             window.push(chunk);
             if records >= WINDOW_RECORDS {
@@ -514,6 +524,7 @@ pub fn stream_range<T: Send>(
             }
         }
         if window.is_empty() {
+            store.advance(passed as u64);
             return Ok(());
         }
         let outputs = projector.decode_transform_map(
@@ -532,8 +543,49 @@ pub fn stream_range<T: Send>(
         for output in outputs {
             sink(output)?;
         }
-        store.advance(records as u64);
+        store.advance((records + passed) as u64);
     }
+}
+
+/// The turns of the chunks holding records `start..end` of `id`, when the
+/// view of `projector` may drop some of them whole ([`Projector::drops_whole`]):
+/// it summarizes some turns, and no record there is a `config` or `system`
+/// event (kept by every view). A summary of most of a long log then costs
+/// the reading of what it leaves, not of the log.
+fn skippable_chunks(
+    store: &Store,
+    id: &ConversationId,
+    start: u64,
+    end: u64,
+    projector: &Projector,
+) -> Result<Option<convstore_store::ChunkTurns>> {
+    if projector.resolution().runs.is_empty()
+        || store.may_hold(id, end, &[EventType::Config, EventType::System])?
+    {
+        return Ok(None);
+    }
+    Ok(Some(store.chunk_turns(id, start, end)?))
+}
+
+/// Whether streaming the view of `projector` reads most of records
+/// `0..end` of `id`: for the choice of reading the database's files ahead
+/// ([`Store::prefetch`]). No when the view summarizes at least half of the
+/// turns and its stream passes over the chunks it drops whole.
+pub fn reads_most(
+    store: &Store,
+    id: &ConversationId,
+    end: u64,
+    projector: &Projector,
+) -> Result<bool> {
+    let turns = Scope { end }.turns(store, id)?;
+    let summarized: u64 = projector
+        .resolution()
+        .runs
+        .iter()
+        .map(|run| run.last - run.first + 1)
+        .sum();
+    Ok(summarized.saturating_mul(2) < turns
+        || store.may_hold(id, end, &[EventType::Config, EventType::System])?)
 }
 
 /// Reads the chunks holding records `seqs` of `id` with `read`, in

@@ -8,7 +8,7 @@ use convstore_store::event::ReasoningPolicy;
 use convstore_store::{Event, EventKind, EventType, Json, Reading, ToolNames};
 
 use crate::overlay::{Overlay, Summary, ToolPolicy};
-use crate::resolve::{resolve, Resolution, Run};
+use crate::resolve::{resolve, Resolution, Run, Span};
 
 /// A raw event of the stream with its place in the log.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,10 +172,13 @@ impl Plan {
                 }
             }
         }
+        let mut heads: Vec<u64> = run_heads.keys().copied().collect();
+        heads.sort_unstable();
         Ok(Projector {
             resolution,
             names,
             run_heads,
+            heads,
         })
     }
 }
@@ -205,6 +208,8 @@ pub struct Projector {
     /// The first event each summary run drops: the run (an index into the
     /// resolution's runs) and, under recall hints, the seqs it stands for.
     run_heads: HashMap<u64, (usize, Option<(u64, u64)>)>,
+    /// The keys of `run_heads`, ascending.
+    heads: Vec<u64>,
 }
 
 impl Projector {
@@ -281,6 +286,39 @@ impl Projector {
     /// nothing in the view, so a reader need not load it.
     pub fn drops(&self, seq: u64, turn: u64, kind: EventType) -> bool {
         matches!(self.fate(seq, turn, kind), Fate::Dropped)
+    }
+
+    /// Whether the view drops every conversation event and compaction of
+    /// records `seqs`, whose turns are `turns` (inclusive): every one of
+    /// those turns is summarized and no summary is placed among them. A
+    /// reader that knows them to hold no `config` or `system` event (which
+    /// every view keeps) need not read them at all.
+    pub fn drops_whole(&self, turns: (u64, u64), seqs: std::ops::Range<u64>) -> bool {
+        let Resolution {
+            spans, overlays, ..
+        } = &self.resolution;
+        let summarized = |span: &Span| {
+            matches!(
+                span.summary.and_then(|i| overlays[i].summary.as_ref()),
+                Some(Summary::Text(_))
+            )
+        };
+        let mut turn = turns.0;
+        let mut i = spans.partition_point(|s| s.last < turn);
+        loop {
+            match spans.get(i) {
+                Some(span) if span.first <= turn && summarized(span) => {
+                    if span.last >= turns.1 {
+                        break;
+                    }
+                    turn = span.last + 1;
+                    i += 1;
+                }
+                _ => return false,
+            }
+        }
+        let at = self.heads.partition_point(|&seq| seq < seqs.start);
+        self.heads.get(at).is_none_or(|&seq| seq >= seqs.end)
     }
 
     /// How a reader should read the raw event at `seq` in `turn` of type

@@ -183,7 +183,7 @@ pub(crate) fn name(name: &str) -> Vec<u8> {
 
 /// Where a chunk and its side data are kept: among the settled chunks, or
 /// the staged ones (`staging.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Space {
     Settled,
     Staged,
@@ -202,6 +202,13 @@ impl Space {
     /// The tag of its chunk keys.
     pub(crate) fn chunk_tag(self) -> u8 {
         self.tags().0
+    }
+
+    /// The space of chunk key `key`.
+    pub(crate) fn of_chunk(key: &[u8]) -> Option<Space> {
+        [Space::Settled, Space::Staged]
+            .into_iter()
+            .find(|space| key.first() == Some(&space.chunk_tag()))
     }
 }
 

@@ -85,7 +85,8 @@ pub use index::OverlayIndex;
 pub use json::EventError;
 pub use keys::FORMAT_VERSION;
 pub use log::{
-    ChunkIter, LogIter, LogRecord, Outranking, RawChunk, Reading, RecordRedaction, StoredOverlay,
+    ChunkIter, ChunkTurns, LogIter, LogRecord, Outranking, RawChunk, Reading, RecordRedaction,
+    StoredOverlay,
 };
 pub use names::ToolNames;
 pub use pins::AutoState;

@@ -91,6 +91,7 @@ fn a_large_append_is_read_back_from_segment_files() {
 fn a_damaged_segment_file_is_an_error_naming_the_chunk() {
     let env = TestEnv::new();
     generated(&env);
+    let view = env.run(&["project", "big"]).ok().stdout;
     let file = &segment_files(&env.db())[0];
     let mut bytes = std::fs::read(file).unwrap();
     let middle = bytes.len() / 2;
@@ -103,12 +104,37 @@ fn a_damaged_segment_file_is_an_error_naming_the_chunk() {
         run.stdout,
         run.stderr
     );
+    for reader in [
+        &["log", "big"][..],
+        &["export", "big", "--format", "ndjson"][..],
+    ] {
+        let run = env.run(reader).fails();
+        assert!(
+            run.stderr.contains("does not match its checksum"),
+            "{reader:?}: {}",
+            run.stderr
+        );
+    }
+    // The view reads only the chunks it shows something of: it fails the
+    // same way where it needs the damaged chunk, and is whole where it
+    // summarizes all of it.
+    let run = env.run(&["project", "big"]);
+    assert!(
+        run.stderr.contains("does not match its checksum") || run.stdout == view,
+        "{}",
+        run.stderr
+    );
+    bytes[middle] ^= 0x20;
+    let last = bytes.len() - 100;
+    bytes[last] ^= 0x20;
+    std::fs::write(file, &bytes).unwrap();
     let run = env.run(&["project", "big"]).fails();
     assert!(
         run.stderr.contains("does not match its checksum"),
         "{}",
         run.stderr
     );
+    bytes[last] ^= 0x20;
     // Bytes cut off (a lost file tail) are reported the same way.
     std::fs::write(file, &bytes[..middle]).unwrap();
     let run = env.run(&["log", "big"]).fails();

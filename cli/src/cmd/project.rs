@@ -28,15 +28,18 @@ pub(crate) fn run(engine: &Engine, args: &ProjectArgs, notes: &Notes) -> Result<
         }
         None => None,
     };
-    if turns.is_none() && args.as_of.is_none() {
-        store.prefetch_for(&id);
-    }
     // A turn range reads only its records, and places only the summaries
     // that meet it.
     let (projector, seqs) = match &turns {
         Some(range) => view::plan_turns(store, &id, scope, range.clone())?,
         None => (view::plan(store, &id, scope, None)?, 0..scope.end),
     };
+    if turns.is_none()
+        && args.as_of.is_none()
+        && view::reads_most(store, &id, scope.end, &projector)?
+    {
+        store.prefetch_for(&id);
+    }
     let wanted = |v: &ViewEvent| turns.as_ref().is_none_or(|r| r.contains(&v.turn));
     let each = |sink: &mut dyn FnMut(&ViewEvent) -> convstore_engine::Result<()>| {
         view::stream_range(

@@ -327,6 +327,13 @@ impl Iterator for ChunkIter<'_> {
     }
 }
 
+/// The turns each chunk of a part of a log spans ([`Store::chunk_turns`]).
+#[derive(Debug, Default)]
+pub struct ChunkTurns {
+    /// (owner, space, first seq) to (first turn, last turn).
+    pub(crate) spans: std::collections::HashMap<(ConversationId, keys::Space, u64), (u64, u64)>,
+}
+
 /// How a reader of a chunk's events wants a record ([`RawChunk::events_read`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reading {
@@ -372,6 +379,16 @@ impl RawChunk {
         let first = self.first_seq();
         let end = first + self.len() as u64;
         first.max(self.records.start)..end.min(self.records.end)
+    }
+
+    /// The first and last turn of its records, as `turns` lists them
+    /// (`None` where they do not list it).
+    pub fn turns(&self, turns: &ChunkTurns) -> Option<(u64, u64)> {
+        let space = keys::Space::of_chunk(&self.source.key)?;
+        turns
+            .spans
+            .get(&(self.id, space, self.first_seq()))
+            .copied()
     }
 
     /// Adds the type and size of each of its records before `end` to

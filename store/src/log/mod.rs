@@ -10,7 +10,7 @@ mod overlays;
 mod scan;
 mod turns;
 
-pub use chunk::{ChunkIter, RawChunk, Reading};
+pub use chunk::{ChunkIter, ChunkTurns, RawChunk, Reading};
 pub(crate) use chunk::{ChunkSource, LoadedChunk, Located};
 pub use overlays::{Outranking, StoredOverlay};
 pub use scan::{LogIter, LogRecord, RecordRedaction};

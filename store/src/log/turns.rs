@@ -5,13 +5,13 @@ use std::ops::{Range, RangeInclusive};
 use crate::codec::TurnEntry;
 use crate::codec::{self, decode_record};
 use crate::error::{StoreError, StoreResult};
-use crate::event::Timestamp;
+use crate::event::{EventType, Timestamp};
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
 use crate::position::{Seq, Turn};
 use crate::store::Store;
 
-use super::in_record;
+use super::{in_record, ChunkTurns};
 
 impl Store {
     /// The turn of record `seq`, from the chunk that holds it: O(log n).
@@ -123,6 +123,57 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// The turns each chunk holding part of records `start..end` of `id`
+    /// spans, from the turn index alone (no chunk is read): for readers
+    /// that pass over the chunks a view drops whole ([`RawChunk::turns`]).
+    /// A fork's parent's chunks are listed whole, past the fork point too.
+    pub fn chunk_turns(
+        &self,
+        id: &ConversationId,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<ChunkTurns> {
+        let pin = self.pin_read();
+        let mut turns = ChunkTurns::default();
+        for (space, piece) in self.spaced_pieces(id, start, end, &pin)? {
+            let owner = &piece.owner;
+            let from = self.chunk_start(space, owner, piece.start)?;
+            for item in self.scan_prefix(keys::turns(space, owner)) {
+                let (key, value) = item?;
+                let (last_turn, first_seq) =
+                    keys::turn_parts(&key).ok_or_else(|| StoreError::Corrupt {
+                        what: format!("conversation {owner}: a turn index key is truncated"),
+                    })?;
+                if first_seq < from || first_seq >= piece.end {
+                    continue;
+                }
+                let entry: TurnEntry = codec::decode(&value, "turn index entry")?;
+                turns
+                    .spans
+                    .insert((*owner, space, first_seq), (entry.first_turn, last_turn));
+            }
+        }
+        Ok(turns)
+    }
+
+    /// Whether a record of `id` before `end` may be of one of `kinds`: from
+    /// the counts kept per conversation (a fork's parent's count all its
+    /// records, so this may say yes of a kind only past the fork point).
+    pub fn may_hold(
+        &self,
+        id: &ConversationId,
+        end: u64,
+        kinds: &[EventType],
+    ) -> StoreResult<bool> {
+        for piece in self.pieces(id, end)? {
+            let counts = self.meta(&piece.owner)?.kinds;
+            if kinds.iter().any(|kind| counts[kind.index()].count > 0) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The seq of the first conversation event (any kind but `config`,
