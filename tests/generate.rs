@@ -220,8 +220,9 @@ fn strip_overlays_keep_most_of_the_view() {
 }
 
 /// A generated log (settled chunks in segment files) and a fork of it
-/// that summarizes most of their turns: the view, which passes over the
-/// chunks it drops whole, equals the reference's, and such chunks exist.
+/// that summarizes most of their turns and holds a `system` event: the
+/// view, which passes over the chunks it drops whole, equals the
+/// reference's, and such chunks exist.
 #[test]
 fn a_view_passing_over_summarized_chunks_equals_the_reference() {
     use convstore_engine::pipeline::{plan, stream, Scope};
@@ -233,9 +234,11 @@ fn a_view_passing_over_summarized_chunks_equals_the_reference() {
     let store = Store::open(dir.path().join("db")).unwrap();
     let id = generate_spec(&store, "g", &Spec::new(20_000, 100, 3)).unwrap();
     let info = store.info(&id).unwrap();
-    assert!(!store
-        .may_hold(&id, info.len, &[EventType::Config, EventType::System])
-        .unwrap());
+    let kept_kinds = [EventType::Config, EventType::System];
+    assert_eq!(
+        store.kind_counts(&id, info.len, &kept_kinds).unwrap(),
+        vec![(id, 0)]
+    );
     let summary = Compaction {
         from_turn: 1,
         to_turn: info.turns - 3,
@@ -251,9 +254,21 @@ fn a_view_passing_over_summarized_chunks_equals_the_reference() {
             &id,
             15_000,
             Some("f"),
-            &[Event::new(late, EventKind::Compaction(summary))],
+            &[
+                Event::new(
+                    late,
+                    EventKind::System {
+                        text: "kept".into(),
+                    },
+                ),
+                Event::new(late, EventKind::Compaction(summary)),
+            ],
         )
         .unwrap();
+    assert_eq!(
+        store.kind_counts(&fork, 15_002, &kept_kinds).unwrap(),
+        vec![(id, 0), (fork, 1)]
+    );
     for id in [id, fork] {
         let len = store.info(&id).unwrap().len;
         let events: Vec<Event> = store

@@ -154,8 +154,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// A view that summarizes turns passes over the chunks it drops whole
-    /// (when the log holds no `config` or `system` event, which every view
-    /// keeps): the whole view, the view as of any record, and any turn
+    /// (once every `config` and `system` event, which every view keeps, has
+    /// been read): the whole view, the view as of any record, and any turn
     /// range still equal the reference, however the log was appended into
     /// chunks.
     #[test]
@@ -165,14 +165,18 @@ proptest! {
         batches in 1usize..40,
         cut in any::<prop::sample::Index>(),
         turns in (0u64..40, 0u64..8),
+        kept_kinds in any::<bool>(),
     ) {
         use convstore_engine::pipeline::{plan, plan_turns, stream, stream_range, Scope};
         use convstore_store::{AppendOptions, Compaction, Event, Store};
 
-        // No event every view keeps, and a summary of a wide range last.
+        // With or without the events every view keeps (a chunk holding one
+        // is read), and a summary of a wide range last.
         let mut raw: Vec<Event> = events
             .into_iter()
-            .filter(|e| !matches!(e.kind, EventKind::System { .. } | EventKind::Config { .. }))
+            .filter(|e| {
+                kept_kinds || !matches!(e.kind, EventKind::System { .. } | EventKind::Config { .. })
+            })
             .collect();
         let (a, b, text) = summary;
         let wide = Compaction {

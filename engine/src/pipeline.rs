@@ -501,19 +501,14 @@ pub fn stream_range<T: Send>(
     mut sink: impl FnMut(T) -> Result<()>,
 ) -> Result<()> {
     let (start, end) = (seqs.start, seqs.end);
-    let skippable = skippable_chunks(store, id, start, end, projector)?;
+    let mut passing = Passing::new(store, id, start, end, projector)?;
     let mut chunks = store.chunks(id, start, end)?;
     loop {
         let mut window: Vec<RawChunk> = Vec::new();
         let (mut records, mut passed) = (0, 0);
         for chunk in chunks.by_ref() {
             let chunk = chunk?;
-            let dropped = skippable.as_ref().is_some_and(|turns| {
-                chunk
-                    .turns(turns)
-                    .is_some_and(|t| projector.drops_whole(t, chunk.seqs()))
-            });
-            if dropped {
+            if passing.as_ref().is_some_and(|p| p.drops(&chunk, projector)) {
                 passed += chunk.len();
                 continue;
             }
@@ -527,11 +522,21 @@ pub fn stream_range<T: Send>(
             store.advance(passed as u64);
             return Ok(());
         }
+        let owners: Vec<ConversationId> = window.iter().map(|c| *c.owner()).collect();
+        let kept = std::sync::Mutex::new(vec![0u64; window.len()]);
         let outputs = projector.decode_transform_map(
-            window,
-            |chunk| {
+            window.into_iter().enumerate().collect(),
+            |(at, chunk): (usize, RawChunk)| {
                 let reading = |seq, turn, kind| projector.reading(seq, turn, kind);
                 chunk.events_read(store, start, end, reading).map(|events| {
+                    let held = events
+                        .iter()
+                        .filter(|(.., e)| kept_by_every_view(e))
+                        .count();
+                    if held > 0 {
+                        kept.lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)[at] = held as u64;
+                    }
                     events
                         .into_iter()
                         .map(|(seq, turn, event)| LogEvent { seq, turn, event })
@@ -540,6 +545,14 @@ pub fn stream_range<T: Send>(
             },
             &finish,
         )?;
+        if let Some(passing) = &mut passing {
+            let kept = kept
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for (owner, seen) in owners.iter().zip(kept) {
+                passing.saw(owner, seen);
+            }
+        }
         for output in outputs {
             sink(output)?;
         }
@@ -547,30 +560,74 @@ pub fn stream_range<T: Send>(
     }
 }
 
-/// The turns of the chunks holding records `start..end` of `id`, when the
-/// view of `projector` may drop some of them whole ([`Projector::drops_whole`]):
-/// it summarizes some turns, and no record there is a `config` or `system`
-/// event (kept by every view). A summary of most of a long log then costs
-/// the reading of what it leaves, not of the log.
-fn skippable_chunks(
-    store: &Store,
-    id: &ConversationId,
-    start: u64,
-    end: u64,
-    projector: &Projector,
-) -> Result<Option<convstore_store::ChunkTurns>> {
-    if projector.resolution().runs.is_empty()
-        || store.may_hold(id, end, &[EventType::Config, EventType::System])?
-    {
-        return Ok(None);
+/// Whether `event` is of a kind every view keeps (`config`, `system`).
+fn kept_by_every_view(event: &Event) -> bool {
+    matches!(
+        event.kind.event_type(),
+        EventType::Config | EventType::System
+    )
+}
+
+/// Which chunks a stream passes over unread: those whose turns (from the
+/// turn index, [`Store::chunk_turns`]) the view drops whole
+/// ([`Projector::drops_whole`]) and which hold no `config` or `system`
+/// event (every view keeps those). Where those are is not indexed, only
+/// how many records of each kind a conversation's own keys hold: a chunk
+/// is known to hold none once every one its owner holds has been read
+/// (a conversation's configuration is mostly at its start). A summary of
+/// most of a long log then costs the reading of what it leaves, not of
+/// the log.
+struct Passing {
+    turns: convstore_store::ChunkTurns,
+    /// Per owner of the records read, the `config` and `system` records
+    /// it holds that have not been read yet.
+    unseen: Vec<(ConversationId, u64)>,
+}
+
+impl Passing {
+    /// `None` where the view summarizes nothing.
+    fn new(
+        store: &Store,
+        id: &ConversationId,
+        start: u64,
+        end: u64,
+        projector: &Projector,
+    ) -> Result<Option<Passing>> {
+        if projector.resolution().runs.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Passing {
+            turns: store.chunk_turns(id, start, end)?,
+            unseen: store.kind_counts(id, end, &[EventType::Config, EventType::System])?,
+        }))
     }
-    Ok(Some(store.chunk_turns(id, start, end)?))
+
+    /// Whether the view drops `chunk` whole.
+    fn drops(&self, chunk: &RawChunk, projector: &Projector) -> bool {
+        let none_kept = self
+            .unseen
+            .iter()
+            .any(|(owner, unseen)| owner == chunk.owner() && *unseen == 0);
+        none_kept
+            && chunk
+                .turns(&self.turns)
+                .is_some_and(|t| projector.drops_whole(t, chunk.seqs()))
+    }
+
+    /// `seen` `config` and `system` records of `owner` were read.
+    fn saw(&mut self, owner: &ConversationId, seen: u64) {
+        for (o, unseen) in &mut self.unseen {
+            if o == owner {
+                *unseen = unseen.saturating_sub(seen);
+            }
+        }
+    }
 }
 
 /// Whether streaming the view of `projector` reads most of records
 /// `0..end` of `id`: for the choice of reading the database's files ahead
 /// ([`Store::prefetch`]). No when the view summarizes at least half of the
-/// turns and its stream passes over the chunks it drops whole.
+/// turns, whose chunks its stream passes over (see [`Passing`]).
 pub fn reads_most(
     store: &Store,
     id: &ConversationId,
@@ -584,8 +641,7 @@ pub fn reads_most(
         .iter()
         .map(|run| run.last - run.first + 1)
         .sum();
-    Ok(summarized.saturating_mul(2) < turns
-        || store.may_hold(id, end, &[EventType::Config, EventType::System])?)
+    Ok(summarized.saturating_mul(2) < turns)
 }
 
 /// Reads the chunks holding records `seqs` of `id` with `read`, in

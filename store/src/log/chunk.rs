@@ -374,6 +374,12 @@ impl RawChunk {
         self.chunk.records() == 0
     }
 
+    /// The conversation whose keys hold it (a fork's parent, for the
+    /// records a fork shares).
+    pub fn owner(&self) -> &ConversationId {
+        &self.id
+    }
+
     /// The seqs of its records that belong to the conversation read.
     pub fn seqs(&self) -> Range<u64> {
         let first = self.first_seq();

@@ -158,22 +158,24 @@ impl Store {
         Ok(turns)
     }
 
-    /// Whether a record of `id` before `end` may be of one of `kinds`: from
-    /// the counts kept per conversation (a fork's parent's count all its
-    /// records, so this may say yes of a kind only past the fork point).
-    pub fn may_hold(
+    /// For each conversation whose own keys hold part of records `0..end`
+    /// of `id` (a fork's parents, then `id`), how many of all its own
+    /// records are of one of `kinds`: from the counts kept per
+    /// conversation (a parent's count all its records, past the fork point
+    /// too).
+    pub fn kind_counts(
         &self,
         id: &ConversationId,
         end: u64,
         kinds: &[EventType],
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Vec<(ConversationId, u64)>> {
+        let mut counts = Vec::new();
         for piece in self.pieces(id, end)? {
-            let counts = self.meta(&piece.owner)?.kinds;
-            if kinds.iter().any(|kind| counts[kind.index()].count > 0) {
-                return Ok(true);
-            }
+            let stats = self.meta(&piece.owner)?.kinds;
+            let count = kinds.iter().map(|kind| stats[kind.index()].count).sum();
+            counts.push((piece.owner, count));
         }
-        Ok(false)
+        Ok(counts)
     }
 
     /// The seq of the first conversation event (any kind but `config`,
