@@ -140,13 +140,23 @@ impl Store {
         for (space, piece) in self.spaced_pieces(id, start, end, &pin)? {
             let owner = &piece.owner;
             let from = self.chunk_start(space, owner, piece.start)?;
-            for item in self.scan_prefix(keys::turns(space, owner)) {
+            // Keyed by last turn, then first seq: in log order, from the
+            // first chunk that can hold the piece's first turn.
+            let first_turn = self.turn_of_seq(id, piece.start)?;
+            let index = self.scan_range(
+                keys::turn(space, owner, first_turn, 0),
+                keys::turn(space, owner, u64::MAX, u64::MAX),
+            );
+            for item in index {
                 let (key, value) = item?;
                 let (last_turn, first_seq) =
                     keys::turn_parts(&key).ok_or_else(|| StoreError::Corrupt {
                         what: format!("conversation {owner}: a turn index key is truncated"),
                     })?;
-                if first_seq < from || first_seq >= piece.end {
+                if first_seq >= piece.end {
+                    break;
+                }
+                if first_seq < from {
                     continue;
                 }
                 let entry: TurnEntry = codec::decode(&value, "turn index entry")?;
