@@ -93,7 +93,70 @@ pub fn plan(
     scope: Scope,
     extra: Option<(u64, u64, &Event)>,
 ) -> Result<Projector> {
-    plan_under(store, id, scope, extra, None)
+    if extra.is_some() {
+        return plan_under(store, id, scope, extra, None);
+    }
+    let overlays = overlays_under(store, id, scope.end, None)?;
+    let projector = assemble(store, id, scope, overlays, ToolNames::new(), None)?;
+    let names = match results_shown(store, id, scope.end, &projector)? {
+        Some(calls) => {
+            let calls: std::collections::HashSet<&str> = calls.iter().map(String::as_str).collect();
+            store.tool_names_of(id, scope.end, &calls)?
+        }
+        None => store.tool_names(id, scope.end)?,
+    };
+    Ok(projector.with_names(names))
+}
+
+/// The ids of the calls whose names the view of `projector` over records
+/// `0..end` needs (of the results it shows stripped), when its stream
+/// passes over most of the records (see [`Passing`]): the chunks it will
+/// read are read for them first (their results, `config` and `system`
+/// records only), and the names are looked up for those ids alone
+/// ([`Store::tool_names_of`], from the end back) rather than in a table of
+/// every call of the log. `None` where the stream reads a quarter of the
+/// records or more, or summarizes nothing.
+fn results_shown(
+    store: &Store,
+    id: &ConversationId,
+    end: u64,
+    projector: &Projector,
+) -> Result<Option<Vec<String>>> {
+    let Some(mut passing) = Passing::new(store, id, 0, end, projector)? else {
+        return Ok(None);
+    };
+    // The chunks the stream will read, in order (each as the stream
+    // decides: after the `config` and `system` records read before it).
+    let read = |kind| {
+        !matches!(
+            kind,
+            EventType::ToolResult | EventType::Config | EventType::System
+        )
+    };
+    let mut calls = Vec::new();
+    let mut records = 0;
+    for chunk in store.chunks(id, 0, end)? {
+        let chunk = chunk?;
+        if passing.drops(&chunk, projector) {
+            continue;
+        }
+        records += chunk.len() as u64;
+        if records.saturating_mul(4) > end {
+            return Ok(None);
+        }
+        let mut kept = 0;
+        for (seq, turn, event) in chunk.events(store, 0, end, |_, _, kind| read(kind))? {
+            match event.kind {
+                EventKind::ToolResult { id: call, .. } if projector.names_result(seq, turn) => {
+                    calls.push(call);
+                }
+                EventKind::Config { .. } | EventKind::System { .. } => kept += 1,
+                _ => {}
+            }
+        }
+        passing.saw(chunk.owner(), kept);
+    }
+    Ok(Some(calls))
 }
 
 /// Like [`plan`], with `base` ranked below every overlay of the log (a
