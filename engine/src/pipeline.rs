@@ -565,6 +565,13 @@ pub fn stream_range<T: Send>(
 ) -> Result<()> {
     let (start, end) = (seqs.start, seqs.end);
     let mut passing = Passing::new(store, id, start, end, projector)?;
+    // While `config` or `system` records are still to be read, the first
+    // window is one chunk: they are mostly in it, and the windows after
+    // it can pass over chunks.
+    let mut window_records = match &passing {
+        Some(p) if p.unseen.iter().any(|&(_, unseen)| unseen > 0) => 1,
+        _ => WINDOW_RECORDS,
+    };
     let mut chunks = store.chunks(id, start, end)?;
     loop {
         let mut window: Vec<RawChunk> = Vec::new();
@@ -577,10 +584,11 @@ pub fn stream_range<T: Send>(
             }
             records += chunk.len();
             window.push(chunk);
-            if records >= WINDOW_RECORDS {
+            if records >= window_records {
                 break;
             }
         }
+        window_records = WINDOW_RECORDS;
         if window.is_empty() {
             store.advance(passed as u64);
             return Ok(());
