@@ -18,6 +18,50 @@ fn with_threads(threads: usize, events: &[LogEvent]) -> Vec<ViewEvent> {
         .install(|| project(events))
 }
 
+/// A new store holding `raw` as conversation `c`, appended in `batches`
+/// appends of about equal size (unsynced).
+fn stored_in_batches(
+    raw: &[convstore_store::Event],
+    batches: usize,
+) -> (
+    tempfile::TempDir,
+    convstore_store::Store,
+    convstore_store::ConversationId,
+) {
+    use convstore_store::{AppendOptions, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("db")).unwrap();
+    let options = AppendOptions::new().unsynced(true);
+    let mut parts = raw.chunks(raw.len().div_ceil(batches));
+    let first = parts.next().unwrap();
+    let id = store
+        .create_and_append(Some("c"), first, &options)
+        .unwrap()
+        .0;
+    for part in parts {
+        store.append(&id, part, &options).unwrap();
+    }
+    (dir, store, id)
+}
+
+/// The view of records `0..end` of `id` through the store's pipeline.
+fn whole_view(
+    store: &convstore_store::Store,
+    id: &convstore_store::ConversationId,
+    end: u64,
+) -> Vec<ViewEvent> {
+    use convstore_engine::pipeline::{plan, stream, Scope};
+    let scope = Scope { end };
+    let projector = plan(store, id, scope, None).unwrap();
+    let mut view = Vec::new();
+    stream(store, id, scope, &projector, |v| {
+        view.push(v.clone());
+        Ok(())
+    })
+    .unwrap();
+    view
+}
+
 /// The event with `recall_hints` removed from its compaction's fields.
 fn without_hints(mut e: LogEvent) -> LogEvent {
     if let EventKind::Compaction(c) = &mut e.event.kind {
@@ -123,29 +167,12 @@ proptest! {
         events in gen::projection_log(80),
         batches in 1usize..4,
     ) {
-        use convstore_engine::pipeline::{plan, stream, Scope};
-        use convstore_store::{AppendOptions, Event, Store};
+        use convstore_store::Event;
 
         prop_assume!(!events.is_empty());
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("db")).unwrap();
         let raw: Vec<Event> = events.iter().map(|e| e.event.clone()).collect();
-        let options = AppendOptions::new().unsynced(true);
-        let size = raw.len().div_ceil(batches);
-        let mut parts = raw.chunks(size);
-        let first = parts.next().unwrap();
-        let id = store.create_and_append(Some("c"), first, &options).unwrap().0;
-        for part in parts {
-            store.append(&id, part, &options).unwrap();
-        }
-        let scope = Scope { end: store.info(&id).unwrap().len };
-        let projector = plan(&store, &id, scope, None).unwrap();
-        let mut view = Vec::new();
-        stream(&store, &id, scope, &projector, |v| {
-            view.push(v.clone());
-            Ok(())
-        })
-        .unwrap();
+        let (_dir, store, id) = stored_in_batches(&raw, batches);
+        let view = whole_view(&store, &id, store.info(&id).unwrap().len);
         prop_assert_eq!(view, naive_project(&events));
     }
 }
@@ -167,8 +194,8 @@ proptest! {
         turns in (0u64..40, 0u64..8),
         kept_kinds in any::<bool>(),
     ) {
-        use convstore_engine::pipeline::{plan, plan_turns, stream, stream_range, Scope};
-        use convstore_store::{AppendOptions, Compaction, Event, Store};
+        use convstore_engine::pipeline::{plan_turns, stream_range, Scope};
+        use convstore_store::{Compaction, Event};
 
         // With or without the events every view keeps (a chunk holding one
         // is read), and a summary of a wide range last.
@@ -192,26 +219,11 @@ proptest! {
         raw.push(Event::new(newest, EventKind::Compaction(wide)));
         let events = LogEvent::sequence(raw.clone());
 
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("db")).unwrap();
-        let options = AppendOptions::new().unsynced(true);
-        let size = raw.len().div_ceil(batches);
-        let mut parts = raw.chunks(size);
-        let id = store.create_and_append(Some("c"), parts.next().unwrap(), &options).unwrap().0;
-        for part in parts {
-            store.append(&id, part, &options).unwrap();
-        }
+        let (_dir, store, id) = stored_in_batches(&raw, batches);
 
         let end = cut.index(events.len()) + 1;
         for end in [events.len(), end] {
-            let scope = Scope { end: end as u64 };
-            let projector = plan(&store, &id, scope, None).unwrap();
-            let mut view = Vec::new();
-            stream(&store, &id, scope, &projector, |v| {
-                view.push(v.clone());
-                Ok(())
-            })
-            .unwrap();
+            let view = whole_view(&store, &id, end as u64);
             prop_assert_eq!(&view, &naive_project(&events[..end]));
         }
 

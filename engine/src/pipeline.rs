@@ -133,6 +133,18 @@ fn results_shown(
             EventType::ToolResult | EventType::Config | EventType::System
         )
     };
+    // At the least the stream reads the chunks whose turns the view does
+    // not drop whole: too many of those, and nothing is read here.
+    let mut least = 0;
+    for chunk in store.chunks(id, 0, end)? {
+        let chunk = chunk?;
+        if !passing.drops_turns(&chunk, projector) {
+            least += chunk.len() as u64;
+        }
+    }
+    if least.saturating_mul(4) > end {
+        return Ok(None);
+    }
     let mut calls = Vec::new();
     let mut records = 0;
     for chunk in store.chunks(id, 0, end)? {
@@ -569,7 +581,7 @@ pub fn stream_range<T: Send>(
     // window is one chunk: they are mostly in it, and the windows after
     // it can pass over chunks.
     let mut window_records = match &passing {
-        Some(p) if p.unseen.iter().any(|&(_, unseen)| unseen > 0) => 1,
+        Some(p) if p.waiting() => 1,
         _ => WINDOW_RECORDS,
     };
     let mut chunks = store.chunks(id, start, end)?;
@@ -593,6 +605,9 @@ pub fn stream_range<T: Send>(
             store.advance(passed as u64);
             return Ok(());
         }
+        // The `config` and `system` records read, per chunk, while some
+        // are still to be read.
+        let counting = passing.as_ref().is_some_and(Passing::waiting);
         let owners: Vec<ConversationId> = window.iter().map(|c| *c.owner()).collect();
         let kept = std::sync::Mutex::new(vec![0u64; window.len()]);
         let outputs = projector.decode_transform_map(
@@ -600,10 +615,14 @@ pub fn stream_range<T: Send>(
             |(at, chunk): (usize, RawChunk)| {
                 let reading = |seq, turn, kind| projector.reading(seq, turn, kind);
                 chunk.events_read(store, start, end, reading).map(|events| {
-                    let held = events
-                        .iter()
-                        .filter(|(.., e)| kept_by_every_view(e))
-                        .count();
+                    let held = if counting {
+                        events
+                            .iter()
+                            .filter(|(.., e)| kept_by_every_view(e))
+                            .count()
+                    } else {
+                        0
+                    };
                     if held > 0 {
                         kept.lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)[at] = held as u64;
@@ -616,7 +635,7 @@ pub fn stream_range<T: Send>(
             },
             &finish,
         )?;
-        if let Some(passing) = &mut passing {
+        if let Some(passing) = passing.as_mut().filter(|_| counting) {
             let kept = kept
                 .into_inner()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -679,10 +698,20 @@ impl Passing {
             .unseen
             .iter()
             .any(|(owner, unseen)| owner == chunk.owner() && *unseen == 0);
-        none_kept
-            && chunk
-                .turns(&self.turns)
-                .is_some_and(|t| projector.drops_whole(t, chunk.seqs()))
+        none_kept && self.drops_turns(chunk, projector)
+    }
+
+    /// Whether the view drops every record of `chunk` but its `config` and
+    /// `system` ones.
+    fn drops_turns(&self, chunk: &RawChunk, projector: &Projector) -> bool {
+        chunk
+            .turns(&self.turns)
+            .is_some_and(|t| projector.drops_whole(t, chunk.seqs()))
+    }
+
+    /// Whether `config` or `system` records are still to be read.
+    fn waiting(&self) -> bool {
+        self.unseen.iter().any(|&(_, unseen)| unseen > 0)
     }
 
     /// `seen` `config` and `system` records of `owner` were read.

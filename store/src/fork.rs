@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::append::{encode_all, write_records, Writes};
 use crate::codec::{decode, encode};
 use crate::error::{StoreError, StoreResult};
-use crate::event::Event;
 use crate::event::TurnTracker;
+use crate::event::{Event, EventType};
 use crate::hash::Address;
 use crate::ids::ConversationId;
 use crate::keys;
@@ -144,6 +144,26 @@ impl Store {
             chunk?.count_kinds(self, point.at, &mut kinds)?;
         }
         Ok(kinds)
+    }
+
+    /// For each conversation whose own keys hold part of records `0..end`
+    /// of `id` (a fork's parents, then `id`), how many of all its own
+    /// records are of one of `kinds`: from the counts kept per
+    /// conversation (a parent's count all its records, past the fork point
+    /// too).
+    pub fn kind_counts(
+        &self,
+        id: &ConversationId,
+        end: u64,
+        kinds: &[EventType],
+    ) -> StoreResult<Vec<(ConversationId, u64)>> {
+        let mut counts = Vec::new();
+        for piece in self.pieces(id, end)? {
+            let stats = self.meta(&piece.owner)?.kinds;
+            let count = kinds.iter().map(|kind| stats[kind.index()].count).sum();
+            counts.push((piece.owner, count));
+        }
+        Ok(counts)
     }
 
     /// Creates a conversation (named `name`, if given) that shares the

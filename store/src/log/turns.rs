@@ -5,7 +5,7 @@ use std::ops::{Range, RangeInclusive};
 use crate::codec::TurnEntry;
 use crate::codec::{self, decode_record};
 use crate::error::{StoreError, StoreResult};
-use crate::event::{EventType, Timestamp};
+use crate::event::Timestamp;
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
 use crate::position::{Seq, Turn};
@@ -166,26 +166,6 @@ impl Store {
             }
         }
         Ok(turns)
-    }
-
-    /// For each conversation whose own keys hold part of records `0..end`
-    /// of `id` (a fork's parents, then `id`), how many of all its own
-    /// records are of one of `kinds`: from the counts kept per
-    /// conversation (a parent's count all its records, past the fork point
-    /// too).
-    pub fn kind_counts(
-        &self,
-        id: &ConversationId,
-        end: u64,
-        kinds: &[EventType],
-    ) -> StoreResult<Vec<(ConversationId, u64)>> {
-        let mut counts = Vec::new();
-        for piece in self.pieces(id, end)? {
-            let stats = self.meta(&piece.owner)?.kinds;
-            let count = kinds.iter().map(|kind| stats[kind.index()].count).sum();
-            counts.push((piece.owner, count));
-        }
-        Ok(counts)
     }
 
     /// The seq of the first conversation event (any kind but `config`,
