@@ -1,4 +1,5 @@
-//! Append, scan and verify throughput on the sled store.
+//! Append, scan and verify throughput on the sled store, and hashing a
+//! log's short texts.
 //!
 //! `cargo bench --bench append` runs the full grid; `-- --test` runs each
 //! benchmark once (what CI does).
@@ -160,5 +161,42 @@ fn read_appended_one_by_one(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append, read, read_appended_one_by_one);
+/// The short texts of a log hashed one by one (the `blake3` crate) and
+/// together in SIMD lanes (`convstore_lanes`): 10,000 texts of the
+/// generated set's sizes (55% 50-199 B, 33% 200-449 B, 12% 450-1,024 B),
+/// back to back in one buffer as in a chunk.
+fn hash_texts(c: &mut Criterion) {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut bytes = Vec::new();
+    let mut spans = Vec::new();
+    for _ in 0..10_000 {
+        let len = match next() % 100 {
+            0..=54 => 50 + next() % 150,
+            55..=87 => 200 + next() % 250,
+            _ => 450 + next() % 575,
+        } as usize;
+        let start = bytes.len();
+        bytes.extend((0..len).map(|_| b'a' + (next() % 26) as u8));
+        spans.push(start..bytes.len());
+    }
+    let texts: Vec<&[u8]> = spans.iter().map(|s| &bytes[s.clone()]).collect();
+    let mut out = vec![[0u8; 32]; texts.len()];
+    let mut group = c.benchmark_group("hash_texts");
+    group.throughput(Throughput::Bytes(bytes.len() as u64));
+    group.bench_function("one_by_one", |b| {
+        b.iter(|| convstore_lanes::one_by_one(black_box(&texts), &mut out));
+    });
+    group.bench_function("lanes", |b| {
+        b.iter(|| convstore_lanes::hash_many(black_box(&texts), &mut out));
+    });
+    group.finish();
+}
+
+criterion_group!(benches, append, read, read_appended_one_by_one, hash_texts);
 criterion_main!(benches);

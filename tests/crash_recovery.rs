@@ -90,7 +90,7 @@ fn batch_event(k: u64, j: usize) -> Event {
             } else {
                 format!("ok {k}")
             },
-            is_error: r % 7 == 0,
+            is_error: r.is_multiple_of(7),
         },
         4 => EventKind::Assistant {
             text: "x".repeat((r % 300) as usize),
@@ -100,9 +100,9 @@ fn batch_event(k: u64, j: usize) -> Event {
             EventKind::Compaction(Compaction {
                 from_turn,
                 to_turn: from_turn + r % 5,
-                summary: (r % 3 == 0).then(|| format!("summary {k}")),
+                summary: r.is_multiple_of(3).then(|| format!("summary {k}")),
                 reasoning: Some(ReasoningPolicy::Strip),
-                tool_calls: (r % 2 == 0).then_some(ToolCallPolicy::Strip),
+                tool_calls: r.is_multiple_of(2).then_some(ToolCallPolicy::Strip),
                 revert: None,
                 info: None,
             })
@@ -149,11 +149,11 @@ fn child(db: &str) {
     loop {
         // Every other batch goes to the segment files (synced before the
         // sled batch that refers to it), the others to sled alone.
-        store.set_segment_min_bytes(if k % 2 == 0 { 0 } else { u64::MAX });
+        store.set_segment_min_bytes(if k.is_multiple_of(2) { 0 } else { u64::MAX });
         let appended = store
             .append(&id, &batch(k), &AppendOptions::default())
             .expect("child: append");
-        if k % 3 == 0 {
+        if k.is_multiple_of(3) {
             let name = fork_name(k);
             if store.find(&name).expect("child: find fork").is_none() {
                 let at = appended.first_seq + appended.count;
@@ -295,7 +295,7 @@ fn write_import_file(path: &Path) {
     for i in 0..IMPORT_EVENTS {
         let timestamp = Timestamp::from_micros(1_710_000_000_000_000 + i as i64).expect("time");
         let r = splitmix(i ^ 0x5eed);
-        let text = if r % 50 == 0 {
+        let text = if r.is_multiple_of(50) {
             // A blob; one in four repeats an earlier one.
             format!(
                 "{} {}",
@@ -552,7 +552,7 @@ fn child_kill(
     };
     // Most kills land while appends run; one in five during startup
     // and recovery.
-    if seed % 5 != 0 {
+    if !seed.is_multiple_of(5) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while lines.lock().expect("lines").is_empty() && Instant::now() < deadline {
             if let Ok(Some(status)) = process.try_wait() {
@@ -690,7 +690,7 @@ fn server_kill(db: &str, seed: u64, iteration: u64) {
         "iteration {iteration}: verify fails after a server kill"
     );
     drop(store);
-    if iteration % 5 == 0 {
+    if iteration.is_multiple_of(5) {
         println!(
             "  server iteration {iteration}: {} batches acknowledged this round",
             acked

@@ -287,7 +287,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
 /// Texts appended: short ones stay in the records, long ones (over 1 KiB)
 /// are blobs shared by every record that holds them.
 fn pool(i: usize) -> String {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         format!("short {i}")
     } else {
         format!("long {i} {}", "y".repeat(1500 + i))

@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, HashSet};
 use crate::backend::frames::{self, Frame};
 use crate::backend::{Batch, Condition, Keyspace};
 use crate::codec::{
-    encode, encode_event, BlobValue, CallDirectory, ChunkRepr, ChunkValue, DirectoryOverlay,
-    EncodedRecord, EntryRepr, Layout, OverlayDirectory, OverlayEntry, RangeEntry, TurnEntry,
-    CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
+    encode, encode_event, encode_event_unhashed, hash_digests, BlobValue, CallDirectory, ChunkRepr,
+    ChunkValue, DirectoryOverlay, EncodedRecord, EntryRepr, Layout, OverlayDirectory, OverlayEntry,
+    RangeEntry, TurnEntry, CHUNK_MAX_BYTES, CHUNK_MAX_ENTRIES,
 };
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Event, EventType, Timestamp};
@@ -914,6 +914,10 @@ pub fn event_size(event: &Event) -> u64 {
     encode_event(event, Layout::Plain).size
 }
 
+/// Events encoded on one thread at a time, their short texts hashed
+/// together.
+const ENCODE_RUN: usize = 256;
+
 /// Batches of at least this many events are encoded in parallel.
 const PARALLEL_ENCODE: usize = 512;
 
@@ -927,11 +931,23 @@ pub(crate) fn encode_all(
     // Hashing the texts and encoding the records is most of an append's
     // work, and each event's is its own: a long batch is encoded on
     // rayon's threads (chaining the records stays in order, after).
+    // The short texts' hashes of a run of records are computed together,
+    // side by side in SIMD lanes ([`hash_digests`]).
     let encoded: Vec<EncodedRecord<'_>> = if events.len() >= PARALLEL_ENCODE {
         use rayon::prelude::*;
-        events.par_iter().map(|e| encode_event(e, layout)).collect()
+        let mut encoded: Vec<EncodedRecord<'_>> = events
+            .par_iter()
+            .map(|e| encode_event_unhashed(e, layout))
+            .collect();
+        encoded.par_chunks_mut(ENCODE_RUN).for_each(hash_digests);
+        encoded
     } else {
-        events.iter().map(|e| encode_event(e, layout)).collect()
+        let mut encoded: Vec<EncodedRecord<'_>> = events
+            .iter()
+            .map(|e| encode_event_unhashed(e, layout))
+            .collect();
+        hash_digests(&mut encoded);
+        encoded
     };
     if let Some((index, record)) = encoded.iter().enumerate().find(|(_, r)| r.size > limit) {
         return Err(StoreError::EventTooLarge {

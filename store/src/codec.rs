@@ -33,6 +33,9 @@ use crate::hash::{Address, BlobHash};
 use crate::json::Json;
 use crate::keys;
 
+mod chains;
+pub(crate) use chains::link_runs;
+
 /// Texts longer than this many bytes are stored as blobs, once per content.
 pub const INLINE_MAX: usize = 1024;
 /// A chunk holds at most this many records.
@@ -471,8 +474,8 @@ impl BodyRepr<'_> {
 
 impl<'a> RecordRepr<'a> {
     /// Every text of the record, in field order.
-    pub(crate) fn texts(&self) -> impl Iterator<Item = TextRepr<'_>> {
-        let body: [Option<TextRepr<'_>>; 2] = match &self.body {
+    pub(crate) fn texts(&self) -> impl Iterator<Item = TextRepr<'a>> + '_ {
+        let body: [Option<TextRepr<'a>>; 2] = match &self.body {
             BodyRepr::TurnStart => [None, None],
             BodyRepr::User(t)
             | BodyRepr::Assistant(t)
@@ -577,9 +580,9 @@ fn push_varint(out: &mut Vec<u8>, n: u64) {
 /// A redacted text is written as a long one's entry where `long` says so
 /// for its field, or else (no `long`) where its length is over
 /// [`INLINE_MAX`].
-fn encode_committed(
-    record: &RecordRepr<'_>,
-    mut digests: Option<&mut Vec<u8>>,
+fn encode_committed<'e>(
+    record: &RecordRepr<'e>,
+    mut digests: Option<&mut Digests<'e>>,
     long: Option<&[bool]>,
 ) -> Vec<u8> {
     let was_long = |index: usize, blob: BlobRef| match long {
@@ -614,12 +617,11 @@ fn encode_committed(
     // Serializing these plain structs into a Vec cannot fail.
     let _ = options().serialize_into(&mut out, &frame);
     if let Some(digests) = digests.as_deref_mut() {
-        digests.reserve(40 * digested);
+        digests.bytes.reserve(40 * digested);
     }
-    let mut digest = |hash: &BlobHash, len: u64| {
+    let mut digest = |hash: Result<&BlobHash, &'e [u8]>, len: u64| {
         if let Some(digests) = digests.as_deref_mut() {
-            digests.extend_from_slice(hash.as_bytes());
-            digests.extend_from_slice(&len.to_le_bytes());
+            digests.push(hash, len);
         }
     };
     // The entries, from the texts as given, in the same order.
@@ -629,7 +631,7 @@ fn encode_committed(
                 out.push(SHORT_PRESENT);
                 push_varint(&mut out, s.len() as u64);
                 out.extend_from_slice(s.as_bytes());
-                digest(&BlobHash::of(s.as_bytes()), s.len() as u64);
+                digest(Err(s.as_bytes()), s.len() as u64);
             }
             TextRepr::Blob(_) => out.push(BLOB_PRESENT),
             TextRepr::Redacted(blob) if was_long(index, blob) => out.push(BLOB_REDACTED),
@@ -637,7 +639,7 @@ fn encode_committed(
                 out.push(SHORT_REDACTED);
                 out.extend_from_slice(blob.hash.as_bytes());
                 push_varint(&mut out, blob.len);
-                digest(&blob.hash, blob.len);
+                digest(Ok(&blob.hash), blob.len);
             }
             // Never given: decoding puts every short text back inline.
             TextRepr::Beside => out.push(SHORT_REDACTED),
@@ -750,7 +752,7 @@ pub(crate) struct EncodedRecord<'e> {
     /// (see [`committed_address`]), computed with the encoding (in
     /// parallel, for a long batch) rather than when the records are
     /// chained, in order; empty otherwise.
-    pub digests: Vec<u8>,
+    pub digests: Digests<'e>,
     pub event_type: EventType,
     pub blobs: Vec<(BlobHash, &'e str)>,
     /// The record's bytes plus the lengths of its blobs.
@@ -763,9 +765,61 @@ pub(crate) struct EncodedRecord<'e> {
     pub timestamp: Timestamp,
 }
 
+/// What a committed record's address hashes after its frame: each short
+/// text's hash and length. The texts' hashes are left to
+/// [`hash_digests`], which computes those of many records at once.
+#[derive(Default)]
+pub(crate) struct Digests<'e> {
+    bytes: Vec<u8>,
+    /// The texts still to hash, with where their hash goes in `bytes`.
+    unhashed: Vec<(usize, &'e [u8])>,
+}
+
+impl<'e> Digests<'e> {
+    /// Adds a text's digest: its hash if known, else the text, to hash.
+    fn push(&mut self, hash: Result<&BlobHash, &'e [u8]>, len: u64) {
+        match hash {
+            Ok(hash) => self.bytes.extend_from_slice(hash.as_bytes()),
+            Err(text) => {
+                self.unhashed.push((self.bytes.len(), text));
+                self.bytes.extend_from_slice(&[0; 32]);
+            }
+        }
+        self.bytes.extend_from_slice(&len.to_le_bytes());
+    }
+}
+
+/// Hashes the texts `records` left unhashed ([`encode_event_unhashed`]),
+/// all at once ([`crate::hash::hash_many`]).
+pub(crate) fn hash_digests(records: &mut [EncodedRecord<'_>]) {
+    let texts: Vec<&[u8]> = records
+        .iter()
+        .flat_map(|r| r.digests.unhashed.iter().map(|u| u.1))
+        .collect();
+    let mut hashes = vec![[0u8; 32]; texts.len()];
+    crate::hash::hash_many(&texts, &mut hashes);
+    let mut hashes = hashes.iter();
+    for record in records {
+        let digests = &mut record.digests;
+        for (at, _) in digests.unhashed.drain(..) {
+            if let Some(hash) = hashes.next() {
+                digests.bytes[at..at + 32].copy_from_slice(hash);
+            }
+        }
+    }
+}
+
 /// Encodes `event` canonically in `layout`, moving long texts out as
 /// blobs.
 pub(crate) fn encode_event(event: &Event, layout: Layout) -> EncodedRecord<'_> {
+    let mut record = encode_event_unhashed(event, layout);
+    hash_digests(std::slice::from_mut(&mut record));
+    record
+}
+
+/// [`encode_event`] with its short texts' hashes still to compute:
+/// [`hash_digests`] must run before its address is.
+pub(crate) fn encode_event_unhashed(event: &Event, layout: Layout) -> EncodedRecord<'_> {
     let mut blobs = Vec::new();
     let most = match layout {
         Layout::Sealed | Layout::SealedView => usize::MAX,
@@ -817,7 +871,7 @@ pub(crate) fn encode_event(event: &Event, layout: Layout) -> EncodedRecord<'_> {
         meta,
         body,
     };
-    let mut digests = Vec::new();
+    let mut digests = Digests::default();
     let bytes = match layout {
         Layout::Plain | Layout::SealedView => encode(&record),
         Layout::Committed => encode_committed(&record, Some(&mut digests), None),
@@ -854,11 +908,12 @@ impl EncodedRecord<'_> {
     /// when it was encoded if it has them.
     pub(crate) fn address_after(&self, parent: &Address) -> Address {
         match self.bytes.split_first() {
-            Some((&COMMITTED_MARK, rest)) if !self.digests.is_empty() => {
+            Some((&COMMITTED_MARK, rest)) if !self.digests.bytes.is_empty() => {
+                debug_assert!(self.digests.unhashed.is_empty(), "texts left unhashed");
                 match split_committed(rest) {
                     Some((frame, _)) => {
                         let mut hasher = frame_hasher(parent, frame);
-                        hasher.update(&self.digests);
+                        hasher.update(&self.digests.bytes);
                         Address::from_hasher(&hasher)
                     }
                     None => link(parent, &self.bytes),

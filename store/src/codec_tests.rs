@@ -144,7 +144,7 @@ fn committed_record_address_is_stable() {
         "6f1355a8d9847bc073bb63023612a60596e4a520c96170a21dd7e88990c4e756"
     );
     // Chained from the digests gathered while encoding: the same address.
-    assert!(!record.digests.is_empty());
+    assert!(!record.digests.bytes.is_empty());
     assert_eq!(
         record.address_after(&Address::ROOT),
         link(&Address::ROOT, &record.bytes)
@@ -393,4 +393,89 @@ fn a_sealed_record_keeps_long_texts_and_redacts_them_as_short_ones() {
     }
     .stored();
     assert!(redaction_proven(&parent, &by_length).is_err());
+}
+
+/// The stored bytes of a record of kind `kind` (0..8) with texts of
+/// `len` bytes: committed or plain, a short text redacted, a redaction's
+/// envelope, or damaged (cut short or a bit flipped).
+fn record_of_kind(kind: u8, len: usize, salt: u8) -> Vec<u8> {
+    let text: String = (0..len)
+        .map(|i| char::from(b'a' + (i as u8 ^ salt) % 26))
+        .collect();
+    let e = event(&format!(
+        r#"{{"type":"tool_call","id":"c{salt}","name":"n","arguments":{{"t":"{text}"}},"meta":{{"m":"{salt}"}}}}"#
+    ));
+    let committed = encode_event(&e, Layout::Committed).bytes;
+    match kind {
+        0 => committed,
+        1 => encode_event(&e, Layout::Plain).bytes,
+        2 => {
+            let mut record = decode_record(&committed).unwrap();
+            let body = text.len() as u64;
+            for t in record.texts_mut() {
+                if let TextRepr::Inline(s) = *t {
+                    if s.len() as u64 >= body {
+                        *t = TextRepr::Redacted(BlobRef {
+                            hash: BlobHash::of(s.as_bytes()),
+                            len: s.len() as u64,
+                        });
+                    }
+                }
+            }
+            encode_record(&record, Layout::Committed)
+        }
+        3 => {
+            let mut bytes = vec![REDACTED_MARK];
+            bytes.extend(std::iter::repeat_n(salt, 40));
+            bytes
+        }
+        4 => vec![REDACTED_MARK, salt],
+        5 => committed[..committed.len() / 2].to_vec(),
+        6 => {
+            let mut bytes = committed;
+            let at = usize::from(salt) % bytes.len();
+            bytes[at] ^= 1 << (salt % 8);
+            bytes
+        }
+        _ => encode_event(&event(r#"{"type":"turn_start"}"#), Layout::Committed).bytes,
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// `link_runs` gives each record the address `link` gives it, one
+    /// after another, whatever the records and however many runs.
+    #[test]
+    fn runs_of_records_link_as_one_by_one(
+        runs in proptest::collection::vec(
+            (proptest::prelude::any::<[u8; 32]>(),
+             proptest::collection::vec((0u8..8, 0usize..2100, proptest::prelude::any::<u8>()), 0..40)),
+            0..20)
+    ) {
+        let stored: Vec<(Address, Vec<Vec<u8>>)> = runs
+            .iter()
+            .map(|(parent, records)| {
+                let records = records.iter().map(|&(k, len, salt)| record_of_kind(k, len, salt));
+                (Address::from_bytes(*parent), records.collect())
+            })
+            .collect();
+        let runs: Vec<(Address, Vec<&[u8]>)> = stored
+            .iter()
+            .map(|(parent, records)| (*parent, records.iter().map(Vec::as_slice).collect()))
+            .collect();
+        let together = link_runs(&runs);
+        proptest::prop_assert_eq!(together.len(), runs.len());
+        for ((parent, records), addresses) in runs.iter().zip(&together) {
+            let mut at = *parent;
+            let one_by_one: Vec<Address> = records
+                .iter()
+                .map(|bytes| {
+                    at = link(&at, bytes);
+                    at
+                })
+                .collect();
+            proptest::prop_assert_eq!(&one_by_one, addresses);
+        }
+    }
 }

@@ -15,7 +15,7 @@
 //! the same copy again writes the same keys.
 
 use crate::append::{write_records, Placement, Writes};
-use crate::codec::{decode_record, encode, BodyRepr, EncodedRecord};
+use crate::codec::{decode_record, encode, BodyRepr, Digests, EncodedRecord};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{Timestamp, TurnTracker};
 use crate::fork::ForkPoint;
@@ -162,7 +162,7 @@ impl<'s> ConversationWriter<'s> {
                 |(((bytes, blobs), call), &(event_type, size, span, timestamp))| EncodedRecord {
                     size,
                     bytes,
-                    digests: Vec::new(),
+                    digests: Digests::default(),
                     event_type,
                     blobs: blobs.iter().map(|(h, t)| (*h, t.as_str())).collect(),
                     call: call.as_ref().map(|(i, n)| (i.as_str(), n.as_str())),

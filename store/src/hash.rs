@@ -154,3 +154,9 @@ pub(crate) fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     }
     Some(out)
 }
+
+/// blake3 of each of `inputs` into `out`, many at once: side by side in
+/// SIMD lanes where the CPU has them (`convstore_lanes`).
+pub(crate) fn hash_many(inputs: &[&[u8]], out: &mut [[u8; 32]]) {
+    convstore_lanes::hash_many(inputs, out);
+}

@@ -25,10 +25,12 @@ use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
+use crate::log::LoadedChunk;
 use crate::store::{ConversationMeta, KindStats, Store};
 
-/// The tool calls of a chunk as `(seq, id, name)`.
-type Calls = Vec<(u64, String, String)>;
+/// The tool calls of a chunk as its call directory would encode them
+/// (empty for a chunk without one).
+type Calls = Vec<u8>;
 
 /// What a successful verification covered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -267,6 +269,10 @@ impl Default for Start {
     }
 }
 
+/// How many chunks one thread checks together, their chains side by side
+/// in SIMD lanes ([`codec::link_runs`]).
+const LANES: usize = 16;
+
 /// How many chunks are read and checked side by side before their
 /// summaries are folded in log order: bounds what a window holds.
 const WINDOW: usize = 256;
@@ -387,7 +393,8 @@ impl Checker<'_> {
             }
             let checks: Vec<ChunkCheck> = window
                 .into_par_iter()
-                .map(|item| self.check_chunk(item))
+                .chunks(LANES)
+                .flat_map_iter(|group| self.check_group(group))
                 .collect();
             for check in checks {
                 let records = check.records.len() as u64;
@@ -444,13 +451,38 @@ impl Checker<'_> {
         Ok((report, redacted))
     }
 
-    /// Checks what one chunk can show on its own; see [`ChunkCheck`].
-    fn check_chunk(&self, item: StoreResult<(Bytes, Bytes)>) -> ChunkCheck {
-        let chunk = match item.and_then(|(key, value)| self.store.read_chunk(&self.id, &key, value))
-        {
-            Ok(chunk) => chunk,
-            Err(e) => return ChunkCheck::unread(e.to_string()),
-        };
+    /// Checks what each of a few chunks can show on its own; see
+    /// [`ChunkCheck`]. Their records' addresses are computed together,
+    /// the chunks side by side ([`codec::link_runs`]).
+    fn check_group(&self, items: Vec<StoreResult<(Bytes, Bytes)>>) -> Vec<ChunkCheck> {
+        let chunks: Vec<StoreResult<LoadedChunk>> = items
+            .into_iter()
+            .map(|item| item.and_then(|(key, value)| self.store.read_chunk(&self.id, &key, value)))
+            .collect();
+        let runs: Vec<(Address, Vec<&[u8]>)> = chunks
+            .iter()
+            .flatten()
+            .map(|chunk| {
+                let records = (0..chunk.layout.entries.len()).map(|i| chunk.record_bytes(i));
+                (chunk.layout.parent, records.collect())
+            })
+            .collect();
+        let mut addresses = codec::link_runs(&runs).into_iter();
+        chunks
+            .iter()
+            .map(|chunk| match chunk {
+                Ok(chunk) => {
+                    let addresses = addresses.next().expect("a run per chunk read");
+                    self.check_chunk(chunk, &addresses)
+                }
+                Err(e) => ChunkCheck::unread(e.to_string()),
+            })
+            .collect()
+    }
+
+    /// Checks what one chunk can show on its own, given its records'
+    /// addresses; see [`ChunkCheck`].
+    fn check_chunk(&self, chunk: &LoadedChunk, addresses: &[Address]) -> ChunkCheck {
         let entries = &chunk.layout.entries;
         let mut check = ChunkCheck {
             first_seq: chunk.first_seq,
@@ -462,9 +494,10 @@ impl Checker<'_> {
             redacted: Vec::new(),
             failure: None,
         };
+        let mut calls = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             let bytes = chunk.record_bytes(i);
-            let address = crate::codec::link(&check.last, bytes);
+            let address = addresses[i];
             if address.check() != entry.check {
                 let problem = "stored bytes do not match their address".to_owned();
                 check.failure = Some((Some(i), problem));
@@ -507,14 +540,14 @@ impl Checker<'_> {
             match &record.body {
                 BodyRepr::Compaction(_) => check.overlays.push((i, bytes.to_vec())),
                 BodyRepr::ToolCall { id, name, .. } => {
-                    let seq = chunk.first_seq + i as u64;
-                    check
-                        .calls
-                        .push((seq, (*id).to_owned(), (*name).to_owned()));
+                    calls.push((chunk.first_seq + i as u64, *id, *name));
                 }
                 _ => {}
             }
             check.last = address;
+        }
+        if !calls.is_empty() {
+            check.calls = codec::encode(&CallDirectory { calls });
         }
         check
     }
@@ -817,7 +850,13 @@ impl Checker<'_> {
             keys::call_directory(Space::Staged, id, settled),
             keys::call_directory(Space::Staged, id, u64::MAX),
         );
-        let mut found = Vec::new();
+        let mismatch = || {
+            self.fail(
+                None,
+                "the call directories do not match the log's tool calls",
+            )
+        };
+        let mut expected = expected.iter();
         for (space, directories) in [
             (Space::Settled, settled_directories),
             (Space::Staged, staged_directories),
@@ -831,19 +870,23 @@ impl Checker<'_> {
                 }
                 let directory: CallDirectory<'_> = codec::decode(&value, "call directory")
                     .map_err(|e| self.fail(Some(first_seq), e.to_string()))?;
-                let calls = directory
-                    .calls
-                    .into_iter()
-                    .map(|(seq, id, name)| (seq, id.to_owned(), name.to_owned()))
-                    .collect();
-                found.push((first_seq, calls));
+                let Some((seq, calls)) = expected.next() else {
+                    return Err(mismatch());
+                };
+                // The same bytes are the same calls; other bytes may still
+                // encode them (as a later writer could), so they are
+                // compared decoded.
+                let same = *seq == first_seq
+                    && (**calls == *value
+                        || codec::decode::<CallDirectory<'_>>(calls, "call directory")
+                            .is_ok_and(|calls| calls == directory));
+                if !same {
+                    return Err(mismatch());
+                }
             }
         }
-        if found != expected {
-            return Err(self.fail(
-                None,
-                "the call directories do not match the log's tool calls",
-            ));
+        if expected.next().is_some() {
+            return Err(mismatch());
         }
         Ok(())
     }

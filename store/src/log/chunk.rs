@@ -454,14 +454,17 @@ impl RawChunk {
     pub fn log_records(&self, store: &Store, start: u64, end: u64) -> StoreResult<Vec<LogRecord>> {
         self.source.read(store, &self.id, &self.chunk, |chunk| {
             let mut out = Vec::with_capacity(chunk.layout.entries.len());
-            let mut address = chunk.layout.parent;
-            for (i, entry) in chunk.layout.entries.iter().enumerate() {
+            // The records before `end`, their addresses computed together
+            // (the short texts hashed in SIMD lanes).
+            let before_end = usize::try_from(end.saturating_sub(chunk.first_seq))
+                .unwrap_or(usize::MAX)
+                .min(chunk.layout.entries.len());
+            let records = (0..before_end).map(|i| chunk.record_bytes(i)).collect();
+            let addresses = crate::codec::link_runs(&[(chunk.layout.parent, records)]);
+            let addresses = addresses.first().map_or(&[][..], Vec::as_slice);
+            for ((i, entry), &address) in chunk.layout.entries.iter().enumerate().zip(addresses) {
                 let seq = chunk.first_seq + i as u64;
-                if seq >= end {
-                    break;
-                }
                 let bytes = chunk.record_bytes(i);
-                address = crate::codec::link(&address, bytes);
                 if seq < start || !self.records.contains(&seq) {
                     continue;
                 }
