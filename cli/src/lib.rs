@@ -171,6 +171,11 @@ pub fn run() -> ExitCode {
         std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
     );
     quiet_about_caught_panics();
+    // For comparisons: every hash one by one with the `blake3` crate, as
+    // on a CPU without AVX-512.
+    if std::env::var_os("CONVSTORE_NO_LANES").is_some() {
+        convstore_lanes::set_enabled(false);
+    }
     // rayon starts its threads when first used, and panics if it cannot
     // (under an address space limit, or a limit on processes): started
     // here instead, where failing is an error line.

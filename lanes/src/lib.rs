@@ -10,7 +10,8 @@
 //!
 //! The result is exactly `blake3::hash` of each input: inputs of up to one
 //! chunk (1,024 bytes) go through the lanes, longer ones (and every input
-//! on a CPU without AVX-512) through the `blake3` crate.
+//! on a CPU without AVX-512, or with [`set_enabled`]`(false)`) through
+//! the `blake3` crate.
 //!
 //! ```
 //! let inputs: [&[u8]; 3] = [b"", b"abc", &[7; 1000]];
@@ -23,6 +24,20 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether [`hash_many`] may use the lanes; see [`set_enabled`].
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Lets [`hash_many`] use the lanes (the default) or not: with `false`
+/// every input is hashed one by one with the `blake3` crate, as on a CPU
+/// without AVX-512. For comparisons; the hashes are the same either way.
+/// The library reads no environment: the `convstore` binary calls this
+/// when `CONVSTORE_NO_LANES` is set.
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Relaxed);
+}
 
 /// The longest input hashed in the lanes: one blake3 chunk. A longer one
 /// is a tree of chunks, which `blake3` already hashes in parallel.
@@ -39,7 +54,7 @@ const BLOCK_LEN: usize = 64;
 pub fn hash_many(inputs: &[&[u8]], out: &mut [[u8; 32]]) {
     assert!(out.len() >= inputs.len(), "one output per input");
     #[cfg(target_arch = "x86_64")]
-    if avx512::available() {
+    if ENABLED.load(Ordering::Relaxed) && avx512::available() {
         avx512::hash_many(inputs, out);
         return;
     }
