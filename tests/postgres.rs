@@ -895,3 +895,31 @@ fn ended_sessions_neither_fail_reads_nor_misreport_writes() {
     ok(&db, &["verify"], None);
     eprintln!("{reported} of 45 appends stored while sessions ended every 50 ms");
 }
+
+/// With two call directories damaged (one gone, a later one cut short),
+/// `verify` names the one that does not decode, whichever comes first:
+/// every directory is read before a mismatch is reported.
+#[test]
+fn verify_names_a_call_directory_that_does_not_decode_past_a_missing_one() {
+    let Some(db) =
+        database("verify_names_a_call_directory_that_does_not_decode_past_a_missing_one")
+    else {
+        return;
+    };
+    ok(
+        &db,
+        &["-q", "gen", "g", "--events", "3000", "--seed", "7"],
+        None,
+    );
+    ok(&db, &["verify"], None);
+    psql(&db, "DELETE FROM calls WHERE key = '\\x0000000000000000'");
+    psql(
+        &db,
+        "UPDATE calls SET value = substring(value FROM 1 FOR 5) WHERE key = '\\x0000000000000800'",
+    );
+    let err = fails(&db, &["verify"]);
+    assert!(
+        err.contains("(g): record 2048: corrupt data: call directory:"),
+        "{err}"
+    );
+}

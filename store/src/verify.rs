@@ -850,13 +850,13 @@ impl Checker<'_> {
             keys::call_directory(Space::Staged, id, settled),
             keys::call_directory(Space::Staged, id, u64::MAX),
         );
-        let mismatch = || {
-            self.fail(
-                None,
-                "the call directories do not match the log's tool calls",
-            )
-        };
+        // Every stored directory is read and decoded before any mismatch
+        // is reported, so that one that does not decode is named wherever
+        // it is. One whose bytes are those expected decodes by
+        // construction; other bytes may still encode the same calls (as a
+        // later writer could), so they are compared decoded.
         let mut expected = expected.iter();
+        let mut matches = true;
         for (space, directories) in [
             (Space::Settled, settled_directories),
             (Space::Staged, staged_directories),
@@ -868,30 +868,24 @@ impl Checker<'_> {
                 if space == Space::Staged && first_seq < settled {
                     continue;
                 }
-                let Some((seq, calls)) = expected.next() else {
-                    // One past the log's calls, named if it does not decode.
-                    codec::decode::<CallDirectory<'_>>(&value, "call directory")
-                        .map_err(|e| self.fail(Some(first_seq), e.to_string()))?;
-                    return Err(mismatch());
-                };
-                // The same bytes are the same calls; other bytes may still
-                // encode them (as a later writer could), so they are
-                // compared decoded.
-                if *seq == first_seq && **calls == *value {
+                let next = expected.next();
+                if next.is_some_and(|(seq, calls)| *seq == first_seq && **calls == *value) {
                     continue;
                 }
                 let directory: CallDirectory<'_> = codec::decode(&value, "call directory")
                     .map_err(|e| self.fail(Some(first_seq), e.to_string()))?;
-                let same = *seq == first_seq
-                    && codec::decode::<CallDirectory<'_>>(calls, "call directory")
-                        .is_ok_and(|calls| calls == directory);
-                if !same {
-                    return Err(mismatch());
-                }
+                matches &= next.is_some_and(|(seq, calls)| {
+                    *seq == first_seq
+                        && codec::decode::<CallDirectory<'_>>(calls, "call directory")
+                            .is_ok_and(|calls| calls == directory)
+                });
             }
         }
-        if expected.next().is_some() {
-            return Err(mismatch());
+        if !matches || expected.next().is_some() {
+            return Err(self.fail(
+                None,
+                "the call directories do not match the log's tool calls",
+            ));
         }
         Ok(())
     }
