@@ -71,42 +71,70 @@ pub(crate) fn link_runs(runs: &[(Address, Vec<&[u8]>)]) -> Vec<Vec<Address>> {
     hash_many(&texts, &mut digests);
     drop(texts);
 
+    if runs.len() < SIDE_BY_SIDE {
+        chain_alone(runs, &steps, &parts, &digests)
+    } else {
+        chain_side_by_side(runs, &steps, &parts, &digests)
+    }
+}
+
+/// Each run's chain on its own, a step at a time.
+fn chain_alone(
+    runs: &[(Address, Vec<&[u8]>)],
+    steps: &[Vec<Step>],
+    parts: &[Part],
+    digests: &[[u8; 32]],
+) -> Vec<Vec<Address>> {
+    runs.iter()
+        .zip(steps)
+        .map(|((parent, records), steps)| {
+            let mut at = *parent;
+            records
+                .iter()
+                .zip(steps)
+                .map(|(bytes, step)| {
+                    at = match step {
+                        Step::Kept(address) => *address,
+                        Step::Plain => at.child(bytes),
+                        Step::Committed {
+                            frame,
+                            parts: range,
+                        } => {
+                            let mut hasher = frame_hasher(&at, &bytes[frame.0..frame.1]);
+                            for part in &parts[range.0..range.1] {
+                                let (hash, len) = part.digest(digests);
+                                hasher.update(hash);
+                                hasher.update(&len.to_le_bytes());
+                            }
+                            Address::from_hasher(&hasher)
+                        }
+                    };
+                    at
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The runs' chains side by side: step `n` of every run that has one,
+/// hashed together in the lanes.
+fn chain_side_by_side(
+    runs: &[(Address, Vec<&[u8]>)],
+    steps: &[Vec<Step>],
+    parts: &[Part],
+    digests: &[[u8; 32]],
+) -> Vec<Vec<Address>> {
     let mut addresses: Vec<Vec<Address>> = runs
         .iter()
         .map(|(_, records)| Vec::with_capacity(records.len()))
         .collect();
-    if runs.len() < SIDE_BY_SIDE {
-        for (((parent, records), steps), addresses) in runs.iter().zip(&steps).zip(&mut addresses) {
-            let mut at = *parent;
-            for (bytes, step) in records.iter().zip(steps) {
-                at = match step {
-                    Step::Kept(address) => *address,
-                    Step::Plain => at.child(bytes),
-                    Step::Committed {
-                        frame,
-                        parts: range,
-                    } => {
-                        let mut hasher = frame_hasher(&at, &bytes[frame.0..frame.1]);
-                        for part in &parts[range.0..range.1] {
-                            let (hash, len) = part.digest(&digests);
-                            hasher.update(hash);
-                            hasher.update(&len.to_le_bytes());
-                        }
-                        Address::from_hasher(&hasher)
-                    }
-                };
-                addresses.push(at);
-            }
-        }
-        return addresses;
-    }
     let longest = runs.iter().map(|(_, r)| r.len()).max().unwrap_or(0);
     let mut messages: Vec<Vec<u8>> = vec![Vec::new(); runs.len()];
     let mut hashing: Vec<usize> = Vec::with_capacity(runs.len());
     let mut hashes = vec![[0u8; 32]; runs.len()];
     for n in 0..longest {
         hashing.clear();
-        for (r, ((parent, records), steps)) in runs.iter().zip(&steps).enumerate() {
+        for (r, ((parent, records), steps)) in runs.iter().zip(steps).enumerate() {
             let (Some(bytes), Some(step)) = (records.get(n), steps.get(n)) else {
                 continue;
             };
@@ -115,7 +143,10 @@ pub(crate) fn link_runs(runs: &[(Address, Vec<&[u8]>)]) -> Vec<Vec<Address>> {
             message.clear();
             message.extend_from_slice(parent.as_bytes());
             match step {
-                Step::Kept(_) => continue,
+                Step::Kept(address) => {
+                    addresses[r].push(*address);
+                    continue;
+                }
                 Step::Plain => message.extend_from_slice(bytes),
                 Step::Committed {
                     frame,
@@ -124,7 +155,7 @@ pub(crate) fn link_runs(runs: &[(Address, Vec<&[u8]>)]) -> Vec<Vec<Address>> {
                     message.push(COMMITTED_MARK);
                     message.extend_from_slice(&bytes[frame.0..frame.1]);
                     for part in &parts[range.0..range.1] {
-                        let (hash, len) = part.digest(&digests);
+                        let (hash, len) = part.digest(digests);
                         message.extend_from_slice(hash);
                         message.extend_from_slice(&len.to_le_bytes());
                     }
@@ -134,17 +165,8 @@ pub(crate) fn link_runs(runs: &[(Address, Vec<&[u8]>)]) -> Vec<Vec<Address>> {
         }
         let inputs: Vec<&[u8]> = hashing.iter().map(|&r| messages[r].as_slice()).collect();
         hash_many(&inputs, &mut hashes);
-        let mut hashed = hashing.iter().zip(&hashes).peekable();
-        for (r, steps) in steps.iter().enumerate() {
-            let Some(step) = steps.get(n) else {
-                continue;
-            };
-            let address = match (step, hashed.next_if(|&(&h, _)| h == r)) {
-                (Step::Kept(address), _) => *address,
-                (_, Some((_, hash))) => Address::from_bytes(*hash),
-                (_, None) => unreachable!("every record not kept was hashed"),
-            };
-            addresses[r].push(address);
+        for (&r, hash) in hashing.iter().zip(&hashes) {
+            addresses[r].push(Address::from_bytes(*hash));
         }
     }
     addresses
