@@ -37,6 +37,12 @@ impl Address {
         hasher
     }
 
+    /// The address of a record whose hashed bytes, its parent's address
+    /// first, are `hashed` (what [`Address::child`] hashes, written out).
+    pub(crate) fn of_hashed(hashed: &[u8]) -> Address {
+        Address(*blake3::hash(hashed).as_bytes())
+    }
+
     /// The address a [`Address::hasher`] gives.
     pub(crate) fn from_hasher(hasher: &blake3::Hasher) -> Address {
         Address(*hasher.finalize().as_bytes())

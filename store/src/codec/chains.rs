@@ -12,7 +12,7 @@
 //!
 //! [`link`]: super::link
 
-use super::{frame_hasher, next_entry, split_committed, Entry, COMMITTED_MARK, REDACTED_MARK};
+use super::{next_entry, split_committed, Entry, COMMITTED_MARK, REDACTED_MARK};
 use crate::hash::{hash_many, Address};
 
 /// How a record's address is found; see [`super::link`].
@@ -78,6 +78,39 @@ pub(crate) fn link_runs(runs: &[(Address, Vec<&[u8]>)]) -> Vec<Vec<Address>> {
     }
 }
 
+/// Writes into `message` what the address of a record after `parent`
+/// hashes (the parent's address first), its `step` made of its `bytes`
+/// and the gathered `digests`; `Some` for a record whose address is kept,
+/// with nothing to hash.
+fn message(
+    parent: &Address,
+    bytes: &[u8],
+    step: &Step,
+    parts: &[Part],
+    digests: &[[u8; 32]],
+    message: &mut Vec<u8>,
+) -> Option<Address> {
+    message.clear();
+    message.extend_from_slice(parent.as_bytes());
+    match step {
+        Step::Kept(address) => return Some(*address),
+        Step::Plain => message.extend_from_slice(bytes),
+        Step::Committed {
+            frame,
+            parts: range,
+        } => {
+            message.push(COMMITTED_MARK);
+            message.extend_from_slice(&bytes[frame.0..frame.1]);
+            for part in &parts[range.0..range.1] {
+                let (hash, len) = part.digest(digests);
+                message.extend_from_slice(hash);
+                message.extend_from_slice(&len.to_le_bytes());
+            }
+        }
+    }
+    None
+}
+
 /// Each run's chain on its own, a step at a time.
 fn chain_alone(
     runs: &[(Address, Vec<&[u8]>)],
@@ -85,6 +118,7 @@ fn chain_alone(
     parts: &[Part],
     digests: &[[u8; 32]],
 ) -> Vec<Vec<Address>> {
+    let mut hashed = Vec::new();
     runs.iter()
         .zip(steps)
         .map(|((parent, records), steps)| {
@@ -93,22 +127,8 @@ fn chain_alone(
                 .iter()
                 .zip(steps)
                 .map(|(bytes, step)| {
-                    at = match step {
-                        Step::Kept(address) => *address,
-                        Step::Plain => at.child(bytes),
-                        Step::Committed {
-                            frame,
-                            parts: range,
-                        } => {
-                            let mut hasher = frame_hasher(&at, &bytes[frame.0..frame.1]);
-                            for part in &parts[range.0..range.1] {
-                                let (hash, len) = part.digest(digests);
-                                hasher.update(hash);
-                                hasher.update(&len.to_le_bytes());
-                            }
-                            Address::from_hasher(&hasher)
-                        }
-                    };
+                    at = message(&at, bytes, step, parts, digests, &mut hashed)
+                        .unwrap_or_else(|| Address::of_hashed(&hashed));
                     at
                 })
                 .collect()
@@ -139,29 +159,10 @@ fn chain_side_by_side(
                 continue;
             };
             let parent = addresses[r].last().unwrap_or(parent);
-            let message = &mut messages[r];
-            message.clear();
-            message.extend_from_slice(parent.as_bytes());
-            match step {
-                Step::Kept(address) => {
-                    addresses[r].push(*address);
-                    continue;
-                }
-                Step::Plain => message.extend_from_slice(bytes),
-                Step::Committed {
-                    frame,
-                    parts: range,
-                } => {
-                    message.push(COMMITTED_MARK);
-                    message.extend_from_slice(&bytes[frame.0..frame.1]);
-                    for part in &parts[range.0..range.1] {
-                        let (hash, len) = part.digest(digests);
-                        message.extend_from_slice(hash);
-                        message.extend_from_slice(&len.to_le_bytes());
-                    }
-                }
+            match message(parent, bytes, step, parts, digests, &mut messages[r]) {
+                Some(kept) => addresses[r].push(kept),
+                None => hashing.push(r),
             }
-            hashing.push(r);
         }
         let inputs: Vec<&[u8]> = hashing.iter().map(|&r| messages[r].as_slice()).collect();
         hash_many(&inputs, &mut hashes);
