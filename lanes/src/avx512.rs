@@ -232,59 +232,39 @@ fn g(s: &mut [__m512i; 16], [a, b, c, d]: [usize; 4], x: __m512i, y: __m512i) {
 #[target_feature(enable = "avx512f")]
 #[inline]
 fn transpose(v: &mut [__m512i; 16]) {
-    let lo32 = |a, b| _mm512_unpacklo_epi32(a, b);
-    let hi32 = |a, b| _mm512_unpackhi_epi32(a, b);
-    let ab0 = lo32(v[0], v[1]);
-    let ab2 = hi32(v[0], v[1]);
-    let cd0 = lo32(v[2], v[3]);
-    let cd2 = hi32(v[2], v[3]);
-    let ef0 = lo32(v[4], v[5]);
-    let ef2 = hi32(v[4], v[5]);
-    let gh0 = lo32(v[6], v[7]);
-    let gh2 = hi32(v[6], v[7]);
-    let ij0 = lo32(v[8], v[9]);
-    let ij2 = hi32(v[8], v[9]);
-    let kl0 = lo32(v[10], v[11]);
-    let kl2 = hi32(v[10], v[11]);
-    let mn0 = lo32(v[12], v[13]);
-    let mn2 = hi32(v[12], v[13]);
-    let op0 = lo32(v[14], v[15]);
-    let op2 = hi32(v[14], v[15]);
-
-    let lo64 = |a, b| _mm512_unpacklo_epi64(a, b);
-    let hi64 = |a, b| _mm512_unpackhi_epi64(a, b);
-    let abcd = [
-        lo64(ab0, cd0),
-        hi64(ab0, cd0),
-        lo64(ab2, cd2),
-        hi64(ab2, cd2),
-    ];
-    let efgh = [
-        lo64(ef0, gh0),
-        hi64(ef0, gh0),
-        lo64(ef2, gh2),
-        hi64(ef2, gh2),
-    ];
-    let ijkl = [
-        lo64(ij0, kl0),
-        hi64(ij0, kl0),
-        lo64(ij2, kl2),
-        hi64(ij2, kl2),
-    ];
-    let mnop = [
-        lo64(mn0, op0),
-        hi64(mn0, op0),
-        lo64(mn2, op2),
-        hi64(mn2, op2),
-    ];
-
+    // Pairs of vectors, 32-bit words interleaved: words 0/0/1/1/4/4/5/5...
+    // of vectors 2p and 2p + 1, then words 2/2/3/3/6/6/7/7...
+    let mut pairs = [[_mm512_setzero_si512(); 2]; 8];
+    for (p, pair) in pairs.iter_mut().enumerate() {
+        let (a, b) = (v[2 * p], v[2 * p + 1]);
+        *pair = [_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b)];
+    }
+    // Quads of vectors, 64-bit words interleaved: in each 128-bit lane,
+    // word 0 of the four vectors, then words 1, 2 and 3.
+    let mut quads = [[_mm512_setzero_si512(); 4]; 4];
+    for (q, quad) in quads.iter_mut().enumerate() {
+        let ([a0, a2], [b0, b2]) = (pairs[2 * q], pairs[2 * q + 1]);
+        *quad = [
+            _mm512_unpacklo_epi64(a0, b0),
+            _mm512_unpackhi_epi64(a0, b0),
+            _mm512_unpacklo_epi64(a2, b2),
+            _mm512_unpackhi_epi64(a2, b2),
+        ];
+    }
+    // Then 128-bit lanes, twice, into their final places.
     let lo128 = |a, b| _mm512_shuffle_i32x4::<0x88>(a, b);
     let hi128 = |a, b| _mm512_shuffle_i32x4::<0xdd>(a, b);
     for i in 0..4 {
-        let (a, b) = (lo128(abcd[i], efgh[i]), lo128(ijkl[i], mnop[i]));
+        let (a, b) = (
+            lo128(quads[0][i], quads[1][i]),
+            lo128(quads[2][i], quads[3][i]),
+        );
         v[i] = lo128(a, b);
         v[i + 8] = hi128(a, b);
-        let (a, b) = (hi128(abcd[i], efgh[i]), hi128(ijkl[i], mnop[i]));
+        let (a, b) = (
+            hi128(quads[0][i], quads[1][i]),
+            hi128(quads[2][i], quads[3][i]),
+        );
         v[i + 4] = lo128(a, b);
         v[i + 12] = hi128(a, b);
     }
