@@ -619,11 +619,6 @@ fn encode_committed<'e>(
     if let Some(digests) = digests.as_deref_mut() {
         digests.bytes.reserve(40 * digested);
     }
-    let mut digest = |hash: Result<&BlobHash, &'e [u8]>, len: u64| {
-        if let Some(digests) = digests.as_deref_mut() {
-            digests.push(hash, len);
-        }
-    };
     // The entries, from the texts as given, in the same order.
     for (index, text) in record.texts().enumerate() {
         match text {
@@ -631,7 +626,9 @@ fn encode_committed<'e>(
                 out.push(SHORT_PRESENT);
                 push_varint(&mut out, s.len() as u64);
                 out.extend_from_slice(s.as_bytes());
-                digest(Err(s.as_bytes()), s.len() as u64);
+                if let Some(digests) = digests.as_deref_mut() {
+                    digests.text(s.as_bytes());
+                }
             }
             TextRepr::Blob(_) => out.push(BLOB_PRESENT),
             TextRepr::Redacted(blob) if was_long(index, blob) => out.push(BLOB_REDACTED),
@@ -639,7 +636,9 @@ fn encode_committed<'e>(
                 out.push(SHORT_REDACTED);
                 out.extend_from_slice(blob.hash.as_bytes());
                 push_varint(&mut out, blob.len);
-                digest(Ok(&blob.hash), blob.len);
+                if let Some(digests) = digests.as_deref_mut() {
+                    digests.known(blob);
+                }
             }
             // Never given: decoding puts every short text back inline.
             TextRepr::Beside => out.push(SHORT_REDACTED),
@@ -749,9 +748,9 @@ fn plain_redaction_proven(parent: &Address, envelope: &Envelope<'_>, inner: &[u8
 pub(crate) struct EncodedRecord<'e> {
     pub bytes: Vec<u8>,
     /// For a committed record, what its address hashes after its frame
-    /// (see [`committed_address`]), computed with the encoding (in
-    /// parallel, for a long batch) rather than when the records are
-    /// chained, in order; empty otherwise.
+    /// (see [`committed_address`]), computed before the records are
+    /// chained, in order (its texts' hashes by [`hash_digests`], many
+    /// records' at once); empty otherwise.
     pub digests: Digests<'e>,
     pub event_type: EventType,
     pub blobs: Vec<(BlobHash, &'e str)>,
@@ -776,16 +775,18 @@ pub(crate) struct Digests<'e> {
 }
 
 impl<'e> Digests<'e> {
-    /// Adds a text's digest: its hash if known, else the text, to hash.
-    fn push(&mut self, hash: Result<&BlobHash, &'e [u8]>, len: u64) {
-        match hash {
-            Ok(hash) => self.bytes.extend_from_slice(hash.as_bytes()),
-            Err(text) => {
-                self.unhashed.push((self.bytes.len(), text));
-                self.bytes.extend_from_slice(&[0; 32]);
-            }
-        }
-        self.bytes.extend_from_slice(&len.to_le_bytes());
+    /// Adds the digest of `text`, its hash left to [`hash_digests`].
+    fn text(&mut self, text: &'e [u8]) {
+        self.unhashed.push((self.bytes.len(), text));
+        self.bytes.extend_from_slice(&[0; 32]);
+        self.bytes
+            .extend_from_slice(&(text.len() as u64).to_le_bytes());
+    }
+
+    /// Adds the digest of a redacted text, whose hash is kept.
+    fn known(&mut self, blob: BlobRef) {
+        self.bytes.extend_from_slice(blob.hash.as_bytes());
+        self.bytes.extend_from_slice(&blob.len.to_le_bytes());
     }
 }
 
