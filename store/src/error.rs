@@ -253,11 +253,17 @@ fn shorten(name: &str) -> String {
 /// `text` as one readable line: control and invisible characters (a
 /// newline, a zero-width space, a direction override) escaped as `\u{1}`,
 /// so that a name or a reason shown in a line of output cannot break it
-/// or pass for another line.
+/// or pass for another line. The joiners and tags that are part of how a
+/// script or an emoji is written are kept (`store::hidden`).
 pub fn one_line(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || crate::store::invisible(c) {
+    let hidden = if text.chars().any(crate::store::invisible) {
+        crate::store::hidden(text)
+    } else {
+        vec![false; text.chars().count()]
+    };
+    for (c, hidden) in text.chars().zip(hidden) {
+        if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || hidden {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);
@@ -336,5 +342,50 @@ mod tests {
             other.to_string(),
             "I/O error on the database: Permission denied (os error 13)"
         );
+    }
+}
+
+#[cfg(test)]
+mod names {
+    use super::one_line;
+    use crate::store::validate_name;
+
+    /// Joiners and tags that are how a script or an emoji is written.
+    const WRITTEN_WITH_JOINERS: [&str; 8] = [
+        "👩\u{200d}💻 notes",  // woman technologist
+        "🏳\u{fe0f}\u{200d}🌈", // rainbow flag
+        "❤\u{fe0f}\u{200d}🔥", // heart on fire
+        "👩🏽\u{200d}🔬",        // with a skin tone
+        "\u{645}\u{6cc}\u{200c}\u{62e}\u{648}\u{627}\u{647}\u{645}", // Persian
+        "\u{915}\u{94d}\u{200d}\u{937}", // Devanagari half form
+        "\u{915}\u{94d}\u{200c}\u{937}", // conjunct kept apart
+        "🏴\u{e0067}\u{e0062}\u{e0073}\u{e0063}\u{e0074}\u{e007f}", // Scotland
+    ];
+
+    /// The same characters where they print as nothing.
+    const STRAY: [&str; 10] = [
+        "a\u{200d}b",
+        "a\u{200c}b",
+        "\u{200d}👩",
+        "👩\u{200d}",
+        "👩\u{200d} b",
+        "a\u{200d}👩",
+        "\u{645}\u{200c}a",
+        "a\u{e0067}",
+        "🏴\u{e0067}\u{e0062}",
+        "🏴\u{e007f}",
+    ];
+
+    #[test]
+    fn names_keep_the_joiners_a_script_or_an_emoji_is_written_with() {
+        for name in WRITTEN_WITH_JOINERS {
+            assert!(validate_name(name).is_ok(), "{name:?} refused");
+            assert_eq!(one_line(name), name);
+        }
+        for name in STRAY {
+            let refused = validate_name(name).unwrap_err().to_string();
+            assert!(refused.contains("invisible"), "{name:?}: {refused}");
+            assert!(one_line(name).contains("\\u{"), "{name:?}");
+        }
     }
 }

@@ -193,10 +193,7 @@ impl Store {
                 reason.len()
             )));
         }
-        if reason
-            .chars()
-            .any(|c| c.is_control() || crate::store::invisible(c))
-        {
+        if reason.chars().any(char::is_control) || crate::store::has_hidden(reason) {
             return Err(refuse(
                 "the reason holds a control or invisible character: give it as one line of text"
                     .to_owned(),

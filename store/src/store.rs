@@ -1140,7 +1140,7 @@ fn printable(name: &str) -> Result<(), &'static str> {
         // A line break to any reader that follows Unicode: an error line
         // naming it would read as two.
         Err("it contains a line or paragraph separator")
-    } else if name.chars().any(invisible) {
+    } else if has_hidden(name) {
         Err("it contains an invisible formatting character")
     } else if name.trim() != name {
         Err("it starts or ends with white space")
@@ -1153,7 +1153,8 @@ fn printable(name: &str) -> Result<(), &'static str> {
 
 /// Characters that print as nothing: soft hyphen, zero-width spaces and
 /// joiners, direction marks and overrides, word joiners, the byte order
-/// mark, interlinear annotation marks and tags.
+/// mark, interlinear annotation marks and tags. Some of them are part of
+/// how a script or an emoji is written, where they stand: see [`hidden`].
 pub(crate) fn invisible(c: char) -> bool {
     matches!(
         c,
@@ -1167,6 +1168,121 @@ pub(crate) fn invisible(c: char) -> bool {
             | '\u{FFF9}'..='\u{FFFB}'
             | '\u{E0000}'..='\u{E007F}'
     )
+}
+
+const ZWNJ: char = '\u{200C}';
+const ZWJ: char = '\u{200D}';
+/// The waving black flag: the base of a subdivision flag's tag sequence.
+const BLACK_FLAG: char = '\u{1F3F4}';
+/// A tag sequence's end (CANCEL TAG).
+const CANCEL_TAG: char = '\u{E007F}';
+
+/// For each character of `text`, whether it is an [`invisible`] one
+/// standing where it means nothing, which names refuse and one-line
+/// messages escape. Invisible characters that are how a script or an
+/// emoji is written are kept:
+///
+/// - a zero-width joiner or non-joiner after a virama (Devanagari,
+///   Bengali, Tamil and the other Brahmic scripts: a half form, a
+///   conjunct kept apart), as IDNA allows (RFC 5892, appendix A);
+/// - a zero-width non-joiner between two Arabic-script letters (Persian
+///   `می‌خواهم`: a letter not joined to the next);
+/// - a zero-width joiner between two emoji (`👩‍💻`, `🏳️‍🌈`, `❤️‍🔥`;
+///   a variation selector or a skin tone after the first is part of it);
+/// - a subdivision flag's tags: after the black flag, tag letters ended by
+///   the cancel tag (`🏴󠁧󠁢󠁳󠁣󠁴󠁿`).
+pub(crate) fn hidden(text: &str) -> Vec<bool> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut hidden: Vec<bool> = chars.iter().map(|&c| invisible(c)).collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if c != ZWJ && c != ZWNJ {
+            continue;
+        }
+        let (Some(&before), Some(&after)) = (
+            i.checked_sub(1).and_then(|b| chars.get(b)),
+            chars.get(i + 1),
+        ) else {
+            continue;
+        };
+        let emoji_before = chars[..i]
+            .iter()
+            .rev()
+            .find(|&&b| !emoji_modifier(b))
+            .is_some_and(|&b| emoji(b));
+        hidden[i] = !(virama(before)
+            || (c == ZWNJ && arabic_letter(before) && arabic_letter(after))
+            || (c == ZWJ && emoji_before && emoji(after)));
+    }
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] == BLACK_FLAG {
+            let tags = chars[i + 1..]
+                .iter()
+                .take_while(|c| ('\u{E0020}'..='\u{E007E}').contains(*c))
+                .count();
+            let end = i + 1 + tags;
+            if tags > 0 && chars.get(end) == Some(&CANCEL_TAG) {
+                hidden[i + 1..=end].fill(false);
+                i = end;
+            }
+        }
+        i += 1;
+    }
+    hidden
+}
+
+/// Whether `text` holds an invisible character standing where it means
+/// nothing ([`hidden`]).
+pub(crate) fn has_hidden(text: &str) -> bool {
+    text.chars().any(invisible) && hidden(text).contains(&true)
+}
+
+/// A virama (canonical combining class 9).
+fn virama(c: char) -> bool {
+    unicode_normalization::char::canonical_combining_class(c) == 9
+}
+
+/// A letter of the Arabic script's blocks (Arabic, its supplement and
+/// extended blocks, presentation forms), which join to their neighbours.
+fn arabic_letter(c: char) -> bool {
+    c.is_alphabetic()
+        && matches!(
+            c,
+            '\u{0620}'..='\u{06FF}'
+                | '\u{0750}'..='\u{077F}'
+                | '\u{0870}'..='\u{08FF}'
+                | '\u{FB50}'..='\u{FDFF}'
+                | '\u{FE70}'..='\u{FEFC}'
+        )
+}
+
+/// A pictograph of the emoji blocks (and the older symbol blocks emoji
+/// took their first characters from).
+fn emoji(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00A9}'
+            | '\u{00AE}'
+            | '\u{203C}'
+            | '\u{2049}'
+            | '\u{2122}'
+            | '\u{2139}'
+            | '\u{2194}'..='\u{21FF}'
+            | '\u{2300}'..='\u{23FF}'
+            | '\u{2460}'..='\u{27BF}'
+            | '\u{2900}'..='\u{2BFF}'
+            | '\u{3030}'
+            | '\u{303D}'
+            | '\u{3297}'
+            | '\u{3299}'
+            | '\u{1F000}'..='\u{1FAFF}'
+    ) && !emoji_modifier(c)
+}
+
+/// What may follow an emoji inside one: the emoji variation selector and
+/// the five skin tones.
+fn emoji_modifier(c: char) -> bool {
+    matches!(c, '\u{FE0F}' | '\u{1F3FB}'..='\u{1F3FF}')
 }
 
 /// An encrypted database's keyring (`None`: no key given) and key scope.

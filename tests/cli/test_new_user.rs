@@ -999,6 +999,18 @@ fn names_that_look_alike_are_one_or_refused() {
     assert_eq!(events(&env, "caf\u{e9}"), 2);
     let run = env.run(&["append", "a\u{200b}b", "--user", "x"]).usage();
     assert!(run.stderr.contains("invisible"), "{}", run.stderr);
+    // A joiner between two letters prints as nothing; between two emoji it
+    // is how the emoji is written, and the name is kept as typed.
+    let run = env.run(&["append", "a\u{200d}b", "--user", "x"]).usage();
+    assert!(run.stderr.contains("a\\u{200d}b"), "{}", run.stderr);
+    let technologist = "\u{1f469}\u{200d}\u{1f4bb} notes";
+    env.run(&["append", technologist, "--user", "x"]).ok();
+    assert_eq!(events(&env, technologist), 1);
+    let list = env.run(&["list"]).ok().stdout;
+    assert!(list.contains(technologist), "{list}");
+    let missing = env.run(&["project", &format!("{technologist}!")]).fails();
+    assert!(missing.stderr.contains(technologist), "{}", missing.stderr);
+    env.run(&["delete", technologist]).ok();
     for separator in ["a\u{2028}b", "a\u{2029}b"] {
         let run = env.run(&["append", separator, "--user", "x"]).usage();
         assert!(
