@@ -1117,13 +1117,22 @@ pub fn validate_conversation_name(name: &str) -> StoreResult<()> {
 }
 
 /// Checks a view name: 1 to 200 bytes of printable text without
-/// surrounding spaces, as a conversation name.
+/// surrounding spaces, as a conversation name, and not `-` (no profile,
+/// in listings). (Names starting with `.` are convstore's own views.)
 pub fn validate_view_name(name: &str) -> StoreResult<()> {
-    printable(name).map_err(|reason| StoreError::InvalidName {
-        what: "view",
-        name: name.to_owned(),
-        reason,
-    })
+    let reason = match printable(name) {
+        Err(reason) => Some(reason),
+        Ok(()) if name == "-" => Some("- stands for no profile in listings"),
+        Ok(()) => None,
+    };
+    match reason {
+        Some(reason) => Err(StoreError::InvalidName {
+            what: "view",
+            name: name.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// 1 to 200 bytes of visible text: no control or invisible formatting

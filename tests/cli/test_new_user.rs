@@ -930,6 +930,13 @@ fn view_names_starting_with_a_dot_are_convstores() {
         .ok();
     let run = env.run(&["view", "chat", "--name", ".auto"]).fails();
     assert!(run.stderr.contains("convstore's own"), "{}", run.stderr);
+    // Nor can a view be named as listings say "none".
+    let run = env.run(&["view", "chat", "--name", "-"]).usage();
+    assert!(
+        run.stderr.contains("no profile in listings"),
+        "{}",
+        run.stderr
+    );
     // A user view named auto no longer steers automatic compaction.
     env.run(&["view", "chat", "--name", "auto", "--profile", "light"])
         .ok();
