@@ -204,11 +204,17 @@ pub fn run() -> ExitCode {
         interrupt::install();
     }
     // The command has released the database when it returns: only then
-    // does what a slow reader has not taken yet get written.
-    let done = cmd::dispatch(&cli, &matches).and_then(|code| {
-        stdout::drain()?;
-        Ok(code)
-    });
+    // does what a slow reader has not taken yet get written. What a
+    // command printed before it failed is written too, whole, before its
+    // error line: every record before a damaged one, however fast the
+    // reader was.
+    let done = match cmd::dispatch(&cli, &matches) {
+        Ok(code) => stdout::drain().map(|()| code).map_err(Into::into),
+        Err(error) => {
+            let _ = stdout::drain();
+            Err(error)
+        }
+    };
     match done {
         Ok(code) => code,
         Err(error) if output::is_broken_pipe(&error) => ExitCode::SUCCESS,

@@ -760,15 +760,26 @@ pub fn for_each_chunk<T: Send>(
     loop {
         let mut window: Vec<RawChunk> = Vec::new();
         let mut records = 0;
+        // A chunk that cannot be read, or a gap, ends the walk once the
+        // chunks before it are handed on: what is printed before an error
+        // is every record before the damage, whatever the windows.
+        let mut stop = None;
         for chunk in chunks.by_ref() {
-            let chunk = chunk?;
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    stop = Some(Error::from(e));
+                    break;
+                }
+            };
             let held = chunk.seqs();
             let (start, end) = (held.start.max(next), held.end.min(seqs.end));
             if start >= end {
                 continue;
             }
             if start != next {
-                return Err(missing(id, next));
+                stop = Some(missing(id, next));
+                break;
             }
             next = end;
             records += chunk.len();
@@ -777,14 +788,17 @@ pub fn for_each_chunk<T: Send>(
                 break;
             }
         }
-        if window.is_empty() {
-            break;
-        }
         let outputs: Vec<Result<T>> = window.par_iter().map(&read).collect();
         for output in outputs {
             sink(output?)?;
         }
         store.advance(records as u64);
+        if let Some(e) = stop {
+            return Err(e);
+        }
+        if window.is_empty() {
+            break;
+        }
     }
     if next < seqs.end {
         return Err(missing(id, next));

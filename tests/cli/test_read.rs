@@ -181,3 +181,56 @@ fn gen_is_deterministic_and_writes_what_it_was_asked() {
     assert!(run.stderr.contains("--batch"), "{}", run.stderr);
     assert!(env.run(&["stats", "e"]).fails().stderr.contains('e'));
 }
+
+/// `log` and `export` of a log damaged half way print every record before
+/// the damaged chunk, then one `error:` line, exit 1: the same bytes at
+/// every run, however the chunks fall into the windows read side by side.
+#[test]
+fn a_damaged_log_prints_every_record_before_the_damage() {
+    const EVENTS: usize = 40_000;
+    const DAMAGED: usize = 30_000;
+    let env = TestEnv::new();
+    let text = |i: usize| format!("record {i:06} {}", "pad ".repeat(40));
+    let input: String = (0..EVENTS)
+        .map(|i| format!("{{\"type\":\"user\",\"text\":\"{}\"}}\n", text(i)))
+        .collect();
+    env.run_with_stdin(&["append", "c", "-q"], &input).ok();
+    let target = text(DAMAGED);
+    let mut damaged = false;
+    for entry in std::fs::read_dir(env.db().join("segments")).unwrap() {
+        let file = entry.unwrap().path();
+        let mut bytes = std::fs::read(&file).unwrap();
+        if let Some(at) = bytes
+            .windows(target.len())
+            .position(|w| w == target.as_bytes())
+        {
+            bytes[at + 3] ^= 0x01;
+            std::fs::write(&file, bytes).unwrap();
+            damaged = true;
+        }
+    }
+    assert!(damaged, "the text is in a segment file");
+    for args in [["log", "c", "", ""], ["export", "c", "--format", "ndjson"]] {
+        let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+        let first = env.run(&args).fails();
+        assert_eq!(first.stderr.lines().count(), 1, "{}", first.stderr);
+        assert!(first.stderr.starts_with("error: "), "{}", first.stderr);
+        let printed = first.stdout.lines().count();
+        // A chunk holds at most 1,024 records; the damaged one is not
+        // printed, every one before it is.
+        assert!(
+            printed <= DAMAGED && printed + 1024 > DAMAGED,
+            "{args:?}: {printed} records printed"
+        );
+        let last = first.stdout.lines().last().unwrap();
+        assert!(
+            last.contains(&format!("record {:06} ", printed - 1)),
+            "{args:?}: {last}"
+        );
+        for _ in 0..3 {
+            let again = env.run(&args).fails();
+            assert_eq!(again.stdout, first.stdout, "{args:?}");
+            assert_eq!(again.stderr, first.stderr, "{args:?}");
+        }
+    }
+}
