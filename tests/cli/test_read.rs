@@ -192,7 +192,7 @@ fn a_damaged_log_prints_every_record_before_the_damage() {
     let env = TestEnv::new();
     let text = |i: usize| format!("record {i:06} {}", "pad ".repeat(40));
     let input: String = (0..EVENTS)
-        .map(|i| format!("{{\"type\":\"user\",\"text\":\"{}\"}}\n", text(i)))
+        .map(|i| serde_json::json!({"type": "user", "text": text(i)}).to_string() + "\n")
         .collect();
     env.run_with_stdin(&["append", "c", "-q"], &input).ok();
     let target = text(DAMAGED);
