@@ -363,7 +363,7 @@ mod names {
     ];
 
     /// The same characters where they print as nothing.
-    const STRAY: [&str; 10] = [
+    const STRAY: [&str; 16] = [
         "a\u{200d}b",
         "a\u{200c}b",
         "\u{200d}👩",
@@ -374,6 +374,12 @@ mod names {
         "a\u{e0067}",
         "🏴\u{e0067}\u{e0062}",
         "🏴\u{e007f}",
+        "\u{915}\u{94d}\u{200d}",
+        "\u{915}\u{94d}\u{200d} x",
+        "a\u{94d}\u{200d}b",
+        "\u{628}\u{200c}\u{64b}",
+        "🏴\u{e0067}\u{e007f}",
+        "🏴\u{e0020}\u{e0067}\u{e007f}",
     ];
 
     #[test]
@@ -381,11 +387,18 @@ mod names {
         for name in WRITTEN_WITH_JOINERS {
             assert!(validate_name(name).is_ok(), "{name:?} refused");
             assert_eq!(one_line(name), name);
+            let quoted = format!("invalid value '{name}': \"{name}\"");
+            assert_eq!(one_line(&quoted), quoted);
         }
         for name in STRAY {
             let refused = validate_name(name).unwrap_err().to_string();
-            assert!(refused.contains("invisible"), "{name:?}: {refused}");
+            assert!(
+                refused.contains("invisible") || refused.contains("white space"),
+                "{name:?}: {refused}"
+            );
             assert!(one_line(name).contains("\\u{"), "{name:?}");
+            // Quoted in a message, the same characters are escaped.
+            assert!(one_line(&format!("'{name}'")).contains("\\u{"), "{name:?}");
         }
     }
 }

@@ -1191,15 +1191,16 @@ const CANCEL_TAG: char = '\u{E007F}';
 /// messages escape. Invisible characters that are how a script or an
 /// emoji is written are kept:
 ///
-/// - a zero-width joiner or non-joiner after a virama (Devanagari,
-///   Bengali, Tamil and the other Brahmic scripts: a half form, a
-///   conjunct kept apart), as IDNA allows (RFC 5892, appendix A);
+/// - a zero-width joiner or non-joiner between a virama and a letter
+///   (Devanagari, Bengali, Tamil and the other Brahmic scripts: a half
+///   form, a conjunct kept apart), as IDNA allows after a virama (RFC
+///   5892, appendix A);
 /// - a zero-width non-joiner between two Arabic-script letters (Persian
 ///   `می‌خواهم`: a letter not joined to the next);
 /// - a zero-width joiner between two emoji (`👩‍💻`, `🏳️‍🌈`, `❤️‍🔥`;
 ///   a variation selector or a skin tone after the first is part of it);
-/// - a subdivision flag's tags: after the black flag, tag letters ended by
-///   the cancel tag (`🏴󠁧󠁢󠁳󠁣󠁴󠁿`).
+/// - a subdivision flag's tags: after the black flag, two or more tag
+///   digits and small letters ended by the cancel tag (`🏴󠁧󠁢󠁳󠁣󠁴󠁿`).
 pub(crate) fn hidden(text: &str) -> Vec<bool> {
     let chars: Vec<char> = text.chars().collect();
     let mut hidden: Vec<bool> = chars.iter().map(|&c| invisible(c)).collect();
@@ -1218,19 +1219,20 @@ pub(crate) fn hidden(text: &str) -> Vec<bool> {
             .rev()
             .find(|&&b| !emoji_modifier(b))
             .is_some_and(|&b| emoji(b));
-        hidden[i] = !(virama(before)
+        hidden[i] = !((virama(before) && script_letter(after))
             || (c == ZWNJ && arabic_letter(before) && arabic_letter(after))
             || (c == ZWJ && emoji_before && emoji(after)));
     }
     let mut i = 0;
     while i < chars.len() {
         if chars[i] == BLACK_FLAG {
+            // Tag digits and small letters: a region's code (`gbsct`).
             let tags = chars[i + 1..]
                 .iter()
-                .take_while(|c| ('\u{E0020}'..='\u{E007E}').contains(*c))
+                .take_while(|c| matches!(c, '\u{E0030}'..='\u{E0039}' | '\u{E0061}'..='\u{E007A}'))
                 .count();
             let end = i + 1 + tags;
-            if tags > 0 && chars.get(end) == Some(&CANCEL_TAG) {
+            if tags >= 2 && chars.get(end) == Some(&CANCEL_TAG) {
                 hidden[i + 1..=end].fill(false);
                 i = end;
             }
@@ -1251,10 +1253,20 @@ fn virama(c: char) -> bool {
     unicode_normalization::char::canonical_combining_class(c) == 9
 }
 
+/// A letter after a virama's joiner: a letter of a script with viramas,
+/// not an ASCII one, not a combining mark.
+fn script_letter(c: char) -> bool {
+    c.is_alphabetic()
+        && !c.is_ascii()
+        && unicode_normalization::char::canonical_combining_class(c) == 0
+}
+
 /// A letter of the Arabic script's blocks (Arabic, its supplement and
-/// extended blocks, presentation forms), which join to their neighbours.
+/// extended blocks, presentation forms), which join to their neighbours;
+/// not one of its combining marks.
 fn arabic_letter(c: char) -> bool {
     c.is_alphabetic()
+        && unicode_normalization::char::canonical_combining_class(c) == 0
         && matches!(
             c,
             '\u{0620}'..='\u{06FF}'
