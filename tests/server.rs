@@ -1454,6 +1454,12 @@ fn a_stream_that_fails_part_way_is_cut_after_a_line_saying_why() {
         "{local}"
     );
     assert_eq!(local.lines().count(), 1, "{local}");
+    let commands = [
+        &["log", "big"][..],
+        &["export", "big", "--format", "jp"],
+        &["export", "big", "--format", "ndjson"],
+    ];
+    let printed: Vec<String> = commands.iter().map(|args| cli(&db, args, None).1).collect();
 
     let server = Server::start(&db, &[]);
     // Raw HTTP, uncompressed: records, then the error object on its own
@@ -1486,18 +1492,21 @@ fn a_stream_that_fails_part_way_is_cut_after_a_line_saying_why() {
     }
 
     // The CLI through the server: the same one error line, exit 1, and
-    // no error object in its output.
-    for args in [
-        &["log", "big"][..],
-        &["export", "big", "--format", "jp"],
-        &["export", "big", "--format", "ndjson"],
-    ] {
+    // byte for byte what it printed without a server (no error object, no
+    // newline the server put before it where a JSON document stopped).
+    for (args, printed) in commands.iter().zip(&printed) {
         let (code, out, err) = cli(&db, args, None);
         assert_eq!((code, err.as_str()), (1, local.as_str()), "{args:?}");
         assert!(!out.contains("{\"error\""), "{args:?}");
         assert!(
             !out.is_empty(),
             "{args:?}: what came before the damage is printed"
+        );
+        assert!(
+            out == *printed,
+            "{args:?}: {} bytes, {} without a server",
+            out.len(),
+            printed.len()
         );
     }
     let (code, _) = server.stop();

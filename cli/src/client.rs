@@ -369,7 +369,9 @@ const ERROR_LINE: &[u8] = b"{\"error\":";
 /// Copies a streamed answer to `out`. A server that fails part way ends
 /// the answer with a line holding the error object and cuts the
 /// connection: that line is held back from `out` and its message is the
-/// error. Only a line that could be it is held (memory stays bounded).
+/// error. Only a line that could be it is held (memory stays bounded),
+/// with the newline before it: the server's own where the answer stopped
+/// mid-line (the error object says so), which is then left out.
 fn copy_answer(reader: &mut dyn Read, out: &mut dyn Write) -> Result<()> {
     let mut held: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -379,24 +381,21 @@ fn copy_answer(reader: &mut dyn Read, out: &mut dyn Write) -> Result<()> {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                if let Some(message) = error_line(&held) {
+                if let Some(message) = error_line(&held, out)? {
                     bail!("{message}");
                 }
                 return Err(anyhow!(e).context("reading the server's answer"));
             }
         };
         held.extend_from_slice(&buf[..n]);
-        // Everything before the start of the last line (a line ending the
-        // bytes held counts as the last) is written; so is the last line
-        // once it cannot be the error line.
+        // Everything before the newline that starts the last line (a line
+        // ending the bytes held counts as the last) is written; so is the
+        // rest once the last line cannot be the error line.
         let body = held.len().saturating_sub(1);
-        let keep = held[..body]
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |i| i + 1);
-        let tail = &held[keep..];
+        let keep = held[..body].iter().rposition(|&b| b == b'\n');
+        let tail = &held[keep.map_or(0, |i| i + 1)..];
         let keep = if ERROR_LINE.starts_with(&tail[..tail.len().min(ERROR_LINE.len())]) {
-            keep
+            keep.unwrap_or(0)
         } else {
             held.len()
         };
@@ -405,17 +404,30 @@ fn copy_answer(reader: &mut dyn Read, out: &mut dyn Write) -> Result<()> {
     }
     // The cut may also read as a plain end (where it falls between two
     // chunks of the answer): the error line is the error all the same.
-    if let Some(message) = error_line(&held) {
+    if let Some(message) = error_line(&held, out)? {
         bail!("{message}");
     }
     out.write_all(&held)?;
     Ok(())
 }
 
-/// The message of a held error line, if `held` is one.
-fn error_line(held: &[u8]) -> Option<String> {
-    let value: Value = serde_json::from_slice(held).ok()?;
-    value["error"]["message"].as_str().map(flags_for_fields)
+/// The message of a held error line, if `held` is one (after the newline
+/// before it, which is written unless the server added it).
+fn error_line(held: &[u8], out: &mut dyn Write) -> Result<Option<String>> {
+    let (newline, line) = match held.split_first() {
+        Some((b'\n', line)) => (true, line),
+        _ => (false, held),
+    };
+    let Ok(value) = serde_json::from_slice::<Value>(line) else {
+        return Ok(None);
+    };
+    let Some(message) = value["error"]["message"].as_str() else {
+        return Ok(None);
+    };
+    if newline && value["newline_added"] != true {
+        out.write_all(b"\n")?;
+    }
+    Ok(Some(flags_for_fields(message)))
 }
 
 fn format_name(format: Format) -> String {

@@ -148,13 +148,16 @@ impl ChannelWriter {
     /// Ends the body with an error: its last line is the error object
     /// (`{"error": {"code": ..., "message": ...}}`, on a line of its own),
     /// and then the connection is cut, so a client sees a cut answer, never
-    /// a short one that looks whole, and can still say why.
+    /// a short one that looks whole, and can still say why. Where the body
+    /// stopped mid-line, the newline put before the error line is not the
+    /// body's: the error object says so (`"newline_added": true`).
     fn fail(&mut self, error: &ApiError) {
+        let mut body = error.body();
         if !self.line_start {
             self.buf.push(b'\n');
+            body["newline_added"] = true.into();
         }
-        self.buf
-            .extend_from_slice(error.body().to_string().as_bytes());
+        self.buf.extend_from_slice(body.to_string().as_bytes());
         self.buf.push(b'\n');
         if self.send().is_ok() {
             let _ = self
