@@ -240,20 +240,36 @@ fn remove_abandoned_copies(parent: &std::path::Path) {
 }
 
 /// The temporary directories of the copies this process is writing, for
-/// [`remove_unfinished_copies`].
-static WRITING: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// [`remove_unfinished_copies`], and whether that has run (no copy starts
+/// after it).
+static WRITING: std::sync::Mutex<(Vec<std::path::PathBuf>, bool)> =
+    std::sync::Mutex::new((Vec::new(), false));
 
 /// Removes the temporary directories of the copies (`backup`, `copy`)
 /// this process is writing: for a command interrupted part-way, which
-/// ends without running their destructors.
+/// ends without running their destructors. The copy goes on writing on
+/// another thread meanwhile, so each directory is first renamed (paths
+/// into it no longer reach it, and no file can be added by name while it
+/// is removed), then removed; and no copy starts after this.
 pub fn remove_unfinished_copies() {
-    let writing = std::mem::take(
-        &mut *WRITING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    for dir in writing {
-        let _ = std::fs::remove_dir_all(dir);
+    let mut writing = WRITING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    writing.1 = true;
+    for dir in std::mem::take(&mut writing.0) {
+        let mut doomed = dir.clone().into_os_string();
+        doomed.push("-removed");
+        let doomed = std::path::PathBuf::from(doomed);
+        let gone = if std::fs::rename(&dir, &doomed).is_ok() {
+            doomed
+        } else {
+            dir
+        };
+        for _ in 0..3 {
+            if std::fs::remove_dir_all(&gone).is_ok() || !gone.exists() {
+                break;
+            }
+        }
     }
 }
 
@@ -296,14 +312,23 @@ impl Destination {
             )));
         }
         remove_abandoned_copies(parent);
-        let temp = tempfile::Builder::new()
-            .prefix(&format!("{COPY_PREFIX}{}-", std::process::id()))
-            .tempdir_in(parent)
-            .map_err(|e| refuse(e.to_string()))?;
-        WRITING
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(temp.path().to_path_buf());
+        // Made and noted under the lock that an interrupt's removal takes,
+        // so that it removes every directory made before it, and none is
+        // made after it.
+        let temp = {
+            let mut writing = WRITING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if writing.1 {
+                return Err(refuse("the command was interrupted".to_owned()));
+            }
+            let temp = tempfile::Builder::new()
+                .prefix(&format!("{COPY_PREFIX}{}-", std::process::id()))
+                .tempdir_in(parent)
+                .map_err(|e| refuse(e.to_string()))?;
+            writing.0.push(temp.path().to_path_buf());
+            temp
+        };
         let mut options = crate::OpenOptions::create().encryption(encryption);
         options.key_scope = key_scope;
         let store = Store::open_with(temp.path().join("db"), &options)?;
