@@ -90,10 +90,14 @@ fn message(
     digests: &[[u8; 32]],
     message: &mut Vec<u8>,
 ) -> Option<Address> {
+    // A kept address writes nothing (not even the parent).
+    if let Step::Kept(address) = step {
+        return Some(*address);
+    }
     message.clear();
     message.extend_from_slice(parent.as_bytes());
     match step {
-        Step::Kept(address) => return Some(*address),
+        Step::Kept(_) => {} // returned above
         Step::Plain => message.extend_from_slice(bytes),
         Step::Committed {
             frame,
