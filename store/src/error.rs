@@ -257,12 +257,9 @@ fn shorten(name: &str) -> String {
 /// script or an emoji is written are kept (`store::hidden`).
 pub fn one_line(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let hidden = if text.chars().any(crate::store::invisible) {
-        crate::store::hidden(text)
-    } else {
-        vec![false; text.chars().count()]
-    };
-    for (c, hidden) in text.chars().zip(hidden) {
+    let hidden = crate::store::hidden(text);
+    for (i, c) in text.chars().enumerate() {
+        let hidden = hidden.as_ref().is_some_and(|hidden| hidden[i]);
         if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || hidden {
             out.extend(c.escape_unicode());
         } else {

@@ -1099,9 +1099,14 @@ pub(crate) fn validate_name(name: &str) -> StoreResult<()> {
     } else {
         None
     };
+    refuse_name("conversation", name, reason)
+}
+
+/// `Ok` without a `reason`, else the name of a `what` refused for it.
+fn refuse_name(what: &'static str, name: &str, reason: Option<&'static str>) -> StoreResult<()> {
     match reason {
         Some(reason) => Err(StoreError::InvalidName {
-            what: "conversation",
+            what,
             name: name.to_owned(),
             reason,
         }),
@@ -1125,14 +1130,7 @@ pub fn validate_view_name(name: &str) -> StoreResult<()> {
         Ok(()) if name == "-" => Some("- stands for no profile in listings"),
         Ok(()) => None,
     };
-    match reason {
-        Some(reason) => Err(StoreError::InvalidName {
-            what: "view",
-            name: name.to_owned(),
-            reason,
-        }),
-        None => Ok(()),
-    }
+    refuse_name("view", name, reason)
 }
 
 /// 1 to 200 bytes of visible text: no control or invisible formatting
@@ -1201,7 +1199,13 @@ const CANCEL_TAG: char = '\u{E007F}';
 ///   a variation selector or a skin tone after the first is part of it);
 /// - a subdivision flag's tags: after the black flag, two or more tag
 ///   digits and small letters ended by the cancel tag (`🏴󠁧󠁢󠁳󠁣󠁴󠁿`).
-pub(crate) fn hidden(text: &str) -> Vec<bool> {
+///
+/// `None` when `text` holds no invisible character at all (the common case,
+/// answered without allocating).
+pub(crate) fn hidden(text: &str) -> Option<Vec<bool>> {
+    if !text.chars().any(invisible) {
+        return None;
+    }
     let chars: Vec<char> = text.chars().collect();
     let mut hidden: Vec<bool> = chars.iter().map(|&c| invisible(c)).collect();
     for (i, &c) in chars.iter().enumerate() {
@@ -1239,13 +1243,13 @@ pub(crate) fn hidden(text: &str) -> Vec<bool> {
         }
         i += 1;
     }
-    hidden
+    Some(hidden)
 }
 
 /// Whether `text` holds an invisible character standing where it means
 /// nothing ([`hidden`]).
 pub(crate) fn has_hidden(text: &str) -> bool {
-    text.chars().any(invisible) && hidden(text).contains(&true)
+    hidden(text).is_some_and(|hidden| hidden.contains(&true))
 }
 
 /// A virama (canonical combining class 9).
