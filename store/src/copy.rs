@@ -239,11 +239,18 @@ fn remove_abandoned_copies(parent: &std::path::Path) {
     }
 }
 
-/// The temporary directories of the copies this process is writing, for
-/// [`remove_unfinished_copies`], and whether that has run (no copy starts
-/// after it).
-static WRITING: std::sync::Mutex<(Vec<std::path::PathBuf>, bool)> =
-    std::sync::Mutex::new((Vec::new(), false));
+/// The copies this process is writing, for [`remove_unfinished_copies`].
+static WRITING: std::sync::Mutex<Writing> = std::sync::Mutex::new(Writing {
+    dirs: Vec::new(),
+    interrupted: false,
+});
+
+struct Writing {
+    /// The copies' temporary directories.
+    dirs: Vec<std::path::PathBuf>,
+    /// Set by [`remove_unfinished_copies`]: no copy starts after it.
+    interrupted: bool,
+}
 
 /// Removes the temporary directories of the copies (`backup`, `copy`)
 /// this process is writing: for a command interrupted part-way, which
@@ -255,8 +262,8 @@ pub fn remove_unfinished_copies() {
     let mut writing = WRITING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    writing.1 = true;
-    for dir in std::mem::take(&mut writing.0) {
+    writing.interrupted = true;
+    for dir in std::mem::take(&mut writing.dirs) {
         let mut doomed = dir.clone().into_os_string();
         doomed.push("-removed");
         let doomed = std::path::PathBuf::from(doomed);
@@ -319,14 +326,14 @@ impl Destination {
             let mut writing = WRITING
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if writing.1 {
+            if writing.interrupted {
                 return Err(refuse("the command was interrupted".to_owned()));
             }
             let temp = tempfile::Builder::new()
                 .prefix(&format!("{COPY_PREFIX}{}-", std::process::id()))
                 .tempdir_in(parent)
                 .map_err(|e| refuse(e.to_string()))?;
-            writing.0.push(temp.path().to_path_buf());
+            writing.dirs.push(temp.path().to_path_buf());
             temp
         };
         let mut options = crate::OpenOptions::create().encryption(encryption);
