@@ -167,6 +167,30 @@ fn a_deletion_cut_short_is_finished_when_the_database_opens() {
     }
 }
 
+/// A reader that found a conversation and then misses its chunks, taken
+/// by a delete meanwhile, is told the conversation is gone, not that the
+/// database is damaged; while the conversation is there, a missing chunk
+/// is damage.
+#[test]
+fn a_chunk_a_delete_took_under_a_reader_says_the_conversation_is_gone() {
+    for place in Place::each() {
+        let store = place.open();
+        store.set_settle_records(1);
+        let [a, b] = ["a", "b"].map(|name| append(&store, name, &["hello", "world"]));
+        testing::load_settled_chunk(&store, &a, 0).unwrap();
+        let first = testing::drop_a_chunk(&store, &b, 0).unwrap().unwrap();
+        let damaged = testing::load_settled_chunk(&store, &b, first).unwrap_err();
+        assert!(matches!(damaged, StoreError::Corrupt { .. }), "{damaged}");
+        testing::decide_deletion(&store, &a).unwrap();
+        let first = testing::drop_a_chunk(&store, &a, 0).unwrap().unwrap();
+        let gone = testing::load_settled_chunk(&store, &a, first).unwrap_err();
+        assert!(
+            matches!(gone, StoreError::NoSuchConversation { .. }),
+            "{gone}"
+        );
+    }
+}
+
 #[test]
 fn segment_files_holding_only_deleted_records_are_removed() {
     let place = Place::new(false);

@@ -240,6 +240,14 @@ pub fn decide_deletion(store: &Store, id: &ConversationId) -> StoreResult<()> {
     store.decide_deletion(id, true).map(|_| ())
 }
 
+/// Loads the settled chunk of `id` starting at `first_seq`, as a reader
+/// that found `id` before a delete took it goes on to do.
+pub fn load_settled_chunk(store: &Store, id: &ConversationId, first_seq: u64) -> StoreResult<()> {
+    store
+        .load_chunk(keys::Space::Settled, id, first_seq)
+        .map(|_| ())
+}
+
 /// The number of a conversation's staged chunk keys (`staging.rs`): the
 /// chunks of records not settled yet, and copies of settled ones that a
 /// running read may still reach.

@@ -232,7 +232,9 @@ impl Store {
             )
             .map(move |item| {
                 let (k, bytes) = item?;
+                // A blob a delete of the conversation took meanwhile.
                 self.decode_block(&id, &k, &bytes)
+                    .map_err(|e| self.unless_deleted(&id, e))
             }))
     }
 

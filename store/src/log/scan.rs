@@ -180,8 +180,12 @@ impl Store {
         let key = keys::chunk(space, id, first_seq);
         let bytes = self.get(&key)?.ok_or_else(|| StoreError::Corrupt {
             what: format!("conversation {id}: chunk at seq {first_seq} is missing"),
-        })?;
-        self.read_chunk(id, &key, bytes)
+        });
+        // A chunk found missing because a delete took its conversation
+        // meanwhile says the conversation is gone, not that it is damaged.
+        bytes
+            .and_then(|bytes| self.read_chunk(id, &key, bytes))
+            .map_err(|e| self.unless_deleted(id, e))
     }
 
     /// The chunk stored under `key` with value `value`, loaded.
