@@ -966,7 +966,8 @@ fn notes_and_refusals_read_the_same_through_the_server() {
 
 /// Appends, reads and deletes of one conversation at once: an append by
 /// name always stores (creating the conversation anew if a delete took
-/// it), a read of a conversation deleted under it answers 404 (never a
+/// it), a read of a conversation deleted under it (its log, views,
+/// explanation, statistics, export, timeline, pins) answers 404 (never a
 /// corrupt database), and afterwards `verify` passes: the search index
 /// holds no deleted conversation.
 #[test]
@@ -1017,8 +1018,25 @@ fn deletes_racing_appends_and_reads_leave_a_sound_database() {
                 if Instant::now() > deadline {
                     break;
                 }
-                for path in ["events", "view", "views/default"] {
-                    match agent().get(&format!("{url}/{path}")).call() {
+                for path in [
+                    "",
+                    "events",
+                    "view",
+                    "views/default",
+                    "views",
+                    "explain?turn=0",
+                    "stats",
+                    "export?format=ndjson",
+                    "timeline",
+                    "inspect",
+                    "pins",
+                ] {
+                    let target = if path.is_empty() {
+                        url.clone()
+                    } else {
+                        format!("{url}/{path}")
+                    };
+                    match agent().get(&target).call() {
                         Ok(response) => {
                             // Cut short by a delete: the last line says why.
                             let text = response.into_string().unwrap_or_default();
