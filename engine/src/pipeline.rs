@@ -778,7 +778,7 @@ pub fn for_each_chunk<T: Send>(
                 continue;
             }
             if start != next {
-                stop = Some(missing(id, next));
+                stop = Some(missing(store, id, next));
                 break;
             }
             next = end;
@@ -801,15 +801,18 @@ pub fn for_each_chunk<T: Send>(
         }
     }
     if next < seqs.end {
-        return Err(missing(id, next));
+        return Err(missing(store, id, next));
     }
     Ok(())
 }
 
-fn missing(id: &ConversationId, seq: u64) -> Error {
-    Error::Store(convstore_store::StoreError::Corrupt {
+/// Record `seq` of `id` is not where the chunks should have it: damage,
+/// or a delete that took the conversation during the walk.
+fn missing(store: &Store, id: &ConversationId, seq: u64) -> Error {
+    let gap = convstore_store::StoreError::Corrupt {
         what: format!("conversation {id}: record {seq} is missing from the log"),
-    })
+    };
+    Error::Store(store.unless_deleted(id, gap))
 }
 
 /// The view's events and characters per kind, with `extra` appended.

@@ -907,8 +907,9 @@ impl Store {
 
     /// `error`, met reading `id`, unless `id` was deleted meanwhile (its
     /// records and segment files went with it): then that it is gone, not
-    /// that the database is damaged.
-    pub(crate) fn unless_deleted(&self, id: &ConversationId, error: StoreError) -> StoreError {
+    /// that the database is damaged. For readers that find damage of
+    /// their own (a gap in the chunks they were handed).
+    pub fn unless_deleted(&self, id: &ConversationId, error: StoreError) -> StoreError {
         match error {
             StoreError::Corrupt { .. } => match self.meta(id) {
                 Err(gone @ StoreError::NoSuchConversation { .. }) => gone,
@@ -916,6 +917,11 @@ impl Store {
             },
             other => other,
         }
+    }
+
+    /// Whether `id` is not (or no longer) a conversation of the database.
+    pub(crate) fn gone(&self, id: &ConversationId) -> bool {
+        matches!(self.meta(id), Err(StoreError::NoSuchConversation { .. }))
     }
 
     pub(crate) fn meta(&self, id: &ConversationId) -> StoreResult<ConversationMeta> {
