@@ -36,6 +36,12 @@ pub struct Engine {
     /// Why the index could not be brought up to date after the last write
     /// (the write itself stood).
     index_error: Mutex<Option<String>>,
+    /// Held shared by each deletion under way, exclusively by a check of
+    /// the search index: a deletion's documents leave the index before its
+    /// conversation leaves the log, and a catch-up in between may index
+    /// some again until the deletion forgets them once more; a check sees
+    /// neither half-way state.
+    deletions: std::sync::RwLock<()>,
     /// What `[retention]` did after the last compaction, or why it could
     /// not (the compaction itself stood).
     retention_outcome: Mutex<Option<std::result::Result<DroppedPayloads, String>>>,
@@ -94,6 +100,7 @@ impl Engine {
             secrets: Secrets::none(),
             search: Mutex::new(None),
             index_error: Mutex::new(None),
+            deletions: std::sync::RwLock::new(()),
             retention_outcome: Mutex::new(None),
             listeners: Arc::new(Mutex::new(Vec::new())),
             remote: std::sync::Once::new(),
@@ -377,6 +384,11 @@ impl Engine {
                 }))
             }
         };
+        // The lock guards no data: one a panic poisoned is as good.
+        let _no_deletion = self
+            .deletions
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         index.check(&self.store, id).map(Some)
     }
 
@@ -647,6 +659,10 @@ impl Engine {
         // The documents go first, so that a process killed in between
         // leaves an index behind the log (caught up by the next search)
         // rather than one holding a conversation the database lacks.
+        let _deleting = self
+            .deletions
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut ids = vec![*id];
         ids.extend(self.store.forks_of(id)?);
         if with_forks || ids.len() == 1 {
@@ -764,25 +780,57 @@ impl Engine {
             Ok(report) => report,
             Err(failure) => return Ok(Err(failure)),
         };
+        let whole = id.is_none();
         let mut views = 0;
         for id in &ids {
             // A deleted conversation a backup still holds.
             if self.store.is_shredded(id)? {
                 continue;
             }
-            for state in self.store.views(id)? {
-                if let Some(problem) = views::check(&self.store, id, &state)? {
-                    return Ok(Err(VerifyFailure {
-                        conversation: *id,
-                        name: self.store.info(id)?.name,
-                        seq: None,
-                        problem: format!("view \"{}\": {problem}", state.name),
-                    }));
-                }
-                views += 1;
+            match self.verify_views(id) {
+                Ok(Ok(n)) => views += n,
+                Ok(Err(failure)) => return Ok(Err(failure)),
+                // Deleted since the list was taken (by another client of a
+                // server), when verifying the whole database.
+                Err(Error::Store(StoreError::NoSuchConversation { .. }))
+                    if whole && self.store.info(id).is_err() => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(Ok((report, views)))
+    }
+
+    /// Checks each stored view of `id` against a fresh projection: the
+    /// number checked, or the first that differs. A view written while it
+    /// was read (a server keeps views current as they are read) is read
+    /// again: the check reads its state and its blocks one after another,
+    /// so a difference counts only if the view did not change meanwhile.
+    fn verify_views(&self, id: &ConversationId) -> Result<std::result::Result<u64, VerifyFailure>> {
+        let mut checked = 0;
+        for mut state in self.store.views(id)? {
+            let mut tries = 0;
+            loop {
+                let Some(problem) = views::check(&self.store, id, &state)? else {
+                    checked += 1;
+                    break;
+                };
+                tries += 1;
+                match self.store.view_state(id, &state.name)? {
+                    // Dropped meanwhile: nothing left to check.
+                    None => break,
+                    Some(now) if now != state && tries < 8 => state = now,
+                    _ => {
+                        return Ok(Err(VerifyFailure {
+                            conversation: *id,
+                            name: self.store.info(id)?.name,
+                            seq: None,
+                            problem: format!("view \"{}\": {problem}", state.name),
+                        }))
+                    }
+                }
+            }
+        }
+        Ok(Ok(checked))
     }
 }
 

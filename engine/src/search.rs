@@ -722,6 +722,10 @@ impl SearchIndex {
     }
 
     fn check_unguarded(&self, store: &Store, only: Option<&ConversationId>) -> Result<IndexCheck> {
+        // No commit of this process between reading the markers (from the
+        // last commit) and the documents (from the reader): both are of
+        // the same commit.
+        let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
         self.reader.reload().map_err(err)?;
         let markers = self.markers()?;
         let infos = match only {

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 use crate::backend::Bytes;
 use crate::codec::{self, decode_record, BlobRef, BodyRepr, CallDirectory, Layout, TextRepr};
 use crate::codec::{OverlayDirectory, OverlayEntry, TurnEntry};
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::event::{EventType, TurnTracker};
 use crate::hash::{Address, BlobHash};
 use crate::ids::ConversationId;
@@ -105,8 +105,19 @@ impl Store {
                 continue;
             }
             let guard = self.hold_writes();
-            let own = self.meta(&id).map(|m| m.len)? - self.fork_point(&id)?.map_or(0, |p| p.at);
+            let own = match self.meta(&id) {
+                Ok(meta) => meta.len - self.fork_point(&id)?.map_or(0, |p| p.at),
+                // Deleted since the scan found it (by another client of a
+                // server): not part of the database any more.
+                Err(StoreError::NoSuchConversation { .. }) => continue,
+                Err(e) => return Err(e),
+            };
             let verified = self.verify_one(&id, &blobs, &mut done);
+            // Deleted while being read (a database server does not hold
+            // writes off): what was missing went with it.
+            if verified.is_err() && self.gone(&id) {
+                continue;
+            }
             drop(guard);
             match verified {
                 // Shared records are counted once, with their owner.
