@@ -525,6 +525,7 @@ pub(crate) async fn backup(State(state): State<Shared>, body: Body) -> Result<Js
                 "records": report.records,
                 "blobs": report.blobs,
                 "views": report.views,
+                "deleted_meanwhile": report.deleted,
             })))
         })
         .await

@@ -43,6 +43,10 @@ pub struct BackupReport {
     /// Conversations the destination held already, identical (same id,
     /// same head): a copy run again skips them.
     pub skipped: u64,
+    /// Conversations deleted from the database while being copied (by
+    /// another client of a server): left out of the copy, since what was
+    /// deleted was meant to be gone.
+    pub deleted: u64,
 }
 
 /// One conversation as the snapshot saw it.
@@ -186,7 +190,16 @@ impl Store {
             }
             todo.push(conversation);
         }
+        let mut deleted = HashSet::new();
         for conversation in todo {
+            // A fork of a conversation deleted meanwhile went with it.
+            if conversation
+                .fork
+                .is_some_and(|point| deleted.contains(&point.parent))
+            {
+                deleted.insert(conversation.id);
+                continue;
+            }
             let start = conversation.fork.map_or(0, |p| p.at);
             let who = Identity {
                 id: conversation.id,
@@ -217,18 +230,20 @@ impl Store {
             for (key, value) in &conversation.settings {
                 writer.setting(key.clone(), value.to_vec());
             }
-            for chunk in self.chunks(&conversation.id, start, conversation.meta.len)? {
-                let chunk = chunk?;
-                for (_, bytes) in chunk.raw_records(self, start, conversation.meta.len)? {
-                    let mut blobs = Vec::new();
-                    for text in decode_record(&bytes)?.texts() {
-                        if let TextRepr::Blob(blob) = text {
-                            blobs.push((blob.hash, self.load_blob(blob)?));
-                        }
-                    }
-                    writer.push(RawRecord { bytes, blobs })?;
-                }
+            let read = self.copy_records(conversation, start, &mut writer);
+            let short = match &read {
+                Ok(()) => writer.len() != conversation.meta.len,
+                Err(_) => true,
+            };
+            if short && self.gone(&conversation.id) {
+                // Deleted while being read: the copy is not finished, so it
+                // never becomes a conversation there (on a database server
+                // its transaction is not taken).
+                drop(writer);
+                deleted.insert(conversation.id);
+                continue;
             }
+            read?;
             let (len, head) = writer.finish().map_err(|e| match e {
                 StoreError::Conflict { .. } => StoreError::Destination {
                     path: out.describe().into(),
@@ -255,7 +270,8 @@ impl Store {
             report.records += len - start;
         }
         out.flush()?;
-        for conversation in &captured {
+        report.deleted = deleted.len() as u64;
+        for conversation in captured.iter().filter(|c| !deleted.contains(&c.id)) {
             let copy = out.meta(&conversation.id)?;
             let original = &conversation.meta;
             if (copy.len, copy.head, copy.turns, copy.kinds)
@@ -275,6 +291,29 @@ impl Store {
             }
         }
         Ok(report)
+    }
+
+    /// Records `start..` of `conversation` as captured, with their blobs,
+    /// into `writer`.
+    fn copy_records(
+        &self,
+        conversation: &Captured,
+        start: u64,
+        writer: &mut ConversationWriter<'_>,
+    ) -> StoreResult<()> {
+        let end = conversation.meta.len;
+        for chunk in self.chunks(&conversation.id, start, end)? {
+            for (_, bytes) in chunk?.raw_records(self, start, end)? {
+                let mut blobs = Vec::new();
+                for text in decode_record(&bytes)?.texts() {
+                    if let TextRepr::Blob(blob) = text {
+                        blobs.push((blob.hash, self.load_blob(blob)?));
+                    }
+                }
+                writer.push(RawRecord { bytes, blobs })?;
+            }
+        }
+        Ok(())
     }
 
     /// Under the write lock, for a moment: every conversation's (or those

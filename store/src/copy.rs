@@ -103,6 +103,11 @@ impl<'s> ConversationWriter<'s> {
         Ok(())
     }
 
+    /// The records pushed so far (with a fork's shared ones).
+    pub(crate) fn len(&self) -> u64 {
+        self.meta.len + self.pending.len() as u64
+    }
+
     /// Writes `key` = `value` with the last batch (a setting of the
     /// conversation: pins, automatic compaction's state).
     pub(crate) fn setting(&mut self, key: Vec<u8>, value: Vec<u8>) {

@@ -38,6 +38,7 @@ pub(crate) fn run(store: &Store, args: &BackupArgs) -> Result<ExitCode> {
         "records": copied.records,
         "blobs": copied.blobs,
         "views": copied.views,
+        "deleted_meanwhile": copied.deleted,
     });
     report(&value, args.json)
 }
@@ -59,6 +60,15 @@ pub(crate) fn report(value: &Value, json: bool) -> Result<ExitCode> {
             plural(number(&value["views"]), "view"),
             value["dest"].as_str().unwrap_or_default()
         )?;
+        let deleted = number(&value["deleted_meanwhile"]);
+        if deleted > 0 {
+            writeln!(
+                out,
+                "{} deleted while the backup ran {} left out",
+                plural(deleted, "conversation"),
+                if deleted == 1 { "is" } else { "are" }
+            )?;
+        }
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -264,6 +274,7 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
             "records": report.records,
             "views": report.views,
             "skipped": report.skipped,
+            "deleted_meanwhile": report.deleted,
         });
         writeln!(out, "{value}")?;
     } else {
@@ -279,6 +290,13 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
                 "{} {} there already, identical: skipped",
                 plural(report.skipped, "conversation"),
                 if report.skipped == 1 { "was" } else { "were" }
+            ));
+        }
+        if report.deleted > 0 {
+            notes.say(&format!(
+                "{} deleted while the copy ran {} left out",
+                plural(report.deleted, "conversation"),
+                if report.deleted == 1 { "is" } else { "are" }
             ));
         }
     }
