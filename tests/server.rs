@@ -968,8 +968,11 @@ fn notes_and_refusals_read_the_same_through_the_server() {
 /// name always stores (creating the conversation anew if a delete took
 /// it), a read of a conversation deleted under it (its log, views,
 /// explanation, statistics, export, timeline, pins) answers 404 (never a
-/// corrupt database), and afterwards `verify` passes: the search index
-/// holds no deleted conversation.
+/// corrupt database), what runs over the whole database meanwhile
+/// (`verify`, a dry run of `gc`, `backup`) passes over what a delete
+/// takes and finds nothing wrong with the rest (a stored view rewritten
+/// while it is checked is no difference), and afterwards `verify` passes:
+/// the search index holds no deleted conversation.
 #[test]
 fn deletes_racing_appends_and_reads_leave_a_sound_database() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1053,7 +1056,30 @@ fn deletes_racing_appends_and_reads_leave_a_sound_database() {
                 }
             }
         });
-        for thread in [appends, deletes, reads] {
+        let whole = scope.spawn(|| {
+            for round in 0..rounds {
+                if Instant::now() > deadline {
+                    break;
+                }
+                let (status, got) =
+                    answer(agent().get(&format!("{}/v1/verify", server.url)).call());
+                assert_eq!((status, &got["ok"]), (200, &json!(true)), "{got}");
+                let (status, got) = answer(
+                    agent()
+                        .post(&format!("{}/v1/gc", server.url))
+                        .send_json(json!({"dry_run": true})),
+                );
+                assert_eq!(status, 200, "{got}");
+                let dest = dir.path().join(format!("backup-{round}"));
+                let (status, got) = answer(
+                    agent()
+                        .post(&format!("{}/v1/backup", server.url))
+                        .send_json(json!({"dest": dest})),
+                );
+                assert_eq!(status, 200, "{got}");
+            }
+        });
+        for thread in [appends, deletes, reads, whole] {
             thread.join().expect("no failure");
         }
     });
