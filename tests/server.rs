@@ -1089,6 +1089,93 @@ fn deletes_racing_appends_and_reads_leave_a_sound_database() {
     assert_eq!(code, 0, "{out}{err}");
 }
 
+/// `reindex` while searches, redactions and appends go on: each of them
+/// takes the index built anew (none meets its files half deleted or half
+/// built), the redacted texts are not found, and `verify` passes.
+#[test]
+fn reindex_racing_searches_and_redactions_fails_none() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("db");
+    let server = Server::start(&db, &[]);
+    let url = &server.url;
+    let texts: Vec<Value> = (0..40)
+        .map(|i| json!({"type": "user", "text": format!("needle {i}")}))
+        .collect();
+    let (status, body) = answer(
+        agent()
+            .post(&format!("{url}/v1/conversations/ri/events"))
+            .send_json(&texts),
+    );
+    assert_eq!(status, 201, "{body}");
+    let rounds = 15;
+    // A use that lost to `reindex` rounds after rounds says so, and may be
+    // retried; anything else is a failure.
+    let fine = |what: &str, status: u16, body: &Value| {
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            status == 200 || status == 201 || message.contains("built anew while in use"),
+            "{what}: {status} {body}"
+        );
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for _ in 0..rounds {
+                let (status, body) = answer(agent().post(&format!("{url}/v1/reindex")).call());
+                assert_eq!(status, 200, "{body}");
+            }
+        });
+        scope.spawn(|| {
+            for _ in 0..rounds * 2 {
+                let (status, body) =
+                    answer(agent().get(&format!("{url}/v1/search?q=needle")).call());
+                fine("search", status, &body);
+            }
+        });
+        scope.spawn(|| {
+            for seq in 0..rounds {
+                let (status, body) = answer(
+                    agent()
+                        .post(&format!("{url}/v1/conversations/ri/redact"))
+                        .send_json(json!({"seq": seq, "reason": "gone"})),
+                );
+                fine("redact", status, &body);
+            }
+        });
+        scope.spawn(|| {
+            for i in 0..rounds * 4 {
+                let (status, body) = answer(
+                    agent()
+                        .post(&format!("{url}/v1/conversations/ri/events"))
+                        .send_json(json!([{"type": "user", "text": format!("more {i}")}])),
+                );
+                fine("append", status, &body);
+            }
+        });
+    });
+    let (status, body) = answer(agent().get(&format!("{url}/v1/verify")).call());
+    assert_eq!((status, &body["ok"]), (200, &json!(true)), "{body}");
+    // Each redaction that was answered took its text out of the index.
+    let (status, hits) = answer(
+        agent()
+            .get(&format!("{url}/v1/search?q=needle&limit=100"))
+            .call(),
+    );
+    assert_eq!(status, 200, "{hits}");
+    let redacted = cli(&db, &["log", "ri"], None).1;
+    for hit in hits.as_array().expect("hits") {
+        let seq = hit["seq"].as_u64().expect("seq");
+        let line = redacted
+            .lines()
+            .nth(seq as usize)
+            .expect("the hit's record");
+        assert!(
+            !line.contains("\"redacted\""),
+            "a redacted text found: {hit}"
+        );
+    }
+    drop(server);
+}
+
 /// Requests that once took the server down or answered wrongly: a deeply
 /// nested or over-long query, a huge search limit, an overflowing
 /// `Last-Event-ID`, errors of the client's answered 500, a backup into

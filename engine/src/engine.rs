@@ -217,30 +217,31 @@ impl Engine {
             if !self.index_on_write || ids.is_empty() || self.store.is_encrypted() {
                 return Ok(None);
             }
-            let index = self.search_index()?;
-            let mut near = Vec::with_capacity(ids.len());
-            for id in ids {
-                match index.behind(&self.store, id) {
-                    Ok(behind) if behind <= INDEX_ON_WRITE_MAX => near.push(*id),
-                    // Far behind (the next search catches it up), or
-                    // deleted since it was written: nothing to index now.
-                    Ok(_)
-                    | Err(Error::Store(convstore_store::StoreError::NoSuchConversation {
-                        ..
-                    })) => {}
-                    Err(e) => return Err(e),
+            self.with_index(|index| {
+                let mut near = Vec::with_capacity(ids.len());
+                for id in ids {
+                    match index.behind(&self.store, id) {
+                        Ok(behind) if behind <= INDEX_ON_WRITE_MAX => near.push(*id),
+                        // Far behind (the next search catches it up), or
+                        // deleted since it was written: nothing to index now.
+                        Ok(_)
+                        | Err(Error::Store(convstore_store::StoreError::NoSuchConversation {
+                            ..
+                        })) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
-            }
-            if near.is_empty() {
-                return Ok(None);
-            }
-            // Another process updating the index indexes this write too,
-            // or the next write or search does.
-            index.catch_up_within(
-                &self.store,
-                Some(&near),
-                std::time::Duration::from_millis(200),
-            )
+                if near.is_empty() {
+                    return Ok(None);
+                }
+                // Another process updating the index indexes this write too,
+                // or the next write or search does.
+                index.catch_up_within(
+                    &self.store,
+                    Some(&near),
+                    std::time::Duration::from_millis(200),
+                )
+            })
         }))
         .unwrap_or_else(|_| Err(Error::Search("the index library panicked".to_owned())));
         if let Err(e) = updated {
@@ -340,9 +341,10 @@ impl Engine {
     /// Searches every conversation (or one), after catching the index up
     /// with every log.
     pub fn search(&self, query: &SearchQuery) -> Result<Vec<Hit>> {
-        let index = self.search_index()?;
-        index.catch_up(&self.store, None)?;
-        index.search(&self.store, query)
+        self.with_index(|index| {
+            index.catch_up(&self.store, None)?;
+            index.search(&self.store, query)
+        })
     }
 
     /// Compares two views (see [`diff::diff`]).
@@ -357,10 +359,27 @@ impl Engine {
             .search
             .lock()
             .map_err(|_| Error::Search("a thread panicked with it".to_owned()))?;
-        *slot = None;
+        // Uses of the index under way end first, and those that had it
+        // already take the new one (`with_index`): none meets its files
+        // half deleted or half built.
+        let old = slot.take();
+        let _retiring = old.as_deref().map(SearchIndex::retire);
         let (index, done) = search::rebuild(self.index_dir()?.as_deref(), &self.store)?;
         *slot = Some(Arc::new(index));
         Ok(done)
+    }
+
+    /// Runs `f` with the search index, with the new one if `reindex` built
+    /// it anew while `f` had the old one.
+    fn with_index<T>(&self, f: impl Fn(&SearchIndex) -> Result<T>) -> Result<T> {
+        let mut tries = 0;
+        loop {
+            let index = self.search_index()?;
+            match f(&index) {
+                Err(Error::Search(m)) if m == search::REBUILT && tries < 8 => tries += 1,
+                done => return done,
+            }
+        }
     }
 
     /// Compares the search index with the logs (see [`SearchIndex::check`]).
@@ -374,22 +393,20 @@ impl Engine {
         if !exists {
             return Ok(None);
         }
-        let index = match self.search_index() {
-            Ok(index) => index,
-            Err(e) => {
-                return Ok(Some(IndexCheck {
-                    problem: Some(e.to_string()),
-                    unreadable: true,
-                    ..IndexCheck::default()
-                }))
-            }
-        };
+        if let Err(e) = self.search_index() {
+            return Ok(Some(IndexCheck {
+                problem: Some(e.to_string()),
+                unreadable: true,
+                ..IndexCheck::default()
+            }));
+        }
         // The lock guards no data: one a panic poisoned is as good.
         let _no_deletion = self
             .deletions
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        index.check(&self.store, id).map(Some)
+        self.with_index(|index| index.check(&self.store, id))
+            .map(Some)
     }
 
     /// The scope of `id`'s log as of a point (the whole log for `None`).
@@ -731,12 +748,13 @@ impl Engine {
                     return Ok(true);
                 }
             }
-            let index = self.search_index()?;
-            if only_indexed {
-                index.forget_indexed(ids)
-            } else {
-                index.forget(ids)
-            }
+            self.with_index(|index| {
+                if only_indexed {
+                    index.forget_indexed(ids)
+                } else {
+                    index.forget(ids)
+                }
+            })
         }))
         .unwrap_or_else(|_| Err(Error::Search("the index library panicked".to_owned())));
         let note = match forgotten {

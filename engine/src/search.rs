@@ -249,6 +249,14 @@ pub struct SearchIndex {
     /// One writer at a time within the process (other processes are kept
     /// out by the database's own lock, which every writer holds).
     writing: Mutex<()>,
+    /// Held shared by every use of the index's files, exclusively while
+    /// `reindex` deletes them and builds the index anew
+    /// ([`SearchIndex::retire`]); taken before `writing`.
+    in_use: std::sync::RwLock<()>,
+    /// Set once the index was built anew under another [`SearchIndex`]:
+    /// every use then fails with [`REBUILT`], for the engine to take the
+    /// new one.
+    retired: std::sync::atomic::AtomicBool,
     /// Each searched conversation's overlays resolved, with the head they
     /// were resolved at: a query's dispositions need them, and they change
     /// only with a write (10,000 compactions take tens of milliseconds to
@@ -319,6 +327,8 @@ impl SearchIndex {
             reader,
             fields,
             writing: Mutex::new(()),
+            in_use: std::sync::RwLock::new(()),
+            retired: std::sync::atomic::AtomicBool::new(false),
             resolutions: Mutex::new(HashMap::new()),
         };
         let payload = opened.payload()?;
@@ -329,6 +339,40 @@ impl SearchIndex {
             )));
         }
         Ok(opened)
+    }
+
+    /// Runs `f`, a use of the index's files, unless the index was built
+    /// anew meanwhile ([`REBUILT`]); a panic in the index library is an
+    /// error naming `convstore reindex`.
+    fn using<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let _in_use = self
+            .in_use
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.retired.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Search(REBUILT.to_owned()));
+        }
+        guarded(f)
+    }
+
+    /// Waits for every use of the index to end and marks it retired: its
+    /// files are about to be deleted and built anew. No use starts while
+    /// the guards are held, and every use after fails with [`REBUILT`].
+    pub fn retire(&self) -> Retiring<'_> {
+        let in_use = self
+            .in_use
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let writing = self
+            .writing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Release);
+        Retiring {
+            _in_use: in_use,
+            _writing: writing,
+        }
     }
 
     /// Where it is (`None`: in memory).
@@ -443,7 +487,7 @@ impl SearchIndex {
     /// Records `id` has that the index does not.
     pub fn behind(&self, store: &Store, id: &ConversationId) -> Result<u64> {
         let info = store.info(id)?;
-        let payload = self.payload()?;
+        let payload = self.using(|| self.payload())?;
         let indexed = payload
             .conversations
             .get(&id.hex())
@@ -473,7 +517,7 @@ impl SearchIndex {
         only: Option<&[ConversationId]>,
         wait: Duration,
     ) -> Result<Option<CaughtUp>> {
-        guarded(|| self.catch_up_unguarded(store, only, wait))
+        self.using(|| self.catch_up_unguarded(store, only, wait))
     }
 
     fn catch_up_unguarded(
@@ -619,7 +663,7 @@ impl SearchIndex {
     }
 
     fn forget_where(&self, ids: &[ConversationId], only_indexed: bool) -> Result<bool> {
-        guarded(|| {
+        self.using(|| {
             let _writing = self.writing.lock().map_err(|_| err("a writer panicked"))?;
             if only_indexed {
                 let markers = self.markers()?;
@@ -718,7 +762,7 @@ impl SearchIndex {
     /// they agree; a conversation behind is not a disagreement (the next
     /// write or search catches it up), and is counted.
     pub fn check(&self, store: &Store, only: Option<&ConversationId>) -> Result<IndexCheck> {
-        guarded(|| self.check_unguarded(store, only))
+        self.using(|| self.check_unguarded(store, only))
     }
 
     fn check_unguarded(&self, store: &Store, only: Option<&ConversationId>) -> Result<IndexCheck> {
@@ -793,7 +837,7 @@ impl SearchIndex {
     /// Searches: the best `query.limit` hits by BM25, each with where it is
     /// in the log, a snippet, and whether the view shows it.
     pub fn search(&self, store: &Store, query: &SearchQuery) -> Result<Vec<Hit>> {
-        guarded(|| self.search_unguarded(store, query))
+        self.using(|| self.search_unguarded(store, query))
     }
 
     fn search_unguarded(&self, store: &Store, query: &SearchQuery) -> Result<Vec<Hit>> {
@@ -1057,6 +1101,18 @@ pub fn rebuild(dir: Option<&Path>, store: &Store) -> Result<(SearchIndex, Caught
     let index = SearchIndex::open(dir)?;
     let done = index.catch_up(store, None)?;
     Ok((index, done))
+}
+
+/// What a use of a [`SearchIndex`] built anew meanwhile fails with (in
+/// [`Error::Search`]): the engine then takes the new one.
+pub const REBUILT: &str = "it was built anew while in use; try again";
+
+/// What [`SearchIndex::retire`] holds: no use of the retired index
+/// starts until it is dropped.
+#[must_use = "the index may be used again once this is dropped"]
+pub struct Retiring<'a> {
+    _in_use: std::sync::RwLockWriteGuard<'a, ()>,
+    _writing: std::sync::MutexGuard<'a, ()>,
 }
 
 /// What `verify` found in the index.
