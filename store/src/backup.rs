@@ -231,15 +231,12 @@ impl Store {
                 writer.setting(key.clone(), value.to_vec());
             }
             let read = self.copy_records(conversation, start, &mut writer);
-            let short = match &read {
-                Ok(()) => writer.len() != conversation.meta.len,
-                Err(_) => true,
-            };
-            if short && self.gone(&conversation.id) {
-                // Deleted while being read: the copy is not finished, so it
-                // never becomes a conversation there (on a database server
-                // its transaction is not taken).
-                drop(writer);
+            // Deleted while being read: the copy is not finished, so it
+            // never becomes a conversation there (on a database server its
+            // transaction is not taken).
+            if (read.is_err() || writer.len() != conversation.meta.len)
+                && self.gone(&conversation.id)
+            {
                 deleted.insert(conversation.id);
                 continue;
             }

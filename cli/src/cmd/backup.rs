@@ -62,16 +62,21 @@ pub(crate) fn report(value: &Value, json: bool) -> Result<ExitCode> {
         )?;
         let deleted = number(&value["deleted_meanwhile"]);
         if deleted > 0 {
-            writeln!(
-                out,
-                "{} deleted while the backup ran {} left out",
-                plural(deleted, "conversation"),
-                if deleted == 1 { "is" } else { "are" }
-            )?;
+            writeln!(out, "{}", left_out(deleted, "backup"))?;
         }
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The line saying that `deleted` conversations, deleted by other clients
+/// of a server while the `what` (backup, copy) read them, are not in it.
+fn left_out(deleted: u64, what: &str) -> String {
+    format!(
+        "{} deleted while the {what} ran {} left out",
+        plural(deleted, "conversation"),
+        if deleted == 1 { "is" } else { "are" }
+    )
 }
 
 /// `convstore salvage DAMAGED DEST`: what can still be read, into a new
@@ -293,11 +298,7 @@ pub(crate) fn copy(args: &crate::args::CopyArgs, notes: &crate::output::Notes) -
             ));
         }
         if report.deleted > 0 {
-            notes.say(&format!(
-                "{} deleted while the copy ran {} left out",
-                plural(report.deleted, "conversation"),
-                if report.deleted == 1 { "is" } else { "are" }
-            ));
+            notes.say(&left_out(report.deleted, "copy"));
         }
     }
     out.flush()?;
