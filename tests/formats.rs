@@ -1,4 +1,4 @@
-//! Databases written by the builds of formats 1 to 8 (checked in under
+//! Databases written by the builds of formats 1 to 9 (checked in under
 //! `tests/fixtures/`) read as those builds read them, verify, and take new
 //! appends; a backup of each is a current-format copy that reads the same.
 
@@ -190,4 +190,9 @@ fn format_7_databases_read_and_take_appends() {
 #[test]
 fn format_8_databases_read_and_take_appends() {
     reads_as_its_build_did(8);
+}
+
+#[test]
+fn format_9_databases_read_and_take_appends() {
+    reads_as_its_build_did(9);
 }

@@ -354,6 +354,101 @@ fn a_newer_format_version_is_refused() {
     }
 }
 
+/// From format 9 a staged chunk has no turn index entry (readers take its
+/// turns from the chunk); a format-8 database is still written with them,
+/// for the builds of format 8. Both answer every turn question alike,
+/// across settled and staged records and a fork of them, and verify.
+#[test]
+fn staged_chunks_are_turn_indexed_only_before_format_9() {
+    for format in [8, convstore_store::FORMAT_VERSION] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        drop(Store::open(&path).unwrap());
+        testing::set_format_version(&path, format).unwrap();
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.format_version(), format);
+        store.set_settle_records(16);
+        let id = store.create_conversation(Some("c")).unwrap();
+        let mut all = Vec::new();
+        for i in 0..40 {
+            let event = if i % 3 == 0 {
+                Event::new(Timestamp::now(), EventKind::TurnStart)
+            } else {
+                Event::new(
+                    Timestamp::now(),
+                    EventKind::User {
+                        text: format!("message {i}"),
+                    },
+                )
+            };
+            store
+                .append(&id, std::slice::from_ref(&event), &fast())
+                .unwrap();
+            all.push(event);
+        }
+        // Records 0..32 settled, 32..40 staged (a chunk each).
+        assert_eq!(
+            testing::staged_chunk_keys(&store, &id).unwrap(),
+            8,
+            "format {format}"
+        );
+        let indexed = testing::staged_turn_keys(&store, &id).unwrap();
+        assert_eq!(indexed, if format < 9 { 8 } else { 0 }, "format {format}");
+        let (fork, _) = store.fork(&id, 36, Some("f"), &[]).unwrap();
+        let whole = model_turns(&all);
+        for (conversation, len) in [(id, 40usize), (fork, 36)] {
+            let turns = model_turns(&all[..len]);
+            for (seq, turn) in turns.iter().enumerate() {
+                assert_eq!(
+                    store.turn_of(&conversation, Seq(seq as u64)).unwrap().0,
+                    *turn
+                );
+            }
+            for turn in 0..=turns.last().copied().unwrap() + 1 {
+                let expected = turns.iter().position(|t| *t == turn).map(|p| p as u64);
+                let found = store.first_seq_of_turn(&conversation, Turn(turn)).unwrap();
+                assert_eq!(found.map(|s| s.0), expected, "format {format}, turn {turn}");
+            }
+            // Each chunk's turns, as a view passing over it reads them.
+            let spans = store.chunk_turns(&conversation, 0, len as u64).unwrap();
+            for raw in store.chunks(&conversation, 0, len as u64).unwrap() {
+                let raw = raw.unwrap();
+                let (first, end) = (
+                    raw.first_seq() as usize,
+                    raw.first_seq() as usize + raw.len(),
+                );
+                let expected = (whole[first], whole[end - 1]);
+                assert_eq!(
+                    raw.turns(&spans),
+                    Some(expected),
+                    "format {format}, chunk at {first}"
+                );
+            }
+        }
+        assert!(store.verify(&id).unwrap().is_ok(), "format {format}");
+        // Staged records are settled at 64 KiB too: records of about 900
+        // bytes, an append each, settle every 72 or so, long before the
+        // 256-record bound.
+        store.set_settle_records(256);
+        let long = store.create_conversation(Some("long")).unwrap();
+        let mut settles = 0;
+        for i in 0..200u64 {
+            let event = Event::new(
+                Timestamp::now(),
+                EventKind::User {
+                    text: format!("{i:04}").repeat(225),
+                },
+            );
+            store.append(&long, &[event], &fast()).unwrap();
+            let (settled, _) = testing::staging_state(&store, &long).unwrap().unwrap();
+            assert!(i + 1 - settled <= 73, "format {format}: {i} {settled}");
+            settles += u64::from(settled == i + 1);
+        }
+        assert!(settles >= 2, "format {format}: {settles}");
+        assert!(store.verify_all().unwrap().is_ok(), "format {format}");
+    }
+}
+
 /// A fork taken inside its parent's staged records reads the same shared
 /// records after the parent settles them, and stages its own appends.
 #[test]

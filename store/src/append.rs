@@ -483,7 +483,7 @@ impl Store {
             to_segments,
             keep_in_sled,
             conditions,
-            overlay_directories: _,
+            format: _,
             overlay_ranges: _,
             retired,
         } = writes;
@@ -598,9 +598,10 @@ pub(crate) struct Writes {
     /// Keep the bodies in sled whatever their size (a group of small
     /// appends, each of which would stay in sled on its own).
     keep_in_sled: bool,
-    /// Keep compactions in each chunk's overlay directory (format 4), not
-    /// a key each.
-    overlay_directories: bool,
+    /// The database's format: whether compactions are kept in each chunk's
+    /// overlay directory (format 4) rather than a key each, and whether a
+    /// staged chunk has a turn index entry (formats before 9).
+    format: u32,
     /// File each compaction by its turn range too (format 5).
     overlay_ranges: Option<RangeGroups>,
     /// Staged keys the write settles, to delete once it is applied and no
@@ -617,11 +618,22 @@ impl Writes {
             chunks: Vec::new(),
             to_segments: false,
             keep_in_sled: false,
-            overlay_directories: store.format >= keys::OVERLAY_DIRECTORY_FORMAT,
+            format: store.format,
             overlay_ranges: (store.format >= keys::OVERLAY_RANGE_FORMAT)
                 .then(|| RangeGroups::new(store.format)),
             retired: Vec::new(),
         }
+    }
+
+    /// Whether compactions go to their chunk's overlay directory (format
+    /// 4), not a key each.
+    fn overlay_directories(&self) -> bool {
+        self.format >= keys::OVERLAY_DIRECTORY_FORMAT
+    }
+
+    /// Whether a staged chunk gets a turn index entry (formats before 9).
+    fn staged_turn_index(&self) -> bool {
+        self.format < keys::UNINDEXED_STAGING_FORMAT
     }
 
     /// Applies only if `key` still holds `expected` (`None`: absent).
@@ -810,7 +822,7 @@ pub(crate) fn write_records(
     let mut chunk = ChunkBuilder::new(space, first_seq, parent);
     if let Placement::Settle(staged, _) = placement {
         writes.to_segments = true;
-        writes.retired = staged.keys(id);
+        writes.retired = staged.keys(id, writes.staged_turn_index());
         let start = staged
             .chunks
             .first()
@@ -847,7 +859,7 @@ pub(crate) fn write_records(
         let address = record.address_after(&parent);
         let turn = meta.turns.next(record.event_type);
         let compaction = record.event_type == EventType::Compaction;
-        if compaction && !writes.overlay_directories {
+        if compaction && !writes.overlay_directories() {
             let entry = OverlayEntry {
                 turn,
                 record: &record.bytes,
@@ -869,7 +881,7 @@ pub(crate) fn write_records(
         if let Some((call_id, name)) = record.call {
             chunk.calls.calls.push((seq, call_id, name));
         }
-        if compaction && writes.overlay_directories {
+        if compaction && writes.overlay_directories() {
             chunk.overlays.overlays.push(DirectoryOverlay {
                 seq,
                 turn,
@@ -1007,8 +1019,8 @@ impl<'a> ChunkBuilder<'a> {
         self.repr.entries.push(entry);
     }
 
-    /// Adds the chunk, its call directory and its turn index entry to
-    /// `writes`.
+    /// Adds the chunk, its call directory and its turn index entry (none
+    /// for a staged chunk from format 9 on) to `writes`.
     fn write(&self, id: &ConversationId, writes: &mut Writes) {
         writes.push_chunk(
             keys::chunk(self.space, id, self.first_seq),
@@ -1016,7 +1028,8 @@ impl<'a> ChunkBuilder<'a> {
             self.repr.entries.len() as u64,
         );
         let at = (self.space, id, self.first_seq);
-        let index = chunk_index(at, &self.repr.entries, &self.calls, &self.overlays);
+        let turns = self.space == Space::Settled || writes.staged_turn_index();
+        let index = chunk_index(at, &self.repr.entries, &self.calls, &self.overlays, turns);
         for (key, value) in index {
             writes.batch.put(key, value);
         }
@@ -1127,23 +1140,27 @@ impl RangeGroups {
 
 /// What is stored beside a chunk of `entries` (in `space`, of
 /// conversation `id`, from `first_seq`), as keys and values: its turn index
-/// entry, its call directory if it has calls and its overlay directory if
-/// it has compactions (format 4).
+/// entry if `turns`, its call directory if it has calls and its overlay
+/// directory if it has compactions (format 4).
 pub(crate) fn chunk_index(
     (space, id, first_seq): (Space, &ConversationId, u64),
     entries: &[EntryRepr<'_>],
     calls: &CallDirectory<'_>,
     overlays: &OverlayDirectory<'_>,
+    turns: bool,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let first_turn = entries.first().map_or(0, |e| e.turn);
-    let last_turn = entries.last().map_or(0, |e| e.turn);
-    let mut out = vec![(
-        keys::turn(space, id, last_turn, first_seq),
-        encode(&TurnEntry {
-            first_turn,
-            entries: entries.len() as u64,
-        }),
-    )];
+    let mut out = Vec::with_capacity(3);
+    if turns {
+        let first_turn = entries.first().map_or(0, |e| e.turn);
+        let last_turn = entries.last().map_or(0, |e| e.turn);
+        out.push((
+            keys::turn(space, id, last_turn, first_seq),
+            encode(&TurnEntry {
+                first_turn,
+                entries: entries.len() as u64,
+            }),
+        ));
+    }
     if !calls.calls.is_empty() {
         out.push((keys::call_directory(space, id, first_seq), encode(calls)));
     }

@@ -861,7 +861,7 @@ impl Spill {
             return Ok(spill);
         };
         let staged = store.load_staged(id, staging.settled, base.len, base.head)?;
-        spill.retired = staged.keys(id);
+        spill.retired = staged.keys(id, store.format < keys::UNINDEXED_STAGING_FORMAT);
         let (start, mut address) = staged.chunks.first().map_or((base.len, base.head), |s| {
             (s.chunk.first_seq, s.chunk.layout.parent)
         });
@@ -1005,7 +1005,7 @@ impl Spill {
         };
         let at = (Space::Settled, id, chunk.first_seq);
         self.writes
-            .extend(chunk_index(at, &entries, &calls, &overlays));
+            .extend(chunk_index(at, &entries, &calls, &overlays, true));
         let body = Body::Chunk {
             key: keys::chunk(Space::Settled, id, chunk.first_seq),
             records: entries.len() as u64,

@@ -91,8 +91,10 @@ pub(crate) const BLOBS: &str = "blobs";
 /// directories; format 7 stores new records committed (`codec::Layout`),
 /// which a format-6 build would misread; format 8 files each compaction's
 /// timestamp beside its turn range, so that the compactions outranking one
-/// are found without reading the others.
-pub const FORMAT_VERSION: u32 = 8;
+/// are found without reading the others; format 9 writes no turn index
+/// entry for a staged chunk (readers take a staged chunk's turns from the
+/// chunk itself), which a format-8 build would miss.
+pub const FORMAT_VERSION: u32 = 9;
 
 /// The first format version that stages small appends.
 pub(crate) const STAGING_FORMAT: u32 = 3;
@@ -116,6 +118,11 @@ pub(crate) const COMMITTED_FORMAT: u32 = 7;
 /// The first format version whose overlay range keys hold each
 /// compaction's timestamp ([`crate::codec::RangeEntry`]).
 pub(crate) const RANKED_RANGE_FORMAT: u32 = 8;
+
+/// The first format version that writes no turn index entries for staged
+/// chunks (`u`): a staged log is at most a few hundred records, and an
+/// entry per one-event append was a quarter of the keys it wrote.
+pub(crate) const UNINDEXED_STAGING_FORMAT: u32 = 9;
 
 /// The oldest format version this build reads and writes.
 pub(crate) const OLDEST_FORMAT: u32 = 1;

@@ -73,14 +73,17 @@ pub(crate) struct StagedChunk {
 
 impl Staged {
     /// The keys the staged chunks and their side data are stored under,
-    /// to retire once they are settled.
-    pub(crate) fn keys(&self, id: &ConversationId) -> Vec<Vec<u8>> {
+    /// to retire once they are settled: their turn index entries too if
+    /// `turns` (formats before 9 write them).
+    pub(crate) fn keys(&self, id: &ConversationId, turns: bool) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         for StagedChunk { chunk, .. } in &self.chunks {
             let first = chunk.first_seq;
             let last_turn = chunk.layout.entries.last().map_or(0, |e| e.turn);
             out.push(keys::chunk(Space::Staged, id, first));
-            out.push(keys::turn(Space::Staged, id, last_turn, first));
+            if turns {
+                out.push(keys::turn(Space::Staged, id, last_turn, first));
+            }
             out.push(keys::call_directory(Space::Staged, id, first));
             out.push(keys::overlay_directory(Space::Staged, id, first));
         }

@@ -248,6 +248,23 @@ pub fn load_settled_chunk(store: &Store, id: &ConversationId, first_seq: u64) ->
         .map(|_| ())
 }
 
+/// A conversation's staging state (`T`: where its staged records start,
+/// and their bytes), if it has one.
+pub fn staging_state(store: &Store, id: &ConversationId) -> StoreResult<Option<(u64, u64)>> {
+    Ok(store.staging(id)?.map(|s| (s.settled, s.bytes)))
+}
+
+/// The number of a conversation's staged turn index entries (`u`):
+/// written by formats 3 to 8 only.
+pub fn staged_turn_keys(store: &Store, id: &ConversationId) -> StoreResult<usize> {
+    let mut n = 0;
+    for entry in store.scan_prefix(keys::turns(keys::Space::Staged, id)) {
+        entry?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// The number of a conversation's staged chunk keys (`staging.rs`): the
 /// chunks of records not settled yet, and copies of settled ones that a
 /// running read may still reach.

@@ -11,7 +11,17 @@ use crate::keys::{self, Space};
 use crate::position::{Seq, Turn};
 use crate::store::Store;
 
-use super::{in_record, ChunkTurns};
+use super::{in_record, ChunkTurns, LoadedChunk, Located};
+
+/// The seq of the first record of `turn` in `chunk`, if it has one.
+fn position_of_turn(chunk: &LoadedChunk, turn: u64) -> Option<u64> {
+    chunk
+        .layout
+        .entries
+        .iter()
+        .position(|e| e.turn == turn)
+        .map(|i| chunk.first_seq + i as u64)
+}
 
 impl Store {
     /// The turn of record `seq`, from the chunk that holds it: O(log n).
@@ -95,38 +105,59 @@ impl Store {
     ) -> StoreResult<Option<u64>> {
         let pin = self.pin_read();
         let settled = self.settled(owner, &pin)?;
-        for space in [Space::Settled, Space::Staged] {
-            let index = self.scan_range(
-                keys::turn(space, owner, turn, 0),
-                keys::turn(space, owner, u64::MAX, u64::MAX),
-            );
-            for item in index {
-                let (key, value) = item?;
-                let (_, first_seq) = keys::turn_parts(&key).ok_or_else(|| StoreError::Corrupt {
-                    what: format!("conversation {owner}: a turn index key is truncated"),
-                })?;
-                if space == Space::Staged && first_seq < settled {
-                    continue;
-                }
-                let entry: TurnEntry = codec::decode(&value, "turn index entry")?;
-                if entry.first_turn > turn {
-                    // The turn falls between chunks: it has no record.
-                    return Ok(None);
-                }
-                let chunk = self.load_chunk(space, owner, first_seq)?;
-                return Ok(chunk
-                    .layout
-                    .entries
-                    .iter()
-                    .position(|e| e.turn == turn)
-                    .map(|i| first_seq + i as u64));
+        let index = self.scan_range(
+            keys::turn(Space::Settled, owner, turn, 0),
+            keys::turn(Space::Settled, owner, u64::MAX, u64::MAX),
+        );
+        if let Some(item) = index.into_iter().next() {
+            let (key, value) = item?;
+            let (_, first_seq) = keys::turn_parts(&key).ok_or_else(|| StoreError::Corrupt {
+                what: format!("conversation {owner}: a turn index key is truncated"),
+            })?;
+            let entry: TurnEntry = codec::decode(&value, "turn index entry")?;
+            if entry.first_turn > turn {
+                // The turn falls between chunks: it has no record.
+                return Ok(None);
+            }
+            let chunk = self.load_chunk(Space::Settled, owner, first_seq)?;
+            return Ok(position_of_turn(&chunk, turn));
+        }
+        // Past the settled chunks: the first staged chunk reaching `turn`.
+        for chunk in self.staged_chunks(owner, settled, u64::MAX)? {
+            if chunk.layout.entries.last().is_some_and(|e| e.turn >= turn) {
+                return Ok(position_of_turn(&chunk, turn));
             }
         }
         Ok(None)
     }
 
+    /// `owner`'s staged chunks starting in `from..end` (`from` at or past
+    /// where its staged records start), read whole, in log order: a staged
+    /// chunk's turns are read from the chunk itself (format 9 indexes no
+    /// staged chunk; the staged records are a few hundred at most).
+    fn staged_chunks(
+        &self,
+        owner: &ConversationId,
+        from: u64,
+        end: u64,
+    ) -> StoreResult<Vec<LoadedChunk>> {
+        let found = self.scan_range(
+            keys::chunk(Space::Staged, owner, from),
+            keys::chunk(Space::Staged, owner, end),
+        );
+        let mut chunks = Vec::new();
+        for item in found {
+            let chunk = item.and_then(|(key, value)| {
+                Located::new(self.format, owner, &key, value)?.into_loaded(self, owner)
+            });
+            chunks.push(chunk.map_err(|e| self.unless_deleted(owner, e))?);
+        }
+        Ok(chunks)
+    }
+
     /// The turns each chunk holding part of records `start..end` of `id`
-    /// spans, from the turn index alone (no chunk is read): for readers
+    /// spans, from the turn index alone for settled chunks (staged ones, a
+    /// few hundred records at most, are read: format 9 indexes none): for readers
     /// that pass over the chunks a view drops whole ([`RawChunk::turns`]).
     /// A fork's parent's chunks are listed whole, past the fork point too.
     pub fn chunk_turns(
@@ -140,6 +171,19 @@ impl Store {
         for (space, piece) in self.spaced_pieces(id, start, end, &pin)? {
             let owner = &piece.owner;
             let from = self.chunk_start(space, owner, piece.start)?;
+            if space == Space::Staged {
+                for chunk in self.staged_chunks(owner, from, piece.end)? {
+                    let (Some(first), Some(last)) =
+                        (chunk.layout.entries.first(), chunk.layout.entries.last())
+                    else {
+                        continue;
+                    };
+                    turns
+                        .spans
+                        .insert((*owner, space, chunk.first_seq), (first.turn, last.turn));
+                }
+                continue;
+            }
             // Keyed by last turn, then first seq: in log order, from the
             // first chunk that can hold the piece's first turn.
             let first_turn = self.turn_of_seq(id, piece.start)?;
