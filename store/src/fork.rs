@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::append::{encode_all, write_records, Writes};
-use crate::codec::{decode, encode};
+use crate::codec::{decode_named, encode};
 use crate::error::{StoreError, StoreResult};
 use crate::event::TurnTracker;
 use crate::event::{Event, EventType};
@@ -41,10 +41,9 @@ impl Store {
     /// Where `id` was forked from, if it is a fork.
     pub fn fork_point(&self, id: &ConversationId) -> StoreResult<Option<ForkPoint>> {
         match self.get(&keys::lineage(id))? {
-            Some(bytes) => Ok(Some(decode(
-                &bytes,
-                &format!("lineage of conversation {id}"),
-            )?)),
+            Some(bytes) => Ok(Some(decode_named(&bytes, &|| {
+                format!("lineage of conversation {id}")
+            })?)),
             None => Ok(None),
         }
     }

@@ -232,7 +232,7 @@ impl Store {
     pub(crate) fn staging(&self, id: &ConversationId) -> StoreResult<Option<Staging>> {
         match self.get(&keys::staging(id))? {
             Some(bytes) => {
-                codec::decode(&bytes, &format!("staging of conversation {id}")).map(Some)
+                codec::decode_named(&bytes, &|| format!("staging of conversation {id}")).map(Some)
             }
             None => Ok(None),
         }

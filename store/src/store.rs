@@ -13,7 +13,7 @@ use crate::backend::Segments;
 use crate::backend::{
     self, Backend, Batch, Bytes, Condition, Keyspace, KvIter, MemoryBackend, SledBackend,
 };
-use crate::codec::{decode, encode};
+use crate::codec::{decode, decode_named, encode};
 use crate::error::{StoreError, StoreResult};
 use crate::event::{EventType, Timestamp, TurnTracker};
 use crate::fork::ForkPoint;
@@ -936,7 +936,7 @@ impl Store {
     ) -> StoreResult<(ConversationMeta, Vec<u8>)> {
         match self.get(&keys::conversation(id))? {
             Some(bytes) => Ok((
-                decode(&bytes, &format!("metadata of conversation {id}"))?,
+                decode_named(&bytes, &|| format!("metadata of conversation {id}"))?,
                 bytes.to_vec(),
             )),
             None => Err(StoreError::NoSuchConversation {
