@@ -38,6 +38,14 @@ fn expected(env: &TestEnv, format: u32, file: &str) -> Vec<Value> {
         .collect()
 }
 
+/// `env.run(args)`, waiting for the database if something still holds
+/// it: this test opens databases in its own process too, and the lock of
+/// one it dropped may be released a moment later (sled closes its file
+/// once the last of its threads lets go of it).
+fn run(env: &TestEnv, args: &[&str]) -> support::Run {
+    env.run(&[&["--wait", "10"], args].concat())
+}
+
 fn reads_as_its_build_did(format: u32) {
     let env = unpack(format);
     let store =
@@ -46,13 +54,13 @@ fn reads_as_its_build_did(format: u32) {
     assert_eq!(store.format_version(), format);
     drop(store);
     for conversation in ["chat", "big", "fork"] {
-        let log = env.run(&["log", conversation]).ok().lines();
+        let log = run(&env, &["log", conversation]).ok().lines();
         assert_eq!(
             log,
             expected(&env, format, &format!("{conversation}.log.ndjson")),
             "format {format}: log {conversation}"
         );
-        let view = env.run(&["project", conversation]).ok().lines();
+        let view = run(&env, &["project", conversation]).ok().lines();
         assert_eq!(
             view,
             expected(&env, format, &format!("{conversation}.view.ndjson")),
@@ -60,31 +68,34 @@ fn reads_as_its_build_did(format: u32) {
         );
     }
     // Its stored view and pins, as the old build left them.
-    let views = env.run(&["view", "chat", "--list", "--json"]).ok().lines();
+    let views = run(&env, &["view", "chat", "--list", "--json"])
+        .ok()
+        .lines();
     assert_eq!(views[0][0]["name"], "default");
-    assert_eq!(env.run(&["pin", "chat", "--list"]).ok().stdout, "0\n");
-    let verified = env.run(&["verify", "--json"]).ok().lines();
+    assert_eq!(run(&env, &["pin", "chat", "--list"]).ok().stdout, "0\n");
+    let verified = run(&env, &["verify", "--json"]).ok().lines();
     assert_eq!(verified[0]["conversations"], 3);
     // New writes go on in the old format: a redacted record of a format
     // before 7 proves only its address, a committed one every other field.
-    env.run(&["append", "chat", "--turn", "--user", "and now?"])
-        .ok();
-    let len = env.run(&["log", "chat"]).ok().lines().len();
-    env.run(&["redact", "chat", &(len - 1).to_string(), "--reason", "test"])
-        .ok();
-    let verified = env.run(&["verify", "--json"]).ok().lines();
+    run(&env, &["append", "chat", "--turn", "--user", "and now?"]).ok();
+    let len = run(&env, &["log", "chat"]).ok().lines().len();
+    run(
+        &env,
+        &["redact", "chat", &(len - 1).to_string(), "--reason", "test"],
+    )
+    .ok();
+    let verified = run(&env, &["verify", "--json"]).ok().lines();
     assert_eq!(verified[0]["redacted"], 1);
     assert_eq!(
         verified[0]["redacted_proven"],
         u64::from(format >= 7),
         "format {format}"
     );
-    env.run(&["append", "fork", "--user", "more"]).ok();
-    env.run(&["compact", "big", "--reasoning", "strip", "--force"])
-        .ok();
-    env.run(&["view", "chat"]).ok();
-    env.run(&["verify"]).ok();
-    let log = env.run(&["log", "chat"]).ok().lines();
+    run(&env, &["append", "fork", "--user", "more"]).ok();
+    run(&env, &["compact", "big", "--reasoning", "strip", "--force"]).ok();
+    run(&env, &["view", "chat"]).ok();
+    run(&env, &["verify"]).ok();
+    let log = run(&env, &["log", "chat"]).ok().lines();
     // The two records appended, and the redaction event.
     assert_eq!(
         &log[..log.len() - 3],
@@ -101,39 +112,45 @@ fn reads_as_its_build_did(format: u32) {
     // the older format files them.
     let newer = env.path().join("newer");
     let newer = newer.to_str().unwrap();
-    env.run(&["--db", newer, "append", "n", "--turn", "--user", "x"])
-        .ok();
-    env.run(&[
-        "--db",
-        newer,
-        "compact",
-        "n",
-        "--reasoning",
-        "strip",
-        "--force",
-    ])
+    run(
+        &env,
+        &["--db", newer, "append", "n", "--turn", "--user", "x"],
+    )
     .ok();
-    let before = env.run(&["list", "--json"]).ok().stdout;
-    let run = env.run(&["copy", newer, env.db().to_str().unwrap()]);
+    run(
+        &env,
+        &[
+            "--db",
+            newer,
+            "compact",
+            "n",
+            "--reasoning",
+            "strip",
+            "--force",
+        ],
+    )
+    .ok();
+    let before = run(&env, &["list", "--json"]).ok().stdout;
+    let copied = run(&env, &["copy", newer, env.db().to_str().unwrap()]);
     if format < 7 {
-        let run = run.fails();
+        let copied = copied.fails();
         assert!(
-            run.stderr.contains("cannot hold the format-7 records"),
+            copied.stderr.contains("cannot hold the format-7 records"),
             "{}",
-            run.stderr
+            copied.stderr
         );
-        assert_eq!(env.run(&["list", "--json"]).ok().stdout, before);
+        assert_eq!(run(&env, &["list", "--json"]).ok().stdout, before);
     } else {
-        run.ok();
+        copied.ok();
         assert_eq!(
-            env.run(&["log", "n"]).ok().stdout,
-            env.run(&["--db", newer, "log", "n"]).ok().stdout
+            run(&env, &["log", "n"]).ok().stdout,
+            run(&env, &["--db", newer, "log", "n"]).ok().stdout
         );
-        env.run(&["verify"]).ok();
+        run(&env, &["verify"]).ok();
     }
     // A backup is a copy in the current format, reading the same.
     let copy = env.path().join("copy");
-    env.run(&["backup", copy.to_str().unwrap()]).ok();
+    run(&env, &["backup", copy.to_str().unwrap()]).ok();
     let store = convstore_store::Store::open_with(&copy, &convstore_store::OpenOptions::existing())
         .unwrap();
     assert_eq!(store.format_version(), convstore_store::FORMAT_VERSION);
@@ -142,10 +159,10 @@ fn reads_as_its_build_did(format: u32) {
     for conversation in ["chat", "big", "fork"] {
         for command in ["log", "project"] {
             assert_eq!(
-                env.run(&[command, conversation, "--db", copy_db])
+                run(&env, &[command, conversation, "--db", copy_db])
                     .ok()
                     .stdout,
-                env.run(&[command, conversation]).ok().stdout,
+                run(&env, &[command, conversation]).ok().stdout,
                 "format {format}: {command} {conversation} of the backup"
             );
         }
