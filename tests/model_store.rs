@@ -426,6 +426,35 @@ fn staged_chunks_are_turn_indexed_only_before_format_9() {
             }
         }
         assert!(store.verify(&id).unwrap().is_ok(), "format {format}");
+        // A staged chunk gone (damage) fails every turn question that
+        // reaches it, naming it, rather than answering without it.
+        let damaged = store.create_conversation(Some("damaged")).unwrap();
+        for event in &all {
+            store
+                .append(&damaged, std::slice::from_ref(event), &fast())
+                .unwrap();
+        }
+        // Records 32..40 staged, a chunk each: record 36 opens turn 12.
+        assert_eq!(
+            testing::drop_a_staged_chunk(&store, &damaged, 4).unwrap(),
+            Some(36)
+        );
+        for turn in [12, 13] {
+            let error = store
+                .first_seq_of_turn(&damaged, Turn(turn))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("chunk at seq 36 is missing"),
+                "format {format}: {error}"
+            );
+        }
+        let error = store.chunk_turns(&damaged, 0, 40).unwrap_err().to_string();
+        assert!(
+            error.contains("chunk at seq 36 is missing"),
+            "format {format}: {error}"
+        );
+        assert!(store.verify(&damaged).unwrap().is_err(), "format {format}");
         // Staged records are settled at 64 KiB too: records of about 900
         // bytes, an append each, settle every 72 or so, long before the
         // 256-record bound.
@@ -445,7 +474,7 @@ fn staged_chunks_are_turn_indexed_only_before_format_9() {
             settles += u64::from(settled == i + 1);
         }
         assert!(settles >= 2, "format {format}: {settles}");
-        assert!(store.verify_all().unwrap().is_ok(), "format {format}");
+        assert!(store.verify(&long).unwrap().is_ok(), "format {format}");
     }
 }
 

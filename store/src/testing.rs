@@ -221,10 +221,21 @@ pub fn interrupt_bulk_commits(how: Option<bool>) {
 /// Deletes a conversation's settled chunk key number `nth` (in log order),
 /// as damage would; returns the seq it started at.
 pub fn drop_a_chunk(store: &Store, id: &ConversationId, nth: usize) -> StoreResult<Option<u64>> {
-    let Some(entry) = store
-        .scan_prefix(keys::chunks(keys::Space::Settled, id))
-        .nth(nth)
-    else {
+    drop_chunk_key(store, keys::chunks(keys::Space::Settled, id), nth)
+}
+
+/// [`drop_a_chunk`] among the conversation's staged chunk keys (settled
+/// ones not yet deleted included).
+pub fn drop_a_staged_chunk(
+    store: &Store,
+    id: &ConversationId,
+    nth: usize,
+) -> StoreResult<Option<u64>> {
+    drop_chunk_key(store, keys::chunks(keys::Space::Staged, id), nth)
+}
+
+fn drop_chunk_key(store: &Store, prefix: Vec<u8>, nth: usize) -> StoreResult<Option<u64>> {
+    let Some(entry) = store.scan_prefix(prefix).nth(nth) else {
         return Ok(None);
     };
     let key = entry?.0.to_vec();

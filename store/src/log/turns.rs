@@ -104,6 +104,9 @@ impl Store {
         turn: u64,
     ) -> StoreResult<Option<u64>> {
         let pin = self.pin_read();
+        // The length first: a settle after it leaves no staged record
+        // before it unread (the settled index is read after the boundary).
+        let len = self.meta(owner)?.len;
         let settled = self.settled(owner, &pin)?;
         let index = self.scan_range(
             keys::turn(Space::Settled, owner, turn, 0),
@@ -123,7 +126,7 @@ impl Store {
             return Ok(position_of_turn(&chunk, turn));
         }
         // Past the settled chunks: the first staged chunk reaching `turn`.
-        for chunk in self.staged_chunks(owner, settled, u64::MAX)? {
+        for chunk in self.staged_chunks(owner, settled, len)? {
             if chunk.layout.entries.last().is_some_and(|e| e.turn >= turn) {
                 return Ok(position_of_turn(&chunk, turn));
             }
@@ -131,26 +134,48 @@ impl Store {
         Ok(None)
     }
 
-    /// `owner`'s staged chunks starting in `from..end` (`from` at or past
-    /// where its staged records start), read whole, in log order: a staged
+    /// `owner`'s staged chunks holding its records `from..end` (`from` the
+    /// first seq of one of them), read whole, in log order: a staged
     /// chunk's turns are read from the chunk itself (format 9 indexes no
-    /// staged chunk; the staged records are a few hundred at most).
+    /// staged chunk; the staged records are a few hundred at most). A
+    /// chunk missing among them fails as corrupt, naming it, as reading it
+    /// would: an answer without its records would be wrong.
     fn staged_chunks(
         &self,
         owner: &ConversationId,
         from: u64,
         end: u64,
     ) -> StoreResult<Vec<LoadedChunk>> {
+        if from >= end {
+            return Ok(Vec::new());
+        }
         let found = self.scan_range(
             keys::chunk(Space::Staged, owner, from),
             keys::chunk(Space::Staged, owner, end),
         );
+        let missing = |seq: u64| StoreError::Corrupt {
+            what: format!("conversation {owner}: chunk at seq {seq} is missing"),
+        };
         let mut chunks = Vec::new();
+        let mut next = from;
         for item in found {
-            let chunk = item.and_then(|(key, value)| {
-                Located::new(self.format, owner, &key, value)?.into_loaded(self, owner)
-            });
-            chunks.push(chunk.map_err(|e| self.unless_deleted(owner, e))?);
+            let chunk = item
+                .and_then(|(key, value)| {
+                    Located::new(self.format, owner, &key, value)?.into_loaded(self, owner)
+                })
+                .and_then(|chunk| {
+                    if chunk.first_seq == next {
+                        Ok(chunk)
+                    } else {
+                        Err(missing(next))
+                    }
+                })
+                .map_err(|e| self.unless_deleted(owner, e))?;
+            next = chunk.first_seq + chunk.layout.entries.len() as u64;
+            chunks.push(chunk);
+        }
+        if next < end {
+            return Err(self.unless_deleted(owner, missing(next)));
         }
         Ok(chunks)
     }
@@ -170,20 +195,26 @@ impl Store {
         let mut turns = ChunkTurns::default();
         for (space, piece) in self.spaced_pieces(id, start, end, &pin)? {
             let owner = &piece.owner;
-            let from = self.chunk_start(space, owner, piece.start)?;
             if space == Space::Staged {
-                for chunk in self.staged_chunks(owner, from, piece.end)? {
+                // From where the staged records start, so that a missing
+                // chunk is told from one the piece does not reach.
+                let settled = self.settled(owner, &pin)?;
+                for chunk in self.staged_chunks(owner, settled, piece.end)? {
                     let (Some(first), Some(last)) =
                         (chunk.layout.entries.first(), chunk.layout.entries.last())
                     else {
                         continue;
                     };
+                    if chunk.first_seq + (chunk.layout.entries.len() as u64) <= piece.start {
+                        continue;
+                    }
                     turns
                         .spans
                         .insert((*owner, space, chunk.first_seq), (first.turn, last.turn));
                 }
                 continue;
             }
+            let from = self.chunk_start(space, owner, piece.start)?;
             // Keyed by last turn, then first seq: in log order, from the
             // first chunk that can hold the piece's first turn.
             let first_turn = self.turn_of_seq(id, piece.start)?;
