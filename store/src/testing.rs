@@ -2,7 +2,6 @@
 //! of the supported API.
 
 use crate::append::Writes;
-use crate::backend::Keyspace;
 use crate::codec::{decode, encode, ChunkRepr};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::ConversationId;
@@ -167,17 +166,7 @@ pub fn record_roundtrip(bytes: &[u8]) -> Option<(crate::Event, crate::Event)> {
 /// directory keys (one per chunk that holds compactions, settled and
 /// staged; format 4) and of single-compaction keys (formats 1 to 3).
 pub fn overlay_keys(store: &Store, id: &ConversationId) -> StoreResult<(usize, usize)> {
-    let count = |prefix: Vec<u8>| -> StoreResult<usize> {
-        let mut n = 0;
-        for entry in store
-            .kv
-            .scan(Keyspace::Main, crate::backend::prefixed(prefix), false)
-        {
-            entry?;
-            n += 1;
-        }
-        Ok(n)
-    };
+    let count = |prefix| count_keys(store, prefix);
     let directories = count(keys::overlay_directories(keys::Space::Settled, id))?
         + count(keys::overlay_directories(keys::Space::Staged, id))?;
     Ok((directories, count(keys::overlays(id))?))
@@ -186,8 +175,13 @@ pub fn overlay_keys(store: &Store, id: &ConversationId) -> StoreResult<(usize, u
 /// The number of a conversation's overlay range keys (format 5): one per
 /// level and bucket an append filed compactions under.
 pub fn overlay_range_keys(store: &Store, id: &ConversationId) -> StoreResult<usize> {
+    count_keys(store, keys::overlay_ranges(id))
+}
+
+/// The number of keys under `prefix`.
+fn count_keys(store: &Store, prefix: Vec<u8>) -> StoreResult<usize> {
     let mut n = 0;
-    for entry in store.scan_prefix(keys::overlay_ranges(id)) {
+    for entry in store.scan_prefix(prefix) {
         entry?;
         n += 1;
     }
@@ -268,22 +262,12 @@ pub fn staging_state(store: &Store, id: &ConversationId) -> StoreResult<Option<(
 /// The number of a conversation's staged turn index entries (`u`):
 /// written by formats 3 to 8 only.
 pub fn staged_turn_keys(store: &Store, id: &ConversationId) -> StoreResult<usize> {
-    let mut n = 0;
-    for entry in store.scan_prefix(keys::turns(keys::Space::Staged, id)) {
-        entry?;
-        n += 1;
-    }
-    Ok(n)
+    count_keys(store, keys::turns(keys::Space::Staged, id))
 }
 
 /// The number of a conversation's staged chunk keys (`staging.rs`): the
 /// chunks of records not settled yet, and copies of settled ones that a
 /// running read may still reach.
 pub fn staged_chunk_keys(store: &Store, id: &ConversationId) -> StoreResult<usize> {
-    let mut n = 0;
-    for entry in store.scan_prefix(keys::chunks(keys::Space::Staged, id)) {
-        entry?;
-        n += 1;
-    }
-    Ok(n)
+    count_keys(store, keys::chunks(keys::Space::Staged, id))
 }
