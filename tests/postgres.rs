@@ -926,3 +926,50 @@ fn verify_names_a_call_directory_that_does_not_decode_past_a_missing_one() {
         "{err}"
     );
 }
+
+/// `verify` while appends run, through the server that takes them and
+/// from another process: each conversation is read as it stood at one
+/// moment, so a log that grows (and settles) while it is read is never
+/// reported as corrupt.
+#[test]
+fn verify_while_appends_run_reads_one_state() {
+    let Some(db) = database("verify_while_appends_run_reads_one_state") else {
+        return;
+    };
+    ok(&db, &["append", "chat"], Some(TURN));
+    let server = Server::start(&db, &[]);
+    let url = server.url.clone();
+    // Past 256 staged records a conversation's records settle, so the
+    // checks also meet settles.
+    let appenders: Vec<_> = (0..2)
+        .map(|c| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                for n in 0..600 {
+                    let body = json!({"type": "user", "text": format!("{c}: {n}")}).to_string();
+                    let conv = if c == 0 { "chat" } else { "other" };
+                    let (status, answer) = append(&url, conv, "", &body);
+                    assert!(status == 200 || status == 201, "{status}: {answer}");
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut checks = 0;
+    while appenders.iter().any(|a| !a.is_finished()) && started.elapsed() < Duration::from_secs(60)
+    {
+        let (status, verified) = answer(agent().get(&format!("{url}/v1/verify")).call());
+        assert_eq!(status, 200, "through the server: {verified}");
+        assert_eq!(verified["ok"], true, "through the server: {verified}");
+        if checks % 4 == 0 {
+            ok(&db, &["verify"], None);
+        }
+        checks += 1;
+    }
+    for appender in appenders {
+        appender.join().unwrap();
+    }
+    assert!(checks > 4, "{checks} checks during the appends");
+    let (status, verified) = answer(agent().get(&format!("{url}/v1/verify")).call());
+    assert_eq!((status, &verified["ok"]), (200, &json!(true)), "{verified}");
+}

@@ -826,6 +826,25 @@ impl Store {
         )
     }
 
+    /// For a database server other processes write to, a read-only store
+    /// that sees the database as it stood at its first read (see
+    /// [`Backend::begin_snapshot`]): reads that must agree with one another
+    /// go through it. `None` where [`Store::hold_writes`] holds the
+    /// writes off instead.
+    pub(crate) fn snapshot(&self) -> StoreResult<Option<Store>> {
+        let Some(begun) = self.kv.begin_snapshot() else {
+            return Ok(None);
+        };
+        let snapshot = Store::assemble(begun?, self.format);
+        let progress = self
+            .progress
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        snapshot.set_progress(progress);
+        Ok(Some(snapshot))
+    }
+
     /// Creates an empty conversation, with a unique `name` if given.
     pub fn create_conversation(&self, name: Option<&str>) -> StoreResult<ConversationId> {
         let guard = self.lock_writes();

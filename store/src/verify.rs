@@ -97,28 +97,31 @@ impl Store {
             let Some(id) = keys::conversation_of(&key) else {
                 continue;
             };
-            // Appends from this process wait for the conversation's check
-            // (a server's): a log read while it grows would not match the
-            // metadata read before it.
-            if self.is_shredded(&id)? {
+            // A log read while it grows would not match the metadata read
+            // before it: appends from this process wait for the
+            // conversation's check (a server's), and on a database server
+            // it is read in one snapshot.
+            let guard = self.hold_writes();
+            let snapshot = self.snapshot()?;
+            let store = snapshot.as_ref().unwrap_or(self);
+            if store.is_shredded(&id)? {
                 total.shredded += 1;
                 continue;
             }
-            let guard = self.hold_writes();
-            let own = match self.meta(&id) {
-                Ok(meta) => meta.len - self.fork_point(&id)?.map_or(0, |p| p.at),
+            let own = match store.meta(&id) {
+                Ok(meta) => meta.len - store.fork_point(&id)?.map_or(0, |p| p.at),
                 // Deleted since the scan found it (by another client of a
                 // server): not part of the database any more.
                 Err(StoreError::NoSuchConversation { .. }) => continue,
                 Err(e) => return Err(e),
             };
-            let verified = self.verify_one(&id, &blobs, &mut done);
-            // Deleted while being read (a database server does not hold
-            // writes off): what was missing went with it.
+            let verified = store.verify_one(&id, &blobs, &mut done);
+            drop((guard, snapshot));
+            // Deleted while being read (deletions of this process are not
+            // held off): what was missing went with it.
             if verified.is_err() && self.gone(&id) {
                 continue;
             }
-            drop(guard);
             match verified {
                 // Shared records are counted once, with their owner.
                 Ok(_) => total.records += own,
@@ -139,8 +142,10 @@ impl Store {
     pub fn verify(&self, id: &ConversationId) -> StoreResult<Verified> {
         let blobs = Mutex::new(HashSet::new());
         let guard = self.hold_writes();
+        let snapshot = self.snapshot()?;
+        let store = snapshot.as_ref().unwrap_or(self);
         let mut done = HashMap::new();
-        let mut report = self.verify_one(id, &blobs, &mut done);
+        let mut report = store.verify_one(id, &blobs, &mut done);
         drop(guard);
         if let Ok(report) = &mut report {
             report.conversations = 1;
@@ -156,7 +161,7 @@ impl Store {
                     report.redacted += redacted;
                     report.redacted_proven += proven;
                 }
-                match self.fork_point(&at)? {
+                match store.fork_point(&at)? {
                     Some(point) => {
                         end = end.min(point.at);
                         at = point.parent;

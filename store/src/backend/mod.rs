@@ -246,6 +246,16 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// For a database server other processes write to: a backend whose
+    /// reads all see the database as it stood at its first read, whatever
+    /// is written meanwhile, for reads that must agree with one another
+    /// (a record count and the records). It writes nothing; dropping it
+    /// ends it. `None` for a backend one process holds, whose writes that
+    /// process can hold off instead.
+    fn begin_snapshot(&self) -> Option<StoreResult<std::sync::Arc<dyn Backend>>> {
+        None
+    }
+
     /// Commits the transaction this backend is (see
     /// [`Backend::begin_transaction`]).
     fn commit_transaction(&self) -> StoreResult<()> {

@@ -609,6 +609,36 @@ impl PgBackend {
         })
     }
 
+    /// The failure to take a connection from the pool.
+    fn no_connection(&self, error: &r2d2::Error) -> StoreError {
+        StoreError::Backend(Box::new(PgError(format!(
+            "no connection to {}: {error}",
+            self.url
+        ))))
+    }
+
+    /// A backend on one connection of the pool, in a transaction `begin`
+    /// starts (see [`Backend::begin_transaction`]); `None` for one that
+    /// is a transaction already.
+    fn begin(&self, begin: &str) -> Option<StoreResult<Arc<dyn Backend>>> {
+        let Source::Pool(pool) = &self.source else {
+            return None;
+        };
+        let begun = (|| {
+            let mut conn = pool.get().map_err(|e| self.no_connection(&e))?;
+            conn.client
+                .batch_execute(begin)
+                .map_err(|e| backend_error(&e))?;
+            Ok(Arc::new(PgBackend {
+                source: Source::Transaction(Box::new(std::sync::Mutex::new(Some(conn)))),
+                config: self.config.clone(),
+                url: self.url.clone(),
+                listening: std::sync::Mutex::new(None),
+            }) as Arc<dyn Backend>)
+        })();
+        Some(begun)
+    }
+
     /// Runs `f` on a connection (one from the pool, or the transaction's);
     /// the outer error: there is no connection, the inner: PostgreSQL's.
     fn attempt<T>(
@@ -628,14 +658,7 @@ impl PgBackend {
     ) -> StoreResult<Result<T, postgres::Error>> {
         match &self.source {
             Source::Pool(pool) => {
-                let get = || {
-                    pool.get().map_err(|e| {
-                        StoreError::Backend(Box::new(PgError(format!(
-                            "no connection to {}: {e}",
-                            self.url
-                        ))))
-                    })
-                };
+                let get = || pool.get().map_err(|e| self.no_connection(&e));
                 let mut conn = get()?;
                 match f(&mut conn) {
                     // A read whose session the server ended (a restart,
@@ -1302,27 +1325,12 @@ impl Backend for PgBackend {
     }
 
     fn begin_transaction(&self) -> Option<StoreResult<Arc<dyn Backend>>> {
-        let Source::Pool(pool) = &self.source else {
-            return None;
-        };
-        let begun = (|| {
-            let mut conn = pool.get().map_err(|e| {
-                StoreError::Backend(Box::new(PgError(format!(
-                    "no connection to {}: {e}",
-                    self.url
-                ))))
-            })?;
-            conn.client
-                .batch_execute("BEGIN")
-                .map_err(|e| backend_error(&e))?;
-            Ok(Arc::new(PgBackend {
-                source: Source::Transaction(Box::new(std::sync::Mutex::new(Some(conn)))),
-                config: self.config.clone(),
-                url: self.url.clone(),
-                listening: std::sync::Mutex::new(None),
-            }) as Arc<dyn Backend>)
-        })();
-        Some(begun)
+        self.begin("BEGIN")
+    }
+
+    fn begin_snapshot(&self) -> Option<StoreResult<Arc<dyn Backend>>> {
+        // Its snapshot is taken at its first statement.
+        self.begin("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     }
 
     fn commit_transaction(&self) -> StoreResult<()> {
