@@ -132,11 +132,12 @@ fn the_log_read_back_does_not_depend_on_how_it_was_appended() {
 }
 
 /// `log` and `export` read the chunks in parallel: a chunk missing from
-/// the middle or the end of a log fails them with an error naming the
-/// first record missing, after every record before it.
+/// the middle or the end of a log, or from its staged records, fails them
+/// with an error naming the first record missing, after every record
+/// before it. A view of the log fails alike.
 #[test]
 fn a_log_missing_a_chunk_is_refused_by_log_and_export() {
-    for nth in [1, 2] {
+    for (nth, staged) in [(1, false), (2, false), (1, true)] {
         let env = TestEnv::new();
         env.run(&[
             "gen",
@@ -149,12 +150,39 @@ fn a_log_missing_a_chunk_is_refused_by_log_and_export() {
             "3",
         ])
         .ok();
+        // Appended an event at a time: staged records, a chunk each.
+        for text in ["one", "two", "three"] {
+            env.run(&["append", "g", "--user", text]).ok();
+        }
         let store = convstore_store::Store::open(env.db()).unwrap();
         let id = store.resolve("g").unwrap();
-        let dropped = convstore_store::testing::drop_a_chunk(&store, &id, nth)
-            .unwrap()
-            .unwrap();
+        let dropped = if staged {
+            convstore_store::testing::drop_a_staged_chunk(&store, &id, nth)
+        } else {
+            convstore_store::testing::drop_a_chunk(&store, &id, nth)
+        };
+        let dropped = dropped.unwrap().unwrap();
+        assert_eq!(dropped == 2501, staged, "{dropped}");
         drop(store);
+        for command in [
+            &["project", "g"][..],
+            &["project", "g", "--format", "text"],
+            &["project", "g", "--as-of", "2502"],
+            &["view", "g"],
+        ] {
+            let failed = env.run(command).fails();
+            // Named by the record, or by the chunk a turn lookup reads.
+            assert!(
+                [
+                    format!("record {dropped} is missing"),
+                    format!("chunk at seq {dropped} is missing")
+                ]
+                .iter()
+                .any(|m| failed.stderr.contains(m)),
+                "{command:?}: {}",
+                failed.stderr
+            );
+        }
         for command in [&["log", "g"][..], &["export", "g", "--format", "ndjson"]] {
             let failed = env.run(command).fails();
             assert!(

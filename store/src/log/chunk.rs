@@ -295,35 +295,81 @@ impl std::ops::Deref for Held<'_> {
 
 /// Undecoded chunks of a conversation; see [`Store::chunks`].
 pub struct ChunkIter<'s> {
+    pub(crate) store: &'s Store,
+    /// The conversation read.
+    pub(crate) id: ConversationId,
     pub(crate) format: u32,
     /// The pieces still to read, the next one last.
     pub(crate) pieces: Vec<(Piece, KvIter<'s>)>,
     pub(crate) current: Option<(Piece, KvIter<'s>)>,
+    /// The seq of the next record of the current piece: a chunk starting
+    /// past it, or a piece ending before it is reached, leaves records out.
+    pub(crate) next: u64,
+    /// Set once it has failed: it yields nothing more.
+    pub(crate) failed: bool,
     /// Keeps the staged chunks it is to read.
     pub(crate) _pin: crate::staging::ReadPin,
+}
+
+impl ChunkIter<'_> {
+    /// The next chunk, or the failure to read one; a gap in the records
+    /// is damage (or a delete that took the conversation meanwhile).
+    fn step(&mut self) -> StoreResult<Option<RawChunk>> {
+        loop {
+            let Some((piece, chunks)) = &mut self.current else {
+                let Some((piece, chunks)) = self.pieces.pop() else {
+                    return Ok(None);
+                };
+                self.next = piece.start;
+                self.current = Some((piece, chunks));
+                continue;
+            };
+            let piece = *piece;
+            let Some(item) = chunks.next() else {
+                if self.next < piece.end {
+                    return Err(self.missing());
+                }
+                self.current = None;
+                continue;
+            };
+            let (key, bytes) = item?;
+            let chunk = RawChunk {
+                id: piece.owner,
+                records: piece.start..piece.end,
+                chunk: Located::new(self.format, &piece.owner, &key, bytes.clone())?,
+                source: ChunkSource { key, value: bytes },
+            };
+            let held = chunk.seqs();
+            if held.start > self.next {
+                return Err(self.missing());
+            }
+            self.next = self.next.max(held.end);
+            return Ok(Some(chunk));
+        }
+    }
+
+    /// Record `next` is not where the chunks should have it.
+    fn missing(&self) -> StoreError {
+        let gap = StoreError::Corrupt {
+            what: format!(
+                "conversation {}: record {} is missing from the log",
+                self.id, self.next
+            ),
+        };
+        self.store.unless_deleted(&self.id, gap)
+    }
 }
 
 impl Iterator for ChunkIter<'_> {
     type Item = StoreResult<RawChunk>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some((piece, chunks)) = &mut self.current {
-                if let Some(item) = chunks.next() {
-                    let piece = *piece;
-                    let format = self.format;
-                    return Some(item.and_then(|(key, bytes)| {
-                        Ok(RawChunk {
-                            id: piece.owner,
-                            records: piece.start..piece.end,
-                            chunk: Located::new(format, &piece.owner, &key, bytes.clone())?,
-                            source: ChunkSource { key, value: bytes },
-                        })
-                    }));
-                }
-            }
-            self.current = Some(self.pieces.pop()?);
+        if self.failed {
+            return None;
         }
+        let item = self.step().transpose();
+        self.failed = matches!(item, Some(Err(_)));
+        item
     }
 }
 

@@ -206,10 +206,14 @@ impl Store {
         let mut pieces = self.piece_chunks(id, start, end, &pin)?;
         pieces.reverse();
         Ok(ChunkIter {
+            store: self,
+            id: *id,
             _pin: pin,
             format: self.format,
             pieces,
             current: None,
+            next: start,
+            failed: false,
         })
     }
 }
