@@ -77,15 +77,26 @@ impl Staged {
     /// `turns` (formats before 9 write them).
     pub(crate) fn keys(&self, id: &ConversationId, turns: bool) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        for StagedChunk { chunk, .. } in &self.chunks {
+        for StagedChunk {
+            chunk,
+            calls,
+            overlays,
+        } in &self.chunks
+        {
             let first = chunk.first_seq;
             let last_turn = chunk.layout.entries.last().map_or(0, |e| e.turn);
             out.push(keys::chunk(Space::Staged, id, first));
             if turns {
                 out.push(keys::turn(Space::Staged, id, last_turn, first));
             }
-            out.push(keys::call_directory(Space::Staged, id, first));
-            out.push(keys::overlay_directory(Space::Staged, id, first));
+            // Only the directories there are: a chunk without tool calls
+            // or compactions has none.
+            if calls.is_some() {
+                out.push(keys::call_directory(Space::Staged, id, first));
+            }
+            if overlays.is_some() {
+                out.push(keys::overlay_directory(Space::Staged, id, first));
+            }
         }
         out
     }
@@ -270,6 +281,25 @@ impl Store {
         let mut chunks = Vec::new();
         let mut seq = from;
         let mut address = None;
+        // The directories of the staged chunks, by first seq: most chunks
+        // have none, so one scan each rather than a lookup per chunk.
+        let directories = |key: fn(Space, &ConversationId, u64) -> Vec<u8>| {
+            self.scan_range(key(Space::Staged, id, from), key(Space::Staged, id, len))
+                .map(|item| {
+                    let (key, value) = item?;
+                    let seq = keys::key_seq(&key).ok_or_else(|| crate::StoreError::Corrupt {
+                        what: format!("conversation {id}: a staged directory key is truncated"),
+                    })?;
+                    Ok((seq, value))
+                })
+                .collect::<StoreResult<BTreeMap<u64, Bytes>>>()
+        };
+        let mut calls = directories(keys::call_directory)?;
+        let mut overlays = if self.format >= keys::OVERLAY_DIRECTORY_FORMAT {
+            directories(keys::overlay_directory)?
+        } else {
+            BTreeMap::new()
+        };
         let staged = self.scan_range(
             keys::chunk(Space::Staged, id, from),
             keys::chunk(Space::Staged, id, len),
@@ -297,16 +327,10 @@ impl Store {
             }
             address = Some(at);
             seq += chunk.layout.entries.len() as u64;
-            let calls = self.get(&keys::call_directory(Space::Staged, id, chunk.first_seq))?;
-            let overlays = if self.format >= keys::OVERLAY_DIRECTORY_FORMAT {
-                self.get(&keys::overlay_directory(Space::Staged, id, chunk.first_seq))?
-            } else {
-                None
-            };
             chunks.push(StagedChunk {
+                calls: calls.remove(&chunk.first_seq),
+                overlays: overlays.remove(&chunk.first_seq),
                 chunk,
-                calls,
-                overlays,
             });
         }
         if seq != len || address.is_some_and(|a| a != head) {

@@ -202,6 +202,9 @@ impl Store {
     /// readers that decode them in parallel ([`RawChunk::events`]). A chunk
     /// shared with a fork's parent yields only the fork's records.
     pub fn chunks(&self, id: &ConversationId, start: u64, end: u64) -> StoreResult<ChunkIter<'_>> {
+        // Records past the end are not asked for, but missing.
+        let end = end.min(self.meta(id)?.len);
+        let start = start.min(end);
         let pin = self.pin_read();
         let mut pieces = self.piece_chunks(id, start, end, &pin)?;
         pieces.reverse();
