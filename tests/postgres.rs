@@ -937,6 +937,8 @@ fn verify_while_appends_run_reads_one_state() {
         return;
     };
     ok(&db, &["append", "chat"], Some(TURN));
+    // With a search index, which verify checks against the logs.
+    ok(&db, &["search", "panic"], None);
     let server = Server::start(&db, &[]);
     let url = server.url.clone();
     // Past 256 staged records a conversation's records settle, so the
@@ -954,9 +956,26 @@ fn verify_while_appends_run_reads_one_state() {
             })
         })
         .collect();
+    // Another process creates and deletes conversations meanwhile.
+    let deleter = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            for i in 0..15 {
+                let name = format!("brief-{i}");
+                let seed = i.to_string();
+                ok(
+                    &db,
+                    &["-q", "gen", &name, "--events", "50", "--seed", &seed],
+                    None,
+                );
+                ok(&db, &["delete", &name], None);
+            }
+        })
+    };
     let started = Instant::now();
     let mut checks = 0;
-    while appenders.iter().any(|a| !a.is_finished()) && started.elapsed() < Duration::from_secs(60)
+    while (appenders.iter().any(|a| !a.is_finished()) || !deleter.is_finished())
+        && started.elapsed() < Duration::from_secs(60)
     {
         let (status, verified) = answer(agent().get(&format!("{url}/v1/verify")).call());
         assert_eq!(status, 200, "through the server: {verified}");
@@ -969,6 +988,7 @@ fn verify_while_appends_run_reads_one_state() {
     for appender in appenders {
         appender.join().unwrap();
     }
+    deleter.join().unwrap();
     assert!(checks > 4, "{checks} checks during the appends");
     let (status, verified) = answer(agent().get(&format!("{url}/v1/verify")).call());
     assert_eq!((status, &verified["ok"]), (200, &json!(true)), "{verified}");

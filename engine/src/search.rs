@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use convstore_projection::{resolve, Resolution, Summary, ToolPolicy};
 use convstore_store::event::ReasoningPolicy;
 use convstore_store::{
-    Address, ConversationId, Event, EventKind, EventType, LogRecord, Store, Timestamp,
+    Address, ConversationId, Event, EventKind, EventType, LogRecord, Store, StoreError, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use tantivy::collector::TopDocs;
@@ -766,6 +766,26 @@ impl SearchIndex {
     }
 
     fn check_unguarded(&self, store: &Store, only: Option<&ConversationId>) -> Result<IndexCheck> {
+        // Another process sharing the index and the database (a deletion,
+        // which forgets the documents and then deletes the log) may commit
+        // while it is checked: a disagreement counts only if the index was
+        // not committed to meanwhile.
+        let mut tries = 0;
+        loop {
+            let before = self.index.load_metas().map_err(err)?.opstamp;
+            let report = self.check_once(store, only)?;
+            tries += 1;
+            if report.problem.is_none()
+                || tries == 4
+                || self.index.load_metas().map_err(err)?.opstamp == before
+            {
+                return Ok(report);
+            }
+        }
+    }
+
+    /// [`SearchIndex::check`], once.
+    fn check_once(&self, store: &Store, only: Option<&ConversationId>) -> Result<IndexCheck> {
         // No commit of this process between reading the markers (from the
         // last commit) and the documents (from the reader): both are of
         // the same commit.
@@ -794,11 +814,23 @@ impl SearchIndex {
                 report.behind_records += info.len - indexed;
             }
             let mut expected = Vec::new();
-            for record in store.scan(&info.id, own_start..indexed)? {
-                let record = record?;
-                if indexed_text(&record.event).is_some() {
-                    expected.push((record.seq, check_of(&record.address)));
-                }
+            let read = store
+                .scan(&info.id, own_start..indexed)
+                .and_then(|records| {
+                    for record in records {
+                        let record = record?;
+                        if indexed_text(&record.event).is_some() {
+                            expected.push((record.seq, check_of(&record.address)));
+                        }
+                    }
+                    Ok(())
+                });
+            match read {
+                Ok(()) => {}
+                // Deleted since the list was read (by another process):
+                // not part of the database any more.
+                Err(StoreError::NoSuchConversation { .. }) if only.is_none() => continue,
+                Err(e) => return Err(e.into()),
             }
             let found = self.documents(&info.id)?;
             if found != expected {
