@@ -534,6 +534,27 @@ fn forks_read_through_staged_and_settled_records() {
             assert!(store.verify(id).expect("verify").is_ok());
         }
         assert!(store.verify_all().expect("verify").is_ok());
+        // Damage in the parent past the fork point is not the fork's: the
+        // parent is not asked for the fork's own turns.
+        let turns = |id| -> Vec<_> {
+            (0..=10)
+                .map(|t| {
+                    store
+                        .first_seq_of_turn(id, Turn(t))
+                        .map(|s| s.map(|s| s.0))
+                        .map_err(|e| e.to_string())
+                })
+                .collect()
+        };
+        let before = turns(&fork);
+        assert_eq!(
+            testing::drop_a_chunk(&store, &parent, 2).expect("damage"),
+            Some(20),
+            "{}",
+            dir.name()
+        );
+        assert_eq!(turns(&fork), before, "{}", dir.name());
+        assert!(turns(&parent)[5].is_err(), "{}", dir.name());
     }
 }
 
