@@ -76,18 +76,37 @@ impl Store {
     /// The pieces holding records `0..end` of `id`, in log order, none
     /// empty.
     pub(crate) fn pieces(&self, id: &ConversationId, end: u64) -> StoreResult<Vec<Piece>> {
+        Ok(self
+            .pieces_and_last_turns(id, end)?
+            .into_iter()
+            .map(|(piece, _)| piece)
+            .collect())
+    }
+
+    /// [`Store::pieces`], each with the last turn it holds: an ancestor's,
+    /// the turn of the last record a fork shares; `None` for `id`'s own.
+    pub(crate) fn pieces_and_last_turns(
+        &self,
+        id: &ConversationId,
+        end: u64,
+    ) -> StoreResult<Vec<(Piece, Option<u64>)>> {
         let mut pieces = Vec::new();
-        let mut limit = end;
+        let (mut limit, mut last) = (end, None);
         for (owner, point) in self.lineage(id)? {
             let start = point.map_or(0, |p| p.at);
             if limit > start {
-                pieces.push(Piece {
+                let piece = Piece {
                     owner,
                     start,
                     end: limit,
-                });
+                };
+                pieces.push((piece, last));
             }
             limit = limit.min(start);
+            if let Some(point) = point {
+                let turn = point.turns.current();
+                last = Some(last.map_or(turn, |l: u64| l.min(turn)));
+            }
         }
         pieces.reverse();
         Ok(pieces)

@@ -8,7 +8,6 @@ use crate::error::{StoreError, StoreResult};
 use crate::event::Timestamp;
 use crate::ids::ConversationId;
 use crate::keys::{self, Space};
-use crate::layout::Piece;
 use crate::position::{Seq, Turn};
 use crate::store::Store;
 
@@ -62,31 +61,9 @@ impl Store {
 
     fn first_of_turn(&self, id: &ConversationId, turn: u64) -> StoreResult<Option<u64>> {
         let len = self.meta(id)?.len;
-        // The pieces of the log (as `Store::pieces`), each with the last
-        // turn it holds (a fork's own records: any): an ancestor is not
-        // asked for a turn past the fork point, whose records (and any
-        // damage in them) the fork does not share.
-        let mut pieces = Vec::new();
-        let (mut limit, mut last) = (len, None);
-        for (owner, point) in self.lineage(id)? {
-            let start = point.map_or(0, |p| p.at);
-            if limit > start {
-                pieces.push((
-                    Piece {
-                        owner,
-                        start,
-                        end: limit,
-                    },
-                    last,
-                ));
-            }
-            limit = limit.min(start);
-            if let Some(point) = point {
-                let turn = point.turns.current();
-                last = Some(last.map_or(turn, |l: u64| l.min(turn)));
-            }
-        }
-        for (piece, last) in pieces.into_iter().rev() {
+        // An ancestor is not asked for a turn past the fork point: the
+        // fork shares none of its records there (nor any damage in them).
+        for (piece, last) in self.pieces_and_last_turns(id, len)? {
             if last.is_some_and(|last| turn > last) {
                 continue;
             }
