@@ -299,7 +299,8 @@ fn salvage_recovers_what_damaged_copies_still_hold() {
                 "snapshot deleted, first log segment zeroed" => {
                     remove_snapshots(&damaged);
                     let mut bytes = std::fs::read(&db).unwrap();
-                    bytes[..512 * 1024].fill(0);
+                    let segment = bytes.len().min(512 * 1024);
+                    bytes[..segment].fill(0);
                     std::fs::write(&db, bytes).unwrap();
                 }
                 "segment file cut short" => {

@@ -170,11 +170,12 @@ impl Node {
             old_prefix: &[u8],
             old_hi: &[u8],
             suffix_truncation: bool,
+            split_point: Option<usize>,
         ) -> (IVec, u8, Vec<IVec>, Vec<T>)
         where
             T: Clone + Ord,
         {
-            let split_point = keys.len() / 2 + 1;
+            let split_point = split_point.unwrap_or(keys.len() / 2 + 1);
             let right_keys = keys.split_off(split_point);
             let right_values = values.split_off(split_point);
             let right_min = &right_keys[0];
@@ -252,6 +253,7 @@ impl Node {
                         prefixed_lo,
                         prefixed_hi,
                         false,
+                        None,
                     );
 
                 (
@@ -264,6 +266,7 @@ impl Node {
                 )
             }
             Data::Leaf(ref mut leaf) => {
+                let split_point = leaf.byte_split_point();
                 let (split, right_prefix_len, right_keys, right_values) =
                     split_inner(
                         &mut leaf.keys,
@@ -271,6 +274,7 @@ impl Node {
                         prefixed_lo,
                         prefixed_hi,
                         true,
+                        split_point,
                     );
 
                 (
@@ -605,7 +609,10 @@ impl Node {
             16
         };
 
-        let size_checks = self.data.len() > threshold;
+        let size_checks = self.data.len() > threshold
+            || (self.data.len() >= LEAF_SPLIT_MIN_LEN
+                && !self.data.is_index()
+                && self.data.rss() > LEAF_SPLIT_BYTES);
         let safety_checks = self.merging_child.is_none() && !self.merging;
 
         size_checks && safety_checks
@@ -620,7 +627,9 @@ impl Node {
             4
         };
 
-        let size_checks = self.data.len() < threshold;
+        let size_checks = self.data.len() < threshold
+            && (self.data.is_index()
+                || self.data.rss() <= LEAF_MERGE_BYTES);
         let safety_checks = self.merging_child.is_none() && !self.merging;
 
         size_checks && safety_checks
@@ -712,10 +721,58 @@ impl Data {
     }
 }
 
+/// A leaf holding more than this many bytes of keys and values splits
+/// (given at least [`LEAF_SPLIT_MIN_LEN`] entries), however few entries it
+/// has. sled 0.34.7 split leaves by count alone, so sixteen long values
+/// made one leaf of hundreds of KiB; every small key that fell into it
+/// (a neighbour in key order) rewrote all of it at each consolidation,
+/// and past the blob threshold as a blob file of its own.
+pub(crate) const LEAF_SPLIT_BYTES: u64 = 8 * 1024;
+
+/// The fewest entries a leaf split by size may have: a split leaves at
+/// least one entry on each side.
+pub(crate) const LEAF_SPLIT_MIN_LEN: usize = 3;
+
+/// A leaf with more bytes than this is not merged into its left sibling
+/// for having few entries, and a merge that would make a leaf of more
+/// than this is not begun, so that a split by size is not undone by a
+/// merge and done again.
+pub(crate) const LEAF_MERGE_BYTES: u64 = LEAF_SPLIT_BYTES / 2;
+
 #[derive(Clone, Debug, PartialEq, Default)]
 pub(crate) struct Leaf {
     pub(crate) keys: Vec<IVec>,
     pub(crate) values: Vec<IVec>,
+}
+
+impl Leaf {
+    /// Where a leaf over [`LEAF_SPLIT_BYTES`] splits: the first entry at
+    /// which the entries before it hold half its bytes, so that long
+    /// values end apart from short ones. `None` (split by count) for a
+    /// leaf under it.
+    fn byte_split_point(&self) -> Option<usize> {
+        let len = self.keys.len();
+        if len < LEAF_SPLIT_MIN_LEN {
+            return None;
+        }
+        let sizes = || {
+            self.keys.iter().zip(self.values.iter()).map(|(k, v)| k.len() + v.len())
+        };
+        let total: usize = sizes().sum();
+        if (total as u64) <= LEAF_SPLIT_BYTES {
+            return None;
+        }
+        let mut before = 0;
+        let mut point = len - 1;
+        for (i, size) in sizes().enumerate() {
+            if i > 0 && before * 2 >= total {
+                point = i;
+                break;
+            }
+            before += size;
+        }
+        Some(point.clamp(1, len - 1))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]

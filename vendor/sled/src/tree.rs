@@ -1732,7 +1732,10 @@ impl Tree {
             // would be merged into a different index, which
             // would add considerable complexity to this already
             // fairly complex implementation.
-            if view.should_merge() && !took_leftmost_branch {
+            if view.should_merge()
+                && !took_leftmost_branch
+                && self.merge_fits(&view, parent_view.as_ref(), guard)?
+            {
                 if let Some(ref mut parent) = parent_view {
                     assert!(parent.merging_child.is_none());
                     if parent.can_merge_child() {
@@ -1769,6 +1772,49 @@ impl Tree {
             cursor,
             key.as_ref(),
         );
+    }
+
+    /// Whether merging leaf `view` into its left sibling keeps the
+    /// sibling under `LEAF_MERGE_BYTES` (index nodes: always). The left
+    /// sibling is found as `merge_node` finds it: from the parent's
+    /// pointer before the child, along `next` links, since a split whose
+    /// right half the parent does not list yet puts a node between them.
+    /// Where it is not found within a few steps, no merge is begun. The
+    /// sibling is read as it is now; a race with its writers only makes
+    /// this heuristic, never the merge, wrong.
+    fn merge_fits<'g>(
+        &self,
+        view: &View<'g>,
+        parent_view: Option<&View<'g>>,
+        guard: &'g Guard,
+    ) -> Result<bool> {
+        if view.data.is_index() {
+            return Ok(true);
+        }
+        let index = match parent_view.and_then(|p| p.data.index_ref()) {
+            Some(index) => index,
+            None => return Ok(false),
+        };
+        let position = index.pointers.iter().position(|pid| *pid == view.pid);
+        let mut cursor = match position {
+            Some(position) if position > 0 => index.pointers[position - 1],
+            _ => return Ok(false),
+        };
+        for _ in 0..16 {
+            let left = match self.view_for_pid(cursor, guard)? {
+                Some(left) => left,
+                None => return Ok(false),
+            };
+            match left.next {
+                Some(next) if next.get() == view.pid => {
+                    return Ok(left.data.rss() + view.data.rss()
+                        <= crate::node::LEAF_MERGE_BYTES);
+                }
+                Some(next) if left.hi < view.lo => cursor = next.get(),
+                _ => return Ok(false),
+            }
+        }
+        Ok(false)
     }
 
     fn cap_merging_child<'g>(
