@@ -1206,6 +1206,17 @@ fn hostile_and_ordinary_requests_get_proper_answers() {
         let (status, _) = get(&format!("/v1/search?q=main&limit={limit}"));
         assert_eq!(status, 400, "limit {limit}");
     }
+    // A parameter that does not parse is named, in convstore's words.
+    let (status, body) = get("/v1/search?q=main&kind=user&limit=ten&since=x&nope=1");
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("query string: "), "{body}");
+    // An empty query is refused, as `convstore search ''` is.
+    for q in ["", "%20%20"] {
+        let (status, body) = get(&format!("/v1/search?q={q}"));
+        assert_eq!(status, 400, "q={q}: {body}");
+        assert_eq!(body["error"]["message"], "q: an empty text", "{body}");
+    }
     // Text as typed, not in the query syntax, is searched as words; hits
     // are in the form `search --json` prints.
     let (status, hits) = answer(

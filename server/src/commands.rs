@@ -251,6 +251,10 @@ pub(crate) async fn search(
     State(state): State<Shared>,
     Query(p): Query<SearchQueryParams>,
 ) -> Result<Json<Value>> {
+    // As the command line refuses `convstore search ''`.
+    if p.q.trim().is_empty() {
+        return Err(bad("q: an empty text".to_owned()));
+    }
     let kinds = p
         .kind
         .iter()

@@ -742,6 +742,27 @@ async fn observe(State(state): State<Shared>, request: Request, next: Next) -> R
     response
 }
 
+/// A message of the web framework's own (a query string or JSON body
+/// that does not deserialize) worded as convstore's: lower case, saying
+/// where, then what.
+fn plain(text: &str) -> String {
+    const WORDINGS: [(&str, &str); 3] = [
+        ("Failed to deserialize query string: ", "query string: "),
+        (
+            "Failed to deserialize the JSON body into the target type: ",
+            "body: ",
+        ),
+        ("Failed to parse the request body as JSON: ", "body: "),
+    ];
+    WORDINGS
+        .iter()
+        .find_map(|(theirs, ours)| {
+            text.strip_prefix(theirs)
+                .map(|rest| format!("{ours}{rest}"))
+        })
+        .unwrap_or_else(|| text.to_owned())
+}
+
 /// An error answer that is not JSON, made JSON.
 async fn structured(response: Response) -> Response {
     let status = response.status();
@@ -771,7 +792,7 @@ async fn structured(response: Response) -> Response {
             .canonical_reason()
             .unwrap_or("error")
             .to_ascii_lowercase(),
-        _ => text.trim().to_owned(),
+        _ => plain(text.trim()),
     };
     let mut response = ApiError::new(status, code, message).into_response();
     for (name, value) in &parts.headers {
