@@ -169,6 +169,7 @@ fn a_log_missing_a_chunk_is_refused_by_log_and_export() {
             &["project", "g", "--format", "text"],
             &["project", "g", "--as-of", "2502"],
             &["view", "g"],
+            &["recall", "g", "0..2502"],
         ] {
             let failed = env.run(command).fails();
             // Named by the record, or by the chunk a turn lookup reads.

@@ -266,7 +266,7 @@ impl LogIter<'_> {
                 if self.chunks.is_none() {
                     return Err(StoreError::Corrupt {
                         what: format!(
-                            "conversation {}: the log ends before record {}",
+                            "conversation {}: record {} is missing from the log",
                             self.id, self.next_seq
                         ),
                     });
@@ -320,7 +320,7 @@ impl LogIter<'_> {
             let Some(item) = chunks.next() else {
                 return Err(StoreError::Corrupt {
                     what: format!(
-                        "conversation {}: the log ends before record {}",
+                        "conversation {}: record {} is missing from the log",
                         self.id, self.next_seq
                     ),
                 });

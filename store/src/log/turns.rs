@@ -47,7 +47,7 @@ impl Store {
             .get(index)
             .map(|e| e.turn)
             .ok_or_else(|| StoreError::Corrupt {
-                what: format!("conversation {id}: record {seq} is missing from its chunk"),
+                what: format!("conversation {id}: record {seq} is missing from the log"),
             })
     }
 
