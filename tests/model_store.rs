@@ -454,6 +454,19 @@ fn staged_chunks_are_turn_indexed_only_before_format_9() {
             error.contains("chunk at seq 36 is missing"),
             "format {format}: {error}"
         );
+        // A record's turn: the record is named, whether a chunk before it
+        // is left (36) or none is (32, the first staged one, dropped too).
+        assert_eq!(
+            testing::drop_a_staged_chunk(&store, &damaged, 0).unwrap(),
+            Some(32)
+        );
+        for seq in [32, 36] {
+            let error = store.turn_of(&damaged, Seq(seq)).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("record {seq} is missing from the log")),
+                "format {format}: {error}"
+            );
+        }
         assert!(store.verify(&damaged).unwrap().is_err(), "format {format}");
         // Staged records are settled at 64 KiB too: records of about 900
         // bytes, an append each, settle every 72 or so, long before the

@@ -39,16 +39,33 @@ impl Store {
         let owner = &piece.owner;
         let pin = self.pin_read();
         let space = Store::space_of(seq, self.settled(owner, &pin)?);
-        let chunk = self.load_chunk(space, owner, self.chunk_start(space, owner, seq)?)?;
+        let missing = || {
+            self.unless_deleted(
+                id,
+                StoreError::Corrupt {
+                    what: format!("conversation {id}: record {seq} is missing from the log"),
+                },
+            )
+        };
+        let start = self.chunk_start(space, owner, seq)?;
+        let chunk = match self.load_chunk(space, owner, start) {
+            Ok(chunk) => chunk,
+            // No chunk at or before the record (the lookup fell back to
+            // seq 0): the record is named, not a chunk it never was in.
+            Err(StoreError::Corrupt { .. })
+                if self.get(&keys::chunk(space, owner, start))?.is_none() =>
+            {
+                return Err(missing());
+            }
+            Err(e) => return Err(e),
+        };
         let index = (seq - chunk.first_seq) as usize;
         chunk
             .layout
             .entries
             .get(index)
             .map(|e| e.turn)
-            .ok_or_else(|| StoreError::Corrupt {
-                what: format!("conversation {id}: record {seq} is missing from the log"),
-            })
+            .ok_or_else(missing)
     }
 
     /// The seq of the first record of `turn`, or `None` if the log has no
