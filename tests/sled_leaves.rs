@@ -11,6 +11,10 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+mod support;
+
+use support::Xorshift;
+
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Bytes this process has passed to `write`-like calls (`wchar`).
@@ -67,23 +71,7 @@ fn a_small_key_beside_long_values_does_not_rewrite_them() {
     );
 }
 
-/// A small deterministic generator (xorshift), so that a failure repeats.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn value(rng: &mut Rng, tag: u64) -> Vec<u8> {
+fn value(rng: &mut Xorshift, tag: u64) -> Vec<u8> {
     // Mostly short values, some long ones: leaves split by count, by
     // size, and merge back as keys go.
     let len = match rng.below(10) {
@@ -184,12 +172,12 @@ fn mixed_writers(path: &std::path::Path, writers: u64) {
                 .map(|w| {
                     let db = &db;
                     s.spawn(move || {
-                        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (w + 1));
+                        let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15 ^ (w + 1));
                         let mut mine = BTreeMap::new();
                         for op in 0..6_000u64 {
                             // Keys of all writers interleave: the second
                             // byte is the writer.
-                            let key = |rng: &mut Rng| {
+                            let key = |rng: &mut Xorshift| {
                                 let n = rng.below(600) as u16;
                                 let mut k = vec![b'x'];
                                 k.extend_from_slice(&n.to_be_bytes());

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::support::{Run, TestEnv};
+use crate::support::{Run, TestEnv, Xorshift};
 
 const CONVERSATIONS: [&str; 5] = ["demo", "big", "small", "branch", "tiny"];
 
@@ -227,14 +227,11 @@ fn salvage_of_an_intact_database_recovers_every_record() {
 }
 
 /// A small deterministic generator for the damage.
-struct Damage(u64);
+struct Damage(Xorshift);
 
 impl Damage {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.next()
     }
 
     fn flip(&mut self, file: &Path, flips: usize, bit: bool) {
@@ -271,7 +268,7 @@ fn salvage_recovers_what_damaged_copies_still_hold() {
     populated(&env);
     let original = logs(&env, &env.db());
     let total: usize = original.values().map(Vec::len).sum();
-    let mut damage = Damage(0x9e37_79b9_7f4a_7c15);
+    let mut damage = Damage(Xorshift(0x9e37_79b9_7f4a_7c15));
     let modes: [(&str, usize); 7] = [
         ("one bit flipped in db", 8),
         ("8 bytes flipped in db", 4),

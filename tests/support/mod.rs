@@ -143,6 +143,23 @@ impl TestEnv {
     }
 }
 
+/// A small deterministic generator (xorshift), so that a failure repeats.
+pub struct Xorshift(pub u64);
+
+impl Xorshift {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 /// The real JP conversations, when the shared data is beside the checkout.
 /// Absent, the test is skipped, and says so loudly; with
 /// `CONVSTORE_REQUIRE_JP_DATA=1` (CI sets it when the data is there) an

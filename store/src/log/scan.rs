@@ -159,6 +159,17 @@ impl Store {
         id: &ConversationId,
         seq: u64,
     ) -> StoreResult<u64> {
+        Ok(self.chunk_at_or_before(space, id, seq)?.unwrap_or(0))
+    }
+
+    /// The first seq of the last chunk in `space` starting at or before
+    /// `seq`: `None` if there is none.
+    pub(crate) fn chunk_at_or_before(
+        &self,
+        space: Space,
+        id: &ConversationId,
+        seq: u64,
+    ) -> StoreResult<Option<u64>> {
         let found = self
             .kv
             .scan(
@@ -168,7 +179,7 @@ impl Store {
             )
             .next()
             .transpose()?;
-        Ok(found.and_then(|(key, _)| keys::key_seq(&key)).unwrap_or(0))
+        Ok(found.and_then(|(key, _)| keys::key_seq(&key)))
     }
 
     pub(crate) fn load_chunk(

@@ -47,18 +47,12 @@ impl Store {
                 },
             )
         };
-        let start = self.chunk_start(space, owner, seq)?;
-        let chunk = match self.load_chunk(space, owner, start) {
-            Ok(chunk) => chunk,
-            // No chunk at or before the record (the lookup fell back to
-            // seq 0): the record is named, not a chunk it never was in.
-            Err(StoreError::Corrupt { .. })
-                if self.get(&keys::chunk(space, owner, start))?.is_none() =>
-            {
-                return Err(missing());
-            }
-            Err(e) => return Err(e),
+        // No chunk at or before the record: the record is named, not a
+        // chunk it never was in.
+        let Some(start) = self.chunk_at_or_before(space, owner, seq)? else {
+            return Err(missing());
         };
+        let chunk = self.load_chunk(space, owner, start)?;
         let index = (seq - chunk.first_seq) as usize;
         chunk
             .layout

@@ -610,9 +610,7 @@ impl Node {
         };
 
         let size_checks = self.data.len() > threshold
-            || (self.data.len() >= LEAF_SPLIT_MIN_LEN
-                && !self.data.is_index()
-                && self.data.rss() > LEAF_SPLIT_BYTES);
+            || self.data.leaf_ref().map_or(false, Leaf::splits_by_size);
         let safety_checks = self.merging_child.is_none() && !self.merging;
 
         size_checks && safety_checks
@@ -671,12 +669,7 @@ impl Data {
             Data::Index(ref index) => {
                 index.keys.iter().map(|k| k.len() + 8).sum::<usize>() as u64
             }
-            Data::Leaf(ref leaf) => leaf
-                .keys
-                .iter()
-                .zip(leaf.values.iter())
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>() as u64,
+            Data::Leaf(ref leaf) => leaf.bytes(),
         }
     }
 
@@ -746,32 +739,41 @@ pub(crate) struct Leaf {
 }
 
 impl Leaf {
-    /// Where a leaf over [`LEAF_SPLIT_BYTES`] splits: the first entry at
+    /// The bytes of each entry's key and value, in order.
+    fn entry_bytes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.keys
+            .iter()
+            .zip(self.values.iter())
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+    }
+
+    /// The bytes of its keys and values.
+    fn bytes(&self) -> u64 {
+        self.entry_bytes().sum()
+    }
+
+    /// Whether it splits for its size ([`LEAF_SPLIT_BYTES`]), however few
+    /// entries it has.
+    fn splits_by_size(&self) -> bool {
+        self.keys.len() >= LEAF_SPLIT_MIN_LEN && self.bytes() > LEAF_SPLIT_BYTES
+    }
+
+    /// Where a leaf that splits for its size splits: the first entry at
     /// which the entries before it hold half its bytes, so that long
-    /// values end apart from short ones. `None` (split by count) for a
-    /// leaf under it.
+    /// values end apart from short ones. `None` (split by count) for
+    /// another.
     fn byte_split_point(&self) -> Option<usize> {
-        let len = self.keys.len();
-        if len < LEAF_SPLIT_MIN_LEN {
+        if !self.splits_by_size() {
             return None;
         }
-        let sizes = || {
-            self.keys.iter().zip(self.values.iter()).map(|(k, v)| k.len() + v.len())
-        };
-        let total: usize = sizes().sum();
-        if (total as u64) <= LEAF_SPLIT_BYTES {
-            return None;
-        }
+        let (len, total) = (self.keys.len(), self.bytes());
         let mut before = 0;
-        let mut point = len - 1;
-        for (i, size) in sizes().enumerate() {
-            if i > 0 && before * 2 >= total {
-                point = i;
-                break;
-            }
+        let point = self.entry_bytes().position(|size| {
+            let past_half = before * 2 >= total;
             before += size;
-        }
-        Some(point.clamp(1, len - 1))
+            past_half
+        });
+        Some(point.unwrap_or(len - 1).clamp(1, len - 1))
     }
 }
 
